@@ -1,0 +1,173 @@
+//! The one error type of the crate.
+//!
+//! Every variant has a stable, machine-readable [`Error::code`] (safe to match on in
+//! logs and dashboards; codes never change meaning) and [`Error::is_recoverable`], which
+//! tells a supervisor whether retrying the same operation later can succeed. The
+//! messages name what went wrong and what to do about it.
+
+use std::time::Duration;
+
+/// Result alias used throughout switchboard.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in switchboard.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value is missing or malformed; fix the config and restart.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// The gateway address could not be parsed or names an unsupported transport.
+    #[error("invalid gateway address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given.
+        address: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// Connecting to the gateway failed (DNS, TCP, TLS or WebSocket handshake).
+    #[error("could not connect to {url}: {reason}")]
+    Connect {
+        /// The URL dialled.
+        url: String,
+        /// The underlying failure.
+        reason: String,
+    },
+
+    /// The connection to the gateway was lost or closed.
+    #[error("connection closed: {0}")]
+    ConnectionClosed(String),
+
+    /// A wait ran past its deadline.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The deadline that passed.
+        after: Duration,
+    },
+
+    /// The peer sent bytes that do not form a valid frame or message.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+
+    /// The gateway refused a registration.
+    #[error("registration of {key} rejected by the gateway: {reason}")]
+    RegistrationRejected {
+        /// The registration's dot key.
+        key: String,
+        /// The gateway's reason.
+        reason: String,
+    },
+
+    /// The socket already carries `max_handlers_per_socket` registrations.
+    #[error("socket for tenant {tenant:?} already carries {cap} registrations (max_handlers_per_socket); raise the cap or spread the registrations")]
+    HandlerCapReached {
+        /// The socket's tenant.
+        tenant: String,
+        /// The cap that was hit.
+        cap: usize,
+    },
+
+    /// A registration with the same dot key is already admitted on the socket.
+    #[error("registration {key} is already admitted on this socket; instance ids must be unique per tenant and type")]
+    DuplicateRegistration {
+        /// The colliding dot key.
+        key: String,
+    },
+
+    /// The requested payload encoding is not implemented.
+    #[error("payload encoding {0} is not supported; use JSON, RAW_BYTES or JSON_LINES")]
+    UnsupportedEncoding(String),
+
+    /// A payload could not be decoded or encoded in its declared encoding.
+    #[error("invalid payload: {0}")]
+    Payload(String),
+
+    /// The connector's own `execute` failed.
+    #[error("connector error: {0}")]
+    Connector(String),
+
+    /// The runner or a handle was shut down while the operation was in flight.
+    #[error("shut down")]
+    Shutdown,
+
+    /// An I/O error from the operating system.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// A stable code for logs, metrics and error responses.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "config",
+            Error::InvalidAddress { .. } => "invalid_address",
+            Error::Connect { .. } => "connect",
+            Error::ConnectionClosed(_) => "connection_closed",
+            Error::Timeout { .. } => "timeout",
+            Error::Protocol(_) => "protocol",
+            Error::RegistrationRejected { .. } => "registration_rejected",
+            Error::HandlerCapReached { .. } => "handler_cap_reached",
+            Error::DuplicateRegistration { .. } => "duplicate_registration",
+            Error::UnsupportedEncoding(_) => "unsupported_encoding",
+            Error::Payload(_) => "payload",
+            Error::Connector(_) => "connector",
+            Error::Shutdown => "shutdown",
+            Error::Io(_) => "io",
+        }
+    }
+
+    /// Whether retrying later (after a reconnect, say) can succeed without a change
+    /// of configuration or code.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. }
+                | Error::ConnectionClosed(_)
+                | Error::Timeout { .. }
+                | Error::Protocol(_)
+                | Error::Io(_)
+        )
+    }
+
+    /// Shorthand for a [`Error::Timeout`].
+    pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> Self {
+        Error::Timeout {
+            what: what.into(),
+            after,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_failures_are_recoverable_and_config_errors_are_not() {
+        assert!(Error::ConnectionClosed("eof".into()).is_recoverable());
+        assert!(Error::timeout("register", Duration::from_secs(1)).is_recoverable());
+        assert!(!Error::Config("x".into()).is_recoverable());
+        assert!(!Error::HandlerCapReached {
+            tenant: "t".into(),
+            cap: 1
+        }
+        .is_recoverable());
+        assert!(!Error::DuplicateRegistration {
+            key: "a.b.c".into()
+        }
+        .is_recoverable());
+    }
+
+    #[test]
+    fn codes_are_stable_strings() {
+        assert_eq!(
+            Error::UnsupportedEncoding("MSGPACK".into()).code(),
+            "unsupported_encoding"
+        );
+        assert_eq!(Error::Shutdown.code(), "shutdown");
+    }
+}

@@ -1,0 +1,22 @@
+//! # switchboard
+//!
+//! A connector SDK and runtime for the Matrix connector-gateway protocol. A connector
+//! author implements [`BaseConnector`]; [`MultiConnectorRunner`] runs any number of
+//! registrations, and all registrations of one tenant share ONE Phoenix-channels
+//! WebSocket whose inbound frames a demux routes to the right registration by ARN,
+//! request id or gateway id (PROTOCOL.md §5). The `gateway` feature adds the other side
+//! of the wire: a reference gateway with an HTTP API and an in-process test kit.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod error;
+pub mod identity;
+pub mod phoenix;
+
+pub mod proto {
+    //! Messages generated from `proto/connector.proto` (package `matrix.connectors.v1`).
+    #![allow(missing_docs, unreachable_pub, clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/matrix.connectors.v1.rs"));
+}
+
+pub use error::{Error, Result};
+pub use identity::{Arn, RegistrationKey};
