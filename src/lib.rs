@@ -8,9 +8,16 @@
 //! of the wire: a reference gateway with an HTTP API and an in-process test kit.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod config;
+pub mod connector;
+pub mod encoding;
 pub mod error;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 pub mod identity;
+pub mod mux;
 pub mod phoenix;
+pub mod transport;
 
 pub mod proto {
     //! Messages generated from `proto/connector.proto` (package `matrix.connectors.v1`).

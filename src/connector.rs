@@ -1,0 +1,1 @@
+//! Connector API. Being written.

@@ -1,0 +1,1 @@
+//! Payload encodings. Being written.

@@ -1,0 +1,1 @@
+//! Reference gateway. Being written.

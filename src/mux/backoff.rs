@@ -1,0 +1,1 @@
+//! Reconnect backoff. Being written.

@@ -1,0 +1,1 @@
+//! Routing table (PROTOCOL.md §5). Being written.

@@ -1,0 +1,1 @@
+//! Gateway address parsing. Being written.

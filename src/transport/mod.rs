@@ -1,0 +1,3 @@
+//! Transports: gateway address parsing and the Phoenix WebSocket connection.
+
+pub mod address;
