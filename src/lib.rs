@@ -25,5 +25,11 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/matrix.connectors.v1.rs"));
 }
 
+pub use config::{ConnectorConfig, ConnectorConfigBuilder, HeartbeatSettings};
+pub use connector::{BaseConnector, EchoConnector};
+pub use encoding::{decode_payload, encode_payload, Payload};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
+pub use mux::backoff::BackoffPolicy;
+pub use mux::{MetricsSnapshot, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle};
+pub use transport::{GatewayAddress, Transport};

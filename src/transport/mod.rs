@@ -1,3 +1,6 @@
-//! Transports: gateway address parsing and the Phoenix WebSocket connection.
+//! Transports: gateway address parsing and dialling the Phoenix WebSocket.
 
 pub mod address;
+pub(crate) mod websocket;
+
+pub use address::{GatewayAddress, Transport};

@@ -1,0 +1,84 @@
+//! The `switchboard` command: `gateway` runs the reference gateway, `demo` runs the
+//! whole loop in one process, `echo` runs echo connectors against a gateway.
+
+use std::net::SocketAddr;
+
+use clap::{Parser, Subcommand};
+
+mod demo;
+
+/// switchboard: connector SDK and runtime.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the reference gateway (Phoenix socket + HTTP API on one port).
+    Gateway {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:4000")]
+        listen: SocketAddr,
+    },
+    /// Start an in-process gateway and echo connectors over two tenants, drive execute
+    /// traffic through the HTTP API, print a table and exit.
+    Demo(demo::DemoArgs),
+    /// Run echo connectors against a gateway until Ctrl-C.
+    Echo {
+        /// Gateway URL (ws://, wss://, http://, https://).
+        #[arg(long, env = "SWITCHBOARD_GATEWAY_URL", default_value = "ws://127.0.0.1:4000")]
+        gateway: String,
+        /// Tenant to register under.
+        #[arg(long, env = "SWITCHBOARD_TENANT_ID", default_value = "local")]
+        tenant: String,
+        /// How many echo registrations to run (they share one socket).
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Echo { gateway, tenant, count } => echo(gateway, tenant, count).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error [{}]: {e}", e.code());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Result<()> {
+    use switchboard::{ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions};
+    let regs = (0..count)
+        .map(|i| {
+            let cfg = ConnectorConfig::builder(gateway.clone(), tenant.clone())
+                .instance_id(format!("echo-{i}"))
+                .build()?;
+            Ok(Registration::new(cfg, EchoConnector))
+        })
+        .collect::<switchboard::Result<Vec<_>>>()?;
+    let runner = MultiConnectorRunner::new(RunnerOptions::default(), regs)?;
+    let stop = runner.shutdown_handle();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.shutdown();
+    });
+    eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}; Ctrl-C to stop");
+    runner.run().await
+}

@@ -1,1 +1,0 @@
-//! Connector configuration. Being written.

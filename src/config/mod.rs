@@ -1,0 +1,355 @@
+//! Connector configuration: who a registration is, where the gateway is, and the
+//! timing and concurrency limits of its connection.
+//!
+//! [`ConnectorConfig`] is built once, through [`ConnectorConfig::builder`] or
+//! [`ConnectorConfig::from_env`], and validated then, so that a bad address or a zero
+//! limit is reported at start-up with the field's name and the fix, never as an odd
+//! failure deep inside a reconnect loop.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::identity::RegistrationKey;
+use crate::mux::backoff::BackoffPolicy;
+pub use crate::proto::ConnectorScope;
+use crate::transport::address::GatewayAddress;
+
+mod builder;
+pub use builder::ConnectorConfigBuilder;
+
+/// Default for [`ConnectorConfig::register_timeout`]: long enough for a gateway that
+/// validates a JWT against a remote issuer, short enough that a dead peer is noticed.
+pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`ConnectorConfig::connect_timeout`] (TCP + TLS + WebSocket upgrade).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for [`ConnectorConfig::max_concurrent_requests`]: enough parallelism for
+/// I/O-bound connectors while bounding memory if the gateway floods one registration.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
+
+/// Liveness timing of a socket (PROTOCOL.md §4, "Liveness").
+///
+/// Grouped apart from [`ConnectorConfig`] because these three values only make sense
+/// together: the idle timeout must outlast the heartbeats that feed it.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatSettings {
+    /// How often a Phoenix `heartbeat` is sent (default 25 s, what Phoenix servers
+    /// expect before their 60 s socket timeout).
+    pub phoenix_interval: Duration,
+    /// How often an application `heartbeat_request` is sent per socket (default 30 s),
+    /// to keep the gateway's per-channel idle watchdog quiet.
+    pub app_interval: Duration,
+    /// No inbound data at all for this long means the peer is dead and the socket is
+    /// reconnected (default 60 s: two missed heartbeat replies).
+    pub inbound_idle_timeout: Duration,
+}
+
+impl Default for HeartbeatSettings {
+    fn default() -> Self {
+        HeartbeatSettings {
+            phoenix_interval: Duration::from_secs(25),
+            app_interval: Duration::from_secs(30),
+            inbound_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl HeartbeatSettings {
+    /// Returns these settings with a different Phoenix heartbeat interval; the struct is
+    /// `#[non_exhaustive]`, so `with_*` chains on `default()` are how callers outside
+    /// the crate (tests that need fast heartbeats, say) change one value.
+    #[must_use]
+    pub fn with_phoenix_interval(mut self, interval: Duration) -> Self {
+        self.phoenix_interval = interval;
+        self
+    }
+
+    /// Returns these settings with a different application heartbeat interval.
+    #[must_use]
+    pub fn with_app_interval(mut self, interval: Duration) -> Self {
+        self.app_interval = interval;
+        self
+    }
+
+    /// Returns these settings with a different dead-peer idle timeout.
+    #[must_use]
+    pub fn with_inbound_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.inbound_idle_timeout = timeout;
+        self
+    }
+
+    /// Checks the intervals; an idle timeout no longer than the shortest heartbeat
+    /// interval would declare a healthy but quiet peer dead.
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (name, d) in [
+            ("heartbeat.phoenix_interval", self.phoenix_interval),
+            ("heartbeat.app_interval", self.app_interval),
+            ("heartbeat.inbound_idle_timeout", self.inbound_idle_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::Config(format!(
+                    "{name} is zero; give it a positive duration"
+                )));
+            }
+        }
+        let shortest = self.phoenix_interval.min(self.app_interval);
+        if self.inbound_idle_timeout <= shortest {
+            return Err(Error::Config(format!(
+                "heartbeat.inbound_idle_timeout ({:?}) must be longer than the shortest heartbeat interval ({shortest:?}), \
+                 or a quiet but healthy socket is declared dead; raise it (default 60 s)",
+                self.inbound_idle_timeout
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Everything one registration needs to join a gateway.
+///
+/// `#[non_exhaustive]` so that new options can be added without breaking callers:
+/// construct it with [`ConnectorConfig::builder`] or [`ConnectorConfig::from_env`].
+/// `Debug` redacts [`auth_token`](Self::auth_token) so a config can be logged.
+#[non_exhaustive]
+#[derive(Clone)]
+pub struct ConnectorConfig {
+    /// The gateway address, in a form [`GatewayAddress::parse`] accepts.
+    pub gateway_url: String,
+    /// The tenant this registration belongs to; registrations of one tenant share a socket.
+    pub tenant_id: String,
+    /// This instance's id, unique per tenant and connector type.
+    pub instance_id: String,
+    /// A human-readable name shown by the gateway (defaults to the instance id).
+    pub display_name: String,
+    /// Free-form tags sent in the instance metadata, for filtering in the gateway.
+    pub tags: Vec<String>,
+    /// Free-form key/value pairs sent in the instance metadata.
+    pub metadata: HashMap<String, String>,
+    /// A JWT sent as `jwt_token` in the register request; `None` registers without
+    /// credentials (the gateway may then accept it as PENDING).
+    pub auth_token: Option<String>,
+    /// Whether the registration is tenant-scoped or global (default: let the gateway
+    /// infer it from the tenant).
+    pub scope: ConnectorScope,
+    /// Delays between reconnect attempts.
+    pub reconnect: BackoffPolicy,
+    /// Liveness timing of the socket.
+    pub heartbeat: HeartbeatSettings,
+    /// How long to wait for the `register_response` (default 10 s).
+    pub register_timeout: Duration,
+    /// How long to wait for the connection to open (default 10 s).
+    pub connect_timeout: Duration,
+    /// How many execute requests this registration runs at once (default 64); further
+    /// requests wait for a permit.
+    pub max_concurrent_requests: usize,
+}
+
+impl fmt::Debug for ConnectorConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectorConfig")
+            .field("gateway_url", &self.gateway_url)
+            .field("tenant_id", &self.tenant_id)
+            .field("instance_id", &self.instance_id)
+            .field("display_name", &self.display_name)
+            .field("tags", &self.tags)
+            .field("metadata", &self.metadata)
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("scope", &self.scope)
+            .field("reconnect", &self.reconnect)
+            .field("heartbeat", &self.heartbeat)
+            .field("register_timeout", &self.register_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .finish()
+    }
+}
+
+impl ConnectorConfig {
+    /// Starts a builder with the two values that have no sensible default.
+    pub fn builder(
+        gateway_url: impl Into<String>,
+        tenant_id: impl Into<String>,
+    ) -> ConnectorConfigBuilder {
+        ConnectorConfigBuilder::new(gateway_url.into(), tenant_id.into())
+    }
+
+    /// Reads the configuration from `SWITCHBOARD_*` environment variables, the usual
+    /// way to configure a connector in a container. See [`ConnectorConfig::from_lookup`]
+    /// for the variables.
+    pub fn from_env() -> Result<ConnectorConfig> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Builds a configuration from any name → value lookup; [`ConnectorConfig::from_env`]
+    /// passes the process environment, tests and embedders pass a map.
+    ///
+    /// Variables: `SWITCHBOARD_GATEWAY_URL` and `SWITCHBOARD_TENANT_ID` (required),
+    /// `SWITCHBOARD_INSTANCE_ID`, `SWITCHBOARD_DISPLAY_NAME`, `SWITCHBOARD_TAGS`
+    /// (comma-separated), `SWITCHBOARD_AUTH_TOKEN`, `SWITCHBOARD_MAX_CONCURRENT_REQUESTS`.
+    /// An empty value counts as unset, as shells and orchestrators often export empty
+    /// variables.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<ConnectorConfig> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let required = |name: &str, example: &str| {
+            get(name)
+                .ok_or_else(|| Error::Config(format!("{name} is not set; set it to {example}")))
+        };
+        let url = required(
+            "SWITCHBOARD_GATEWAY_URL",
+            "the gateway address, e.g. wss://gateway.example.com",
+        )?;
+        let tenant = required(
+            "SWITCHBOARD_TENANT_ID",
+            "the tenant id this connector belongs to",
+        )?;
+        let mut b = ConnectorConfig::builder(url, tenant);
+        if let Some(v) = get("SWITCHBOARD_INSTANCE_ID") {
+            b = b.instance_id(v);
+        }
+        if let Some(v) = get("SWITCHBOARD_DISPLAY_NAME") {
+            b = b.display_name(v);
+        }
+        if let Some(v) = get("SWITCHBOARD_TAGS") {
+            b = b.tags(
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        if let Some(v) = get("SWITCHBOARD_AUTH_TOKEN") {
+            b = b.auth_token(v);
+        }
+        if let Some(v) = get("SWITCHBOARD_MAX_CONCURRENT_REQUESTS") {
+            let n = v.parse::<usize>().map_err(|_| {
+                Error::Config(format!(
+                    "SWITCHBOARD_MAX_CONCURRENT_REQUESTS is {v:?}; set it to a whole number of at least 1"
+                ))
+            })?;
+            b = b.max_concurrent_requests(n);
+        }
+        b.build()
+    }
+
+    /// The parsed gateway address; [`ConnectorConfigBuilder::build`] has already checked
+    /// that it parses, so this fails only if the field was changed afterwards.
+    pub fn address(&self) -> Result<GatewayAddress> {
+        GatewayAddress::parse(&self.gateway_url)
+    }
+
+    /// The registration's dot key for a connector of `connector_type`, built from the
+    /// sanitised tenant, type and instance id; the socket admits the handle under it.
+    pub fn key(&self, connector_type: &str) -> RegistrationKey {
+        RegistrationKey::new(&self.tenant_id, connector_type, &self.instance_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn config_err(r: Result<ConnectorConfig>) -> String {
+        match r {
+            Err(Error::Config(msg)) => msg,
+            other => panic!("expected Error::Config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn heartbeat_with_methods_change_one_value_each() {
+        let hb = HeartbeatSettings::default()
+            .with_phoenix_interval(Duration::from_millis(100))
+            .with_app_interval(Duration::from_millis(50))
+            .with_inbound_idle_timeout(Duration::from_secs(30));
+        assert_eq!(hb.phoenix_interval, Duration::from_millis(100));
+        assert_eq!(hb.app_interval, Duration::from_millis(50));
+        assert_eq!(hb.inbound_idle_timeout, Duration::from_secs(30));
+        assert!(hb.validate().is_ok());
+    }
+
+    #[test]
+    fn debug_redacts_the_auth_token() {
+        let c = ConnectorConfig::builder("ws://h", "t")
+            .auth_token("s3cret-jwt")
+            .build()
+            .unwrap();
+        let dbg = format!("{c:?}");
+        assert!(
+            !dbg.contains("s3cret-jwt") && dbg.contains("<redacted>"),
+            "{dbg}"
+        );
+        let b = ConnectorConfig::builder("ws://h", "t").auth_token("s3cret-jwt");
+        assert!(!format!("{b:?}").contains("s3cret-jwt"));
+    }
+
+    #[test]
+    fn from_lookup_reads_every_variable() {
+        let c = ConnectorConfig::from_lookup(lookup(&[
+            ("SWITCHBOARD_GATEWAY_URL", "wss://gw.example.com"),
+            ("SWITCHBOARD_TENANT_ID", "acme"),
+            ("SWITCHBOARD_INSTANCE_ID", "pod-7"),
+            ("SWITCHBOARD_DISPLAY_NAME", "Pod seven"),
+            ("SWITCHBOARD_TAGS", "blue, green,,"),
+            ("SWITCHBOARD_AUTH_TOKEN", "jwt"),
+            ("SWITCHBOARD_MAX_CONCURRENT_REQUESTS", "8"),
+        ]))
+        .unwrap();
+        assert_eq!(c.gateway_url, "wss://gw.example.com");
+        assert_eq!(c.tenant_id, "acme");
+        assert_eq!(c.instance_id, "pod-7");
+        assert_eq!(c.display_name, "Pod seven");
+        assert_eq!(c.tags, ["blue", "green"]);
+        assert_eq!(c.auth_token.as_deref(), Some("jwt"));
+        assert_eq!(c.max_concurrent_requests, 8);
+    }
+
+    #[test]
+    fn from_lookup_requires_url_and_tenant() {
+        let msg = config_err(ConnectorConfig::from_lookup(lookup(&[(
+            "SWITCHBOARD_TENANT_ID",
+            "t",
+        )])));
+        assert!(msg.contains("SWITCHBOARD_GATEWAY_URL"), "{msg}");
+        let msg = config_err(ConnectorConfig::from_lookup(lookup(&[
+            ("SWITCHBOARD_GATEWAY_URL", "ws://h"),
+            ("SWITCHBOARD_TENANT_ID", ""),
+        ])));
+        assert!(msg.contains("SWITCHBOARD_TENANT_ID"), "{msg}");
+    }
+
+    #[test]
+    fn from_lookup_refuses_a_non_numeric_concurrency_limit() {
+        let msg = config_err(ConnectorConfig::from_lookup(lookup(&[
+            ("SWITCHBOARD_GATEWAY_URL", "ws://h"),
+            ("SWITCHBOARD_TENANT_ID", "t"),
+            ("SWITCHBOARD_MAX_CONCURRENT_REQUESTS", "lots"),
+        ])));
+        assert!(msg.contains("SWITCHBOARD_MAX_CONCURRENT_REQUESTS"), "{msg}");
+    }
+
+    #[test]
+    fn address_and_key_derive_from_the_config() {
+        let c = ConnectorConfig::builder("wss://gw", "ac.me")
+            .instance_id("i:1")
+            .build()
+            .unwrap();
+        assert_eq!(c.address().unwrap().port, 443);
+        assert_eq!(c.key("echo").dot_key(), "ac-me.echo.i-1");
+    }
+}

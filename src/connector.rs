@@ -1,1 +1,0 @@
-//! Connector API. Being written.

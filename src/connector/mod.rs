@@ -1,0 +1,325 @@
+//! The connector author's trait, [`BaseConnector`], and the glue that turns a connector
+//! into protocol messages: its capabilities, its register request, and the answer to
+//! one execute request.
+//!
+//! A connector author writes `execute` and nothing else; everything here that touches
+//! the wire is `pub(crate)` and called by the registration handle, so the trait can stay
+//! small and stable while the protocol plumbing evolves.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::config::ConnectorConfig;
+use crate::encoding::Payload;
+use crate::error::Result;
+use crate::proto::{
+    ConnectorBehavior, ConnectorCapabilities, InstanceMetadata, PayloadEncoding,
+    RegisterConnectorRequest, TaskTypeSchema,
+};
+
+mod echo;
+mod execute;
+
+pub use echo::EchoConnector;
+pub(crate) use execute::run_execute;
+
+/// The metadata key under which a TOOL connector advertises its tools as a JSON array
+/// of `{name, description, input_schema}`.
+pub const TOOL_SCHEMAS_KEY: &str = "tool_schemas";
+
+/// What a connector author implements: the answer to execute requests, plus the
+/// self-description sent at registration.
+///
+/// Object-safe, because the runner holds connectors as `Arc<dyn BaseConnector>` so that
+/// one runner can drive connectors of different types. Only
+/// [`connector_type`](Self::connector_type) and [`execute`](Self::execute) are required.
+#[async_trait::async_trait]
+pub trait BaseConnector: Send + Sync + 'static {
+    /// The connector type registered with the gateway (sanitised on the wire); it forms
+    /// the middle part of the dot key and the ARN.
+    fn connector_type(&self) -> &str;
+
+    /// The connector's version, reported in its capabilities so operators can tell
+    /// deployments apart.
+    fn version(&self) -> &str {
+        "0.1.0"
+    }
+
+    /// Answers one execute request. `capability_id` is the requested capability (a
+    /// `task_type_id` from [`capabilities`](Self::capabilities)), `None` when the
+    /// gateway named none. Return [`Error::Connector`](crate::Error::Connector) for failures of your own; the
+    /// caller receives it as an error response.
+    async fn execute(&self, payload: Payload, capability_id: Option<&str>) -> Result<Payload>;
+
+    /// Like [`execute`](Self::execute) but also receives the request context (for
+    /// instance `connector_arn` and caller-supplied keys). The runner calls this one;
+    /// override it only if you need the context, the default forwards to `execute`.
+    async fn execute_with_context(
+        &self,
+        payload: Payload,
+        capability_id: Option<&str>,
+        context: &HashMap<String, String>,
+    ) -> Result<Payload> {
+        let _ = context;
+        self.execute(payload, capability_id).await
+    }
+
+    /// The interaction styles the connector offers; the gateway uses them to decide how
+    /// to address it. Default: request/response only.
+    fn behaviors(&self) -> Vec<ConnectorBehavior> {
+        vec![ConnectorBehavior::RequestResponse]
+    }
+
+    /// The payload encodings the connector accepts, advertised so callers pick one it
+    /// understands. Default: the three this crate decodes.
+    fn supported_encodings(&self) -> Vec<PayloadEncoding> {
+        vec![
+            PayloadEncoding::Json,
+            PayloadEncoding::RawBytes,
+            PayloadEncoding::JsonLines,
+        ]
+    }
+
+    /// Free-form capability metadata. A TOOL connector may set
+    /// [`TOOL_SCHEMAS_KEY`] itself; otherwise one is generated from
+    /// [`capabilities`](Self::capabilities). Default: empty.
+    fn metadata(&self) -> HashMap<String, String> {
+        HashMap::new()
+    }
+
+    /// The task types (capabilities) the connector offers, with JSON schemas for their
+    /// input and output, so gateways and UIs can list and validate them. Default: none.
+    fn capabilities(&self) -> Vec<TaskTypeSchema> {
+        Vec::new()
+    }
+}
+
+/// Builds the capabilities message sent inside a register request.
+///
+/// For a TOOL connector whose [`BaseConnector::metadata`] has no [`TOOL_SCHEMAS_KEY`],
+/// one is generated from [`BaseConnector::capabilities`] so tool-aware gateways can list
+/// its tools without every author hand-writing the array; an explicit value is kept
+/// untouched. See [`tool_schemas_json`] for the shape.
+pub(crate) fn capabilities_message(connector: &dyn BaseConnector) -> ConnectorCapabilities {
+    let behaviors = connector.behaviors();
+    let task_types = connector.capabilities();
+    let mut metadata = connector.metadata();
+    if behaviors.contains(&ConnectorBehavior::Tool) && !metadata.contains_key(TOOL_SCHEMAS_KEY) {
+        metadata.insert(TOOL_SCHEMAS_KEY.to_owned(), tool_schemas_json(&task_types));
+    }
+    ConnectorCapabilities {
+        connector_type: crate::identity::sanitize(connector.connector_type()),
+        version: connector.version().to_owned(),
+        supported_encodings: connector
+            .supported_encodings()
+            .into_iter()
+            .map(i32::from)
+            .collect(),
+        behaviors: behaviors.into_iter().map(i32::from).collect(),
+        metadata,
+        task_types,
+    }
+}
+
+/// Renders task types as a JSON array of `{name, description, input_schema}`.
+///
+/// * `name` is the `task_type_id` (what a caller sends back as `capability_id`), or the
+///   display `name` when the id is empty.
+/// * `input_schema` is the parsed `input_schema_json`; an empty one becomes the
+///   permissive `{"type": "object"}`.
+/// * An `input_schema_json` that is not valid JSON is kept as a JSON string and logged
+///   at warn level. Registration is not failed for a schema typo (the connector still
+///   works), and the text is not silently replaced, so the author can see and fix it.
+fn tool_schemas_json(task_types: &[TaskTypeSchema]) -> String {
+    let tools: Vec<Value> = task_types
+        .iter()
+        .map(|t| {
+            let name = if t.task_type_id.is_empty() { &t.name } else { &t.task_type_id };
+            let input_schema = if t.input_schema_json.trim().is_empty() {
+                json!({"type": "object"})
+            } else {
+                serde_json::from_str(&t.input_schema_json).unwrap_or_else(|e| {
+                    tracing::warn!(task_type = %name, error = %e, "input_schema_json is not valid JSON; sending it as a string");
+                    Value::String(t.input_schema_json.clone())
+                })
+            };
+            json!({"name": name, "description": t.description, "input_schema": input_schema})
+        })
+        .collect();
+    Value::Array(tools).to_string()
+}
+
+/// Builds the register request for one registration: sanitised tenant, type and
+/// instance id (the same parts as the dot key), the connector's capabilities, the
+/// instance metadata from the config, `jwt_token` from `auth_token`, the scope, and
+/// `session_token` when re-registering after a reconnect.
+pub(crate) fn register_request(
+    config: &ConnectorConfig,
+    connector: &dyn BaseConnector,
+    session_token: Option<&str>,
+) -> RegisterConnectorRequest {
+    let key = config.key(connector.connector_type());
+    RegisterConnectorRequest {
+        tenant_id: key.tenant().to_owned(),
+        connector_type: key.connector_type().to_owned(),
+        instance_id: key.instance_id().to_owned(),
+        capabilities: Some(capabilities_message(connector)),
+        jwt_token: config.auth_token.clone().unwrap_or_default(),
+        session_token: session_token.unwrap_or_default().to_owned(),
+        scope: i32::from(config.scope),
+        instance_metadata: Some(InstanceMetadata {
+            display_name: config.display_name.clone(),
+            tags: config.tags.clone(),
+            metadata: config.metadata.clone(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::ConnectorScope;
+
+    struct Tool {
+        metadata: HashMap<String, String>,
+    }
+    #[async_trait::async_trait]
+    impl BaseConnector for Tool {
+        fn connector_type(&self) -> &str {
+            "vendor.search"
+        }
+        fn version(&self) -> &str {
+            "2.1.0"
+        }
+        async fn execute(&self, p: Payload, _: Option<&str>) -> Result<Payload> {
+            Ok(p)
+        }
+        fn behaviors(&self) -> Vec<ConnectorBehavior> {
+            vec![ConnectorBehavior::Tool]
+        }
+        fn metadata(&self) -> HashMap<String, String> {
+            self.metadata.clone()
+        }
+        fn capabilities(&self) -> Vec<TaskTypeSchema> {
+            vec![
+                TaskTypeSchema {
+                    task_type_id: "search".into(),
+                    name: "Search".into(),
+                    description: "Full-text search".into(),
+                    input_schema_json: r#"{"type":"object","properties":{"q":{"type":"string"}}}"#
+                        .into(),
+                    ..Default::default()
+                },
+                TaskTypeSchema {
+                    name: "broken".into(),
+                    input_schema_json: "{not json".into(),
+                    ..Default::default()
+                },
+                TaskTypeSchema {
+                    task_type_id: "ping".into(),
+                    ..Default::default()
+                },
+            ]
+        }
+    }
+
+    fn tool_schemas(c: &dyn BaseConnector) -> Option<Value> {
+        capabilities_message(c)
+            .metadata
+            .get(TOOL_SCHEMAS_KEY)
+            .map(|s| serde_json::from_str(s).unwrap())
+    }
+
+    #[test]
+    fn register_request_carries_sanitised_identity_and_config() {
+        let config = ConnectorConfig::builder("ws://localhost:4000", "acme corp")
+            .instance_id("host:1")
+            .display_name("Search one")
+            .tag("blue")
+            .metadata("region", "eu")
+            .auth_token("the-jwt")
+            .scope(ConnectorScope::Tenant)
+            .build()
+            .unwrap();
+        let tool = Tool {
+            metadata: HashMap::new(),
+        };
+        let req = register_request(&config, &tool, Some("sess-9"));
+        assert_eq!(req.tenant_id, "acme-corp");
+        assert_eq!(req.connector_type, "vendor-search");
+        assert_eq!(req.instance_id, "host-1");
+        assert_eq!(req.jwt_token, "the-jwt");
+        assert_eq!(req.session_token, "sess-9");
+        assert_eq!(req.scope, i32::from(ConnectorScope::Tenant));
+        let meta = req.instance_metadata.unwrap();
+        assert_eq!(meta.display_name, "Search one");
+        assert_eq!(meta.tags, ["blue"]);
+        assert_eq!(meta.metadata["region"], "eu");
+        let caps = req.capabilities.unwrap();
+        assert_eq!(caps.connector_type, "vendor-search");
+        assert_eq!(caps.version, "2.1.0");
+        assert_eq!(caps.behaviors, [i32::from(ConnectorBehavior::Tool)]);
+        assert_eq!(caps.task_types.len(), 3);
+    }
+
+    #[test]
+    fn register_request_without_credentials_sends_empty_tokens() {
+        let config = ConnectorConfig::builder("ws://h", "t")
+            .instance_id("i")
+            .build()
+            .unwrap();
+        let req = register_request(&config, &EchoConnector, None);
+        assert!(req.jwt_token.is_empty() && req.session_token.is_empty());
+        assert_eq!(req.scope, i32::from(ConnectorScope::Unspecified));
+        let caps = req.capabilities.unwrap();
+        assert_eq!(caps.version, "0.1.0");
+        assert_eq!(
+            caps.behaviors,
+            [i32::from(ConnectorBehavior::RequestResponse)]
+        );
+        assert_eq!(
+            caps.supported_encodings,
+            [
+                PayloadEncoding::Json,
+                PayloadEncoding::RawBytes,
+                PayloadEncoding::JsonLines
+            ]
+            .map(i32::from)
+        );
+    }
+
+    #[test]
+    fn tool_connector_gets_generated_tool_schemas() {
+        let schemas = tool_schemas(&Tool {
+            metadata: HashMap::new(),
+        })
+        .expect("generated");
+        assert_eq!(
+            schemas,
+            json!([
+                {"name": "search", "description": "Full-text search",
+                 "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+                {"name": "broken", "description": "", "input_schema": "{not json"},
+                {"name": "ping", "description": "", "input_schema": {"type": "object"}},
+            ])
+        );
+    }
+
+    #[test]
+    fn explicit_tool_schemas_are_kept() {
+        let explicit = r#"[{"name":"mine"}]"#.to_owned();
+        let tool = Tool {
+            metadata: HashMap::from([(TOOL_SCHEMAS_KEY.to_owned(), explicit.clone())]),
+        };
+        assert_eq!(
+            capabilities_message(&tool).metadata[TOOL_SCHEMAS_KEY],
+            explicit
+        );
+    }
+
+    #[test]
+    fn non_tool_connectors_get_no_tool_schemas() {
+        assert!(tool_schemas(&EchoConnector).is_none());
+    }
+}
