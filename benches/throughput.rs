@@ -1,1 +1,295 @@
-fn main() {}
+//! Execute round trips through the reference gateway over ONE shared socket, beside two
+//! loopback baselines measured in the same run:
+//!
+//! * (a) raw: a tokio-tungstenite echo of frames of the same size, nothing decoded;
+//! * (b) codec: the same echo whose far end decodes every frame (Phoenix JSON, base64,
+//!   protobuf) and re-encodes an `execute_response`, routing nothing.
+//!
+//! switchboard's figure is driven in-process with `Gateway::execute_with` (not through
+//! the HTTP API, which would measure HTTP). Both echo servers use the same writer
+//! discipline as switchboard: feed every queued frame, flush when the queue is empty.
+//!
+//! `cargo bench --bench throughput --all-features` (SWITCHBOARD_BENCH_SECS sets the
+//! seconds per configuration).
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use support::{run_for, us, Sample};
+use switchboard::gateway::{Gateway, GatewayConfig};
+use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
+use switchboard::proto::{
+    stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
+};
+use switchboard::{
+    ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions,
+};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// Requests kept in flight, per configuration.
+const IN_FLIGHT: [usize; 3] = [1, 64, 256];
+
+const PAYLOAD: &str = r#"{"n":12345,"text":"switchboard benchmark payload"}"#;
+
+#[derive(Clone, Copy)]
+enum EchoKind {
+    Raw,
+    Codec,
+}
+
+/// An execute_request frame as the gateway would send it, to size the baseline frames.
+fn sample_request(id: u64) -> String {
+    let mut context = std::collections::HashMap::new();
+    context.insert(
+        "connector_arn".to_owned(),
+        "matrix:bench:echo:echo-0".to_owned(),
+    );
+    let msg = StreamMessage {
+        message: Some(Message::ExecuteRequest(ExecuteRequest {
+            request_id: format!("{id:016x}"),
+            payload: PAYLOAD.as_bytes().to_vec(),
+            payload_encoding: PayloadEncoding::Json as i32,
+            context,
+            capability_id: String::new(),
+        })),
+    };
+    encode_proto(Some("1"), Some(&id.to_string()), LOBBY_TOPIC, &msg)
+}
+
+fn codec_answer(text: &str) -> String {
+    let frame = Frame::decode(text).expect("valid frame");
+    let Some(Message::ExecuteRequest(req)) = frame.proto().expect("valid proto").message else {
+        panic!("not an execute request")
+    };
+    let resp = StreamMessage {
+        message: Some(Message::ExecuteResponse(ExecuteResponse {
+            request_id: req.request_id,
+            success: true,
+            payload: req.payload,
+            payload_encoding: req.payload_encoding,
+            error: String::new(),
+            duration_ms: 0,
+        })),
+    };
+    encode_proto(
+        frame.join_ref.as_deref(),
+        frame.msg_ref.as_deref(),
+        &frame.topic,
+        &resp,
+    )
+}
+
+async fn echo_server(kind: EchoKind) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tcp.set_nodelay(true).unwrap();
+            tokio::spawn(async move {
+                let ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+                let (sink, mut stream) = ws.split();
+                let (tx, rx) = mpsc::channel::<Ws>(1024);
+                tokio::spawn(batching_writer(sink, rx));
+                while let Some(Ok(Ws::Text(t))) = stream.next().await {
+                    let out = match kind {
+                        EchoKind::Raw => Ws::Text(t),
+                        EchoKind::Codec => Ws::text(codec_answer(t.as_str())),
+                    };
+                    if tx.send(out).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn batching_writer<S: futures_util::Sink<Ws> + Unpin>(
+    mut sink: S,
+    mut rx: mpsc::Receiver<Ws>,
+) {
+    while let Some(m) = rx.recv().await {
+        if sink.feed(m).await.is_err() {
+            return;
+        }
+        while let Ok(m) = rx.try_recv() {
+            if sink.feed(m).await.is_err() {
+                return;
+            }
+        }
+        if sink.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Keeps `in_flight` frames outstanding on one connection for `dur`.
+async fn drive_echo(addr: std::net::SocketAddr, in_flight: usize, dur: Duration) -> Sample {
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(format!("ws://{addr}/"), None, true)
+        .await
+        .unwrap();
+    let (sink, mut stream) = ws.split();
+    let (tx, rx) = mpsc::channel::<Ws>(4096);
+    tokio::spawn(batching_writer(sink, rx));
+    let mut sent_at = vec![Instant::now(); in_flight];
+    let frames: Vec<String> = (0..in_flight as u64).map(sample_request).collect();
+    for f in &frames {
+        tx.send(Ws::text(f.clone())).await.unwrap();
+    }
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    let mut ops = 0;
+    while let Some(Ok(Ws::Text(t))) = stream.next().await {
+        // The msg ref (second element) is the slot number in both echo kinds.
+        let slot: usize = t
+            .as_str()
+            .split('"')
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .expect("slot ref");
+        let now = Instant::now();
+        latencies.push(now - sent_at[slot]);
+        ops += 1;
+        if now - start >= dur {
+            break;
+        }
+        sent_at[slot] = now;
+        tx.send(Ws::text(frames[slot].clone())).await.unwrap();
+    }
+    Sample {
+        ops,
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+
+async fn drive_switchboard(
+    gateway: Arc<Gateway>,
+    arns: Arc<Vec<String>>,
+    in_flight: usize,
+    dur: Duration,
+) -> Sample {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..in_flight {
+        let (gateway, arns, stop) = (gateway.clone(), arns.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let payload: serde_json::Value = serde_json::from_str(PAYLOAD).unwrap();
+            let mut lat = Vec::new();
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                let out = gateway
+                    .execute_with(
+                        &arns[i % arns.len()],
+                        payload.clone(),
+                        None,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .expect("execute");
+                assert!(out.success);
+                lat.push(t0.elapsed());
+                i += in_flight;
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(dur).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    Sample {
+        ops: latencies.len() as u64,
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let dur = run_for();
+    let raw = echo_server(EchoKind::Raw).await;
+    let codec = echo_server(EchoKind::Codec).await;
+    println!(
+        "frame size: {} bytes; {:?} per configuration",
+        sample_request(0).len(),
+        dur
+    );
+    println!();
+    println!("| registrations | in flight | switchboard rt/s | p50 µs | p99 µs | (a) raw echo rt/s | (b) codec echo rt/s | ratio to (a) | ratio to (b) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let gateway = Arc::new(
+        Gateway::start(GatewayConfig::default(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let mut baselines = std::collections::HashMap::new();
+    for in_flight in IN_FLIGHT {
+        let a = drive_echo(raw, in_flight, dur).await;
+        let b = drive_echo(codec, in_flight, dur).await;
+        baselines.insert(in_flight, (a.rate(), b.rate()));
+    }
+    for regs in [1usize, 64, 512] {
+        let tenant = format!("bench{regs}");
+        let registrations = (0..regs)
+            .map(|i| {
+                let cfg = ConnectorConfig::builder(gateway.ws_url(), &tenant)
+                    .instance_id(format!("echo-{i}"))
+                    .max_concurrent_requests(256)
+                    .build()
+                    .unwrap();
+                Registration::new(cfg, EchoConnector)
+            })
+            .collect::<Vec<_>>();
+        let options = RunnerOptions::default().with_inbox_capacity(256);
+        let runner = Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
+        let run = tokio::spawn({
+            let r = runner.clone();
+            async move { r.run().await }
+        });
+        runner
+            .wait_registered(Duration::from_secs(30))
+            .await
+            .unwrap();
+        let arns: Arc<Vec<String>> = Arc::new(
+            runner
+                .registrations()
+                .iter()
+                .filter_map(|h| h.arn())
+                .collect(),
+        );
+        // Warm up.
+        let _ = drive_switchboard(
+            gateway.clone(),
+            arns.clone(),
+            16,
+            Duration::from_millis(200),
+        )
+        .await;
+        for in_flight in IN_FLIGHT {
+            let mut sb = drive_switchboard(gateway.clone(), arns.clone(), in_flight, dur).await;
+            let (a, b) = baselines[&in_flight];
+            println!(
+                "| {regs} | {in_flight} | {:.0} | {} | {} | {a:.0} | {b:.0} | {:.2} | {:.2} |",
+                sb.rate(),
+                us(sb.p(0.50)),
+                us(sb.p(0.99)),
+                sb.rate() / a,
+                sb.rate() / b,
+            );
+        }
+        runner.shutdown_handle().shutdown();
+        let _ = run.await;
+    }
+}

@@ -90,6 +90,10 @@ pub enum Error {
     #[error("connector error: {0}")]
     Connector(String),
 
+    /// The addressed thing (e.g. a registration by ARN) does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+
     /// The runner or a handle was shut down while the operation was in flight.
     #[error("shut down")]
     Shutdown,
@@ -115,6 +119,7 @@ impl Error {
             Error::UnsupportedEncoding(_) => "unsupported_encoding",
             Error::Payload(_) => "payload",
             Error::Connector(_) => "connector",
+            Error::NotFound(_) => "not_found",
             Error::Shutdown => "shutdown",
             Error::Io(_) => "io",
         }

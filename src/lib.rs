@@ -31,5 +31,8 @@ pub use encoding::{decode_payload, encode_payload, Payload};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
 pub use mux::backoff::BackoffPolicy;
-pub use mux::{MetricsSnapshot, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle};
+pub use mux::{
+    MetricsSnapshot, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
+    ShutdownHandle,
+};
 pub use transport::{GatewayAddress, Transport};

@@ -25,14 +25,23 @@ pub struct BackoffPolicy {
 
 impl Default for BackoffPolicy {
     fn default() -> Self {
-        BackoffPolicy { initial: Duration::from_millis(500), max: Duration::from_secs(30), multiplier: 2.0, jitter: 0.5 }
+        BackoffPolicy {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+            multiplier: 2.0,
+            jitter: 0.5,
+        }
     }
 }
 
 impl BackoffPolicy {
     /// A policy with the given initial and maximum delay and default growth and jitter.
     pub fn new(initial: Duration, max: Duration) -> Self {
-        BackoffPolicy { initial, max: max.max(initial), ..Default::default() }
+        BackoffPolicy {
+            initial,
+            max: max.max(initial),
+            ..Default::default()
+        }
     }
 
     /// Sets the growth factor (values below 1 are treated as 1).
@@ -68,7 +77,11 @@ impl Backoff {
     /// A fresh loop at the policy's initial delay.
     pub fn new(policy: BackoffPolicy) -> Self {
         let base = policy.initial;
-        Backoff { policy, base, attempts: 0 }
+        Backoff {
+            policy,
+            base,
+            attempts: 0,
+        }
     }
 
     /// The delay before the next attempt, given a uniform sample in `[0, 1)`; then grows
@@ -78,7 +91,10 @@ impl Backoff {
         let jitter = self.policy.jitter.clamp(0.0, 1.0);
         let delay = self.base.mul_f64(1.0 - jitter * sample).max(MIN_DELAY);
         self.attempts = self.attempts.saturating_add(1);
-        self.base = self.base.mul_f64(self.policy.multiplier.max(1.0)).min(self.policy.max);
+        self.base = self
+            .base
+            .mul_f64(self.policy.multiplier.max(1.0))
+            .min(self.policy.max);
         delay
     }
 
@@ -111,7 +127,10 @@ mod tests {
     fn without_jitter_delays_double_up_to_the_cap() {
         let mut b = Backoff::new(BackoffPolicy::new(ms(100), ms(1000)).with_jitter(0.0));
         let got: Vec<_> = (0..6).map(|_| b.next_delay(0.7)).collect();
-        assert_eq!(got, [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]);
+        assert_eq!(
+            got,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
         assert_eq!(b.attempts(), 6);
     }
 
@@ -162,7 +181,9 @@ mod tests {
 
     #[test]
     fn out_of_range_settings_are_clamped() {
-        let p = BackoffPolicy::new(ms(100), ms(50)).with_multiplier(0.1).with_jitter(7.0);
+        let p = BackoffPolicy::new(ms(100), ms(50))
+            .with_multiplier(0.1)
+            .with_jitter(7.0);
         assert_eq!((p.max, p.multiplier, p.jitter), (ms(100), 1.0, 1.0));
     }
 }

@@ -23,7 +23,9 @@ use crate::config::ConnectorConfig;
 use crate::connector::{register_request, run_execute, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
-use crate::proto::{stream_message::Message, RegisterConnectorResponse, RegistrationStatus, StreamMessage};
+use crate::proto::{
+    stream_message::Message, RegisterConnectorResponse, RegistrationStatus, StreamMessage,
+};
 
 /// What a registration knows about itself, shared with its [`RegistrationHandle`].
 #[derive(Debug, Default)]
@@ -43,7 +45,11 @@ pub(crate) struct HandleState {
 
 impl HandleState {
     pub(crate) fn new(metrics: Arc<HandleMetrics>) -> Arc<Self> {
-        Arc::new(HandleState { session: Mutex::default(), arn: watch::channel(None).0, metrics })
+        Arc::new(HandleState {
+            session: Mutex::default(),
+            arn: watch::channel(None).0,
+            metrics,
+        })
     }
 
     fn session(&self) -> std::sync::MutexGuard<'_, Session> {
@@ -64,7 +70,10 @@ pub struct RegistrationHandle {
 
 impl std::fmt::Debug for RegistrationHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistrationHandle").field("key", &self.key).field("arn", &self.arn()).finish()
+        f.debug_struct("RegistrationHandle")
+            .field("key", &self.key)
+            .field("arn", &self.arn())
+            .finish()
     }
 }
 
@@ -98,11 +107,18 @@ impl RegistrationHandle {
     /// most `timeout`. Returns the ARN.
     pub async fn wait_registered(&self, timeout: Duration) -> Result<String> {
         let mut rx = self.state.arn.subscribe();
-        let wait = async { rx.wait_for(|arn| arn.is_some()).await.map(|arn| arn.clone()) };
+        let wait = async {
+            rx.wait_for(|arn| arn.is_some())
+                .await
+                .map(|arn| arn.clone())
+        };
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(arn)) => Ok(arn.expect("waited for Some")),
             Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => Err(Error::timeout(format!("registration of {}", self.key), timeout)),
+            Err(_) => Err(Error::timeout(
+                format!("registration of {}", self.key),
+                timeout,
+            )),
         }
     }
 
@@ -218,13 +234,25 @@ impl HandleTask {
         let token = self.handle.state.session().session_token.clone();
         let req = register_request(&self.config, self.connector.as_ref(), token.as_deref());
         let deadline = Instant::now() + self.config.register_timeout;
-        if self.handle.socket.outbound.send(wrap(Message::RegisterRequest(req))).await.is_err() {
+        if self
+            .handle
+            .socket
+            .outbound
+            .send(wrap(Message::RegisterRequest(req)))
+            .await
+            .is_err()
+        {
             return Phase::Down;
         }
         Phase::Registering(deadline)
     }
 
-    fn on_register_response(&mut self, resp: RegisterConnectorResponse, phase: Phase, backoff: &mut Backoff) -> Phase {
+    fn on_register_response(
+        &mut self,
+        resp: RegisterConnectorResponse,
+        phase: Phase,
+        backoff: &mut Backoff,
+    ) -> Phase {
         if !resp.success {
             // A stale session token is a common cause; fall back to the configured
             // credentials on the next attempt.
@@ -243,9 +271,15 @@ impl HandleTask {
             s.status = Some(resp.status());
             s.last_error = None;
         }
-        self.handle.socket.set_arn(self.handle.id, &resp.connector_arn);
+        self.handle
+            .socket
+            .set_arn(self.handle.id, &resp.connector_arn);
         self.handle.socket.registered_on_link.store(true, Relaxed);
-        self.handle.state.metrics.registrations.fetch_add(1, Relaxed);
+        self.handle
+            .state
+            .metrics
+            .registrations
+            .fetch_add(1, Relaxed);
         backoff.reset();
         tracing::info!(key = %self.handle.key, arn = %resp.connector_arn, "registered");
         self.handle.state.arn.send_replace(Some(resp.connector_arn));
@@ -254,7 +288,11 @@ impl HandleTask {
 
     fn register_failed(&self, error: String) {
         tracing::warn!(key = %self.handle.key, error = %error, "register failed");
-        self.handle.state.metrics.register_failures.fetch_add(1, Relaxed);
+        self.handle
+            .state
+            .metrics
+            .register_failures
+            .fetch_add(1, Relaxed);
         self.handle.state.session().last_error = Some(error);
     }
 }

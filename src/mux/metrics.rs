@@ -59,7 +59,12 @@ pub(crate) struct SocketMetrics {
 impl SocketMetrics {
     /// Counts one dropped inbound frame under a stable reason label.
     pub(crate) fn drop_frame(&self, reason: &'static str) {
-        *self.dropped.lock().expect("metrics lock").entry(reason).or_default() += 1;
+        *self
+            .dropped
+            .lock()
+            .expect("metrics lock")
+            .entry(reason)
+            .or_default() += 1;
     }
 
     pub(crate) fn dropped(&self) -> BTreeMap<String, u64> {
@@ -122,7 +127,11 @@ pub(crate) fn snapshot(h: &HandleMetrics, s: &SocketMetrics) -> MetricsSnapshot 
         bytes_sent: h.bytes_sent.load(Relaxed),
         total_duration_ms: total,
         max_duration_ms: h.max_duration_ms.load(Relaxed),
-        avg_duration_ms: if done == 0 { 0.0 } else { total as f64 / done as f64 },
+        avg_duration_ms: if done == 0 {
+            0.0
+        } else {
+            total as f64 / done as f64
+        },
         registrations: h.registrations.load(Relaxed),
         register_failures: h.register_failures.load(Relaxed),
         connects: s.connects.load(Relaxed),

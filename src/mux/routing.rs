@@ -99,10 +99,15 @@ impl RoutingTable {
     /// Admits a handle under its dot key; refuses at the cap or for a key already here.
     pub fn admit(&mut self, id: HandleId, key: RegistrationKey) -> Result<(), Error> {
         if self.by_dot_key.contains_key(key.dot_key()) {
-            return Err(Error::DuplicateRegistration { key: key.dot_key().to_owned() });
+            return Err(Error::DuplicateRegistration {
+                key: key.dot_key().to_owned(),
+            });
         }
         if self.handles.len() >= self.max_handlers {
-            return Err(Error::HandlerCapReached { tenant: self.tenant.clone(), cap: self.max_handlers });
+            return Err(Error::HandlerCapReached {
+                tenant: self.tenant.clone(),
+                cap: self.max_handlers,
+            });
         }
         self.by_dot_key.insert(key.dot_key().to_owned(), id);
         self.handles.insert(id, Entry { key, arn: None });
@@ -111,12 +116,19 @@ impl RoutingTable {
 
     /// Removes a handle and its ARN; returns the request ids it had pending.
     pub fn remove(&mut self, id: HandleId) -> Vec<String> {
-        let Some(entry) = self.handles.remove(&id) else { return Vec::new() };
+        let Some(entry) = self.handles.remove(&id) else {
+            return Vec::new();
+        };
         self.by_dot_key.remove(entry.key.dot_key());
         if let Some(arn) = entry.arn {
             self.by_arn.remove(&arn);
         }
-        let ids: Vec<String> = self.pending.iter().filter(|(_, h)| **h == id).map(|(r, _)| r.clone()).collect();
+        let ids: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, h)| **h == id)
+            .map(|(r, _)| r.clone())
+            .collect();
         for r in &ids {
             self.pending.remove(r);
         }
@@ -125,7 +137,9 @@ impl RoutingTable {
 
     /// Records the ARN the gateway assigned; replaces the handle's previous ARN.
     pub fn set_arn(&mut self, id: HandleId, arn: &str) {
-        let Some(entry) = self.handles.get_mut(&id) else { return };
+        let Some(entry) = self.handles.get_mut(&id) else {
+            return;
+        };
         if let Some(old) = entry.arn.replace(arn.to_owned()) {
             self.by_arn.remove(&old);
         }
@@ -180,12 +194,15 @@ impl RoutingTable {
     }
 
     fn only_or(&self, reason: DropReason) -> Route {
-        self.only_handle().map_or(Route::Drop(reason), Route::Handle)
+        self.only_handle()
+            .map_or(Route::Drop(reason), Route::Handle)
     }
 
     /// Routes one inbound message.
     pub fn route(&mut self, msg: &StreamMessage) -> Route {
-        let Some(m) = &msg.message else { return Route::Drop(DropReason::Empty) };
+        let Some(m) = &msg.message else {
+            return Route::Drop(DropReason::Empty);
+        };
         match m {
             Message::RegisterResponse(r) => self.route_register_response(&r.connector_arn),
             Message::ExecuteRequest(r) => self.route_by_context_arn(r.context.get("connector_arn")),
@@ -210,7 +227,10 @@ impl RoutingTable {
             return Route::Handle(*id);
         }
         // The gateway may canonicalise the type; the instance id is unique per socket.
-        let mut matches = self.handles.iter().filter(|(_, e)| e.key.instance_id() == parsed.instance_id);
+        let mut matches = self
+            .handles
+            .iter()
+            .filter(|(_, e)| e.key.instance_id() == parsed.instance_id);
         if let (Some((id, _)), None) = (matches.next(), matches.next()) {
             return Route::Handle(*id);
         }

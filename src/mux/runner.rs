@@ -91,7 +91,10 @@ pub struct Registration {
 impl Registration {
     /// Pairs a configuration with a connector.
     pub fn new(config: ConnectorConfig, connector: impl BaseConnector) -> Self {
-        Registration { config, connector: Arc::new(connector) }
+        Registration {
+            config,
+            connector: Arc::new(connector),
+        }
     }
 
     /// Pairs a configuration with a shared connector (one implementation may serve
@@ -152,7 +155,10 @@ pub struct MultiConnectorRunner {
 impl MultiConnectorRunner {
     /// Admits every registration; fails with a typed error (handler cap, duplicate key,
     /// bad address) before anything connects.
-    pub fn new(options: RunnerOptions, registrations: impl IntoIterator<Item = Registration>) -> Result<Self> {
+    pub fn new(
+        options: RunnerOptions,
+        registrations: impl IntoIterator<Item = Registration>,
+    ) -> Result<Self> {
         let runner = MultiConnectorRunner {
             options,
             cancel: CancellationToken::new(),
@@ -177,18 +183,28 @@ impl MultiConnectorRunner {
         let key = config.key(connector.connector_type());
         let tenant = sanitize(&config.tenant_id);
         let mut state = self.state();
-        let entry = state.sockets.entry((tenant.clone(), url.clone())).or_insert_with(|| {
-            let (shared, outbound_rx) =
-                SocketShared::new(tenant, self.options.max_handlers_per_socket, self.options.outbound_capacity);
-            let opts = SocketOptions {
-                url,
-                connect_timeout: config.connect_timeout,
-                heartbeat: config.heartbeat.clone(),
-                reconnect: config.reconnect.clone(),
-                max_frame_bytes: self.options.max_frame_bytes,
-            };
-            SocketEntry { shared, opts, outbound_rx: Some(outbound_rx) }
-        });
+        let entry = state
+            .sockets
+            .entry((tenant.clone(), url.clone()))
+            .or_insert_with(|| {
+                let (shared, outbound_rx) = SocketShared::new(
+                    tenant,
+                    self.options.max_handlers_per_socket,
+                    self.options.outbound_capacity,
+                );
+                let opts = SocketOptions {
+                    url,
+                    connect_timeout: config.connect_timeout,
+                    heartbeat: config.heartbeat.clone(),
+                    reconnect: config.reconnect.clone(),
+                    max_frame_bytes: self.options.max_frame_bytes,
+                };
+                SocketEntry {
+                    shared,
+                    opts,
+                    outbound_rx: Some(outbound_rx),
+                }
+            });
         let metrics = Arc::new(HandleMetrics::default());
         let (tx, inbox) = mpsc::channel(self.options.inbox_capacity);
         let id = entry.shared.admit(key.clone(), tx, metrics.clone())?;
@@ -199,7 +215,12 @@ impl MultiConnectorRunner {
             socket: entry.shared.clone(),
             cancel: self.cancel.child_token(),
         };
-        let task = HandleTask { handle: handle.clone(), config, connector, inbox };
+        let task = HandleTask {
+            handle: handle.clone(),
+            config,
+            connector,
+            inbox,
+        };
         state.handles.push(handle.clone());
         if state.running {
             self.start_sockets(&mut state);
@@ -213,7 +234,12 @@ impl MultiConnectorRunner {
     fn start_sockets(&self, state: &mut State) {
         for entry in state.sockets.values_mut() {
             if let Some(rx) = entry.outbound_rx.take() {
-                let fut = socket::run(entry.shared.clone(), entry.opts.clone(), rx, self.cancel.clone());
+                let fut = socket::run(
+                    entry.shared.clone(),
+                    entry.opts.clone(),
+                    rx,
+                    self.cancel.clone(),
+                );
                 self.tracker.spawn(fut);
             }
         }
@@ -226,7 +252,9 @@ impl MultiConnectorRunner {
         {
             let mut state = self.state();
             if state.running {
-                return Err(Error::Config("MultiConnectorRunner::run called twice".into()));
+                return Err(Error::Config(
+                    "MultiConnectorRunner::run called twice".into(),
+                ));
             }
             state.running = true;
             self.start_sockets(&mut state);
@@ -236,7 +264,10 @@ impl MultiConnectorRunner {
         }
         self.cancel.cancelled().await;
         self.tracker.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some tasks did not stop within {SHUTDOWN_GRACE:?} of shutdown");
         }
         Ok(())
@@ -261,7 +292,10 @@ impl MultiConnectorRunner {
 
     /// Metrics of every registration, keyed by dot key.
     pub fn metrics_snapshot(&self) -> BTreeMap<String, MetricsSnapshot> {
-        self.registrations().iter().map(|h| (h.key().dot_key().to_owned(), h.metrics())).collect()
+        self.registrations()
+            .iter()
+            .map(|h| (h.key().dot_key().to_owned(), h.metrics()))
+            .collect()
     }
 
     /// Waits until every current registration is registered, at most `timeout`.

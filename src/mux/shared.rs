@@ -123,7 +123,12 @@ impl SocketShared {
 
     /// The connection ended: pending request correlations are void.
     pub(crate) fn disconnected(&self) -> usize {
-        self.routes().table.disconnect().iter().map(|(_, ids)| ids.len()).sum()
+        self.routes()
+            .table
+            .disconnect()
+            .iter()
+            .map(|(_, ids)| ids.len())
+            .sum()
     }
 
     /// Routes one inbound message (PROTOCOL.md §5) and queues it to its handle.
@@ -153,8 +158,14 @@ impl SocketShared {
             Ok(()) => Dispatch::Delivered,
             Err(mpsc::error::TrySendError::Full(msg)) => {
                 if matches!(msg.message, Some(Message::ExecuteRequest(_))) {
-                    inbox.metrics.requests_rejected_overloaded.fetch_add(1, Ordering::Relaxed);
-                    inbox.metrics.requests_failed.fetch_add(1, Ordering::Relaxed);
+                    inbox
+                        .metrics
+                        .requests_rejected_overloaded
+                        .fetch_add(1, Ordering::Relaxed);
+                    inbox
+                        .metrics
+                        .requests_failed
+                        .fetch_add(1, Ordering::Relaxed);
                     return Dispatch::Overloaded(msg);
                 }
                 drop(routes);

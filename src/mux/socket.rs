@@ -78,7 +78,10 @@ pub(crate) async fn run(
                 shared.registered_on_link.store(false, Relaxed);
                 let mut conn = Connection::new(&shared, &opts, generation);
                 let ended = conn.drive(ws, &mut outbound, &cancel).await;
-                shared.link.send_replace(Link { generation, up: false });
+                shared.link.send_replace(Link {
+                    generation,
+                    up: false,
+                });
                 let voided = shared.disconnected();
                 if shared.registered_on_link.load(Relaxed) {
                     backoff.reset();
@@ -97,7 +100,10 @@ pub(crate) async fn run(
         }
         let delay = backoff.next_delay(rand::random::<f64>());
         shared.metrics.reconnect_attempts.fetch_add(1, Relaxed);
-        shared.metrics.current_backoff_ms.store(delay.as_millis() as u64, Relaxed);
+        shared
+            .metrics
+            .current_backoff_ms
+            .store(delay.as_millis() as u64, Relaxed);
         tracing::info!(tenant = %shared.tenant, delay_ms = delay.as_millis() as u64, "reconnecting after backoff");
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -106,7 +112,10 @@ pub(crate) async fn run(
             _ = discard_while_down(&shared, &mut outbound) => {}
         }
     }
-    shared.link.send_replace(Link { generation, up: false });
+    shared.link.send_replace(Link {
+        generation,
+        up: false,
+    });
 }
 
 /// Drains the outbound queue while no connection exists, counting what is discarded;
@@ -129,7 +138,13 @@ struct Connection<'a> {
 
 impl<'a> Connection<'a> {
     fn new(shared: &'a SocketShared, opts: &'a SocketOptions, generation: u64) -> Self {
-        Connection { shared, opts, generation, channel: ChannelState::new(LOBBY_TOPIC), writer: None }
+        Connection {
+            shared,
+            opts,
+            generation,
+            channel: ChannelState::new(LOBBY_TOPIC),
+            writer: None,
+        }
     }
 
     async fn drive(
@@ -267,7 +282,8 @@ impl<'a> Connection<'a> {
                     let resp = ExecuteResponse {
                         request_id: req.request_id,
                         success: false,
-                        error: "overloaded: the registration's inbound queue is full; retry later".into(),
+                        error: "overloaded: the registration's inbound queue is full; retry later"
+                            .into(),
                         ..Default::default()
                     };
                     self.send_proto(&wrap(Message::ExecuteResponse(resp))).await;
@@ -280,20 +296,27 @@ impl<'a> Connection<'a> {
                         timestamp_ms: req.timestamp_ms,
                         should_reconnect: false,
                     };
-                    self.send_proto(&wrap(Message::HeartbeatResponse(resp))).await;
+                    self.send_proto(&wrap(Message::HeartbeatResponse(resp)))
+                        .await;
                 }
             }
             Dispatch::HeartbeatResponse(msg) => {
                 if let Some(Message::HeartbeatResponse(resp)) = msg.message {
                     let rtt = now_ms().saturating_sub(resp.timestamp_ms).max(0);
-                    self.shared.metrics.heartbeat_rtt_ms.store(rtt as u64, Relaxed);
+                    self.shared
+                        .metrics
+                        .heartbeat_rtt_ms
+                        .store(rtt as u64, Relaxed);
                 }
             }
         }
     }
 
     async fn send_app_heartbeat(&mut self) {
-        let req = HeartbeatRequest { gateway_id: self.shared.tenant.clone(), timestamp_ms: now_ms() };
+        let req = HeartbeatRequest {
+            gateway_id: self.shared.tenant.clone(),
+            timestamp_ms: now_ms(),
+        };
         self.send_proto(&wrap(Message::HeartbeatRequest(req))).await;
     }
 
@@ -351,9 +374,14 @@ where
 }
 
 pub(crate) fn wrap(message: Message) -> StreamMessage {
-    StreamMessage { message: Some(message) }
+    StreamMessage {
+        message: Some(message),
+    }
 }
 
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

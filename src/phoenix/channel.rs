@@ -116,7 +116,7 @@ impl ChannelState {
     /// Encodes an outbound data frame on the current join.
     pub fn encode_data(&mut self, msg: &StreamMessage) -> String {
         let r = self.take_ref();
-        encode_proto(self.join_ref.as_deref(), &r, &self.topic, msg)
+        encode_proto(self.join_ref.as_deref(), Some(r.as_str()), &self.topic, msg)
     }
 
     /// Forgets the join and any outstanding heartbeat: call when the socket closes.

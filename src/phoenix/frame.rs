@@ -191,9 +191,10 @@ pub fn decode_proto(payload: &Value) -> Result<StreamMessage, FrameError> {
 }
 
 /// Encodes a `"proto"` data frame carrying `msg`, writing the JSON text directly.
+/// `msg_ref` is `None` for server pushes, as Phoenix writes them.
 pub fn encode_proto(
     join_ref: Option<&str>,
-    msg_ref: &str,
+    msg_ref: Option<&str>,
     topic: &str,
     msg: &StreamMessage,
 ) -> String {
@@ -203,7 +204,7 @@ pub fn encode_proto(
     out.push('[');
     push_opt_json_str(&mut out, join_ref);
     out.push(',');
-    push_json_str(&mut out, msg_ref);
+    push_opt_json_str(&mut out, msg_ref);
     out.push(',');
     push_json_str(&mut out, topic);
     out.push_str(",\"proto\",{\"data\":\"");
@@ -287,7 +288,7 @@ mod tests {
                 timestamp_ms: 42,
             })),
         };
-        let text = encode_proto(Some("1"), "9", LOBBY_TOPIC, &msg);
+        let text = encode_proto(Some("1"), Some("9"), LOBBY_TOPIC, &msg);
         let f = Frame::decode(&text).unwrap();
         assert_eq!(f.event, EVENT_PROTO);
         assert_eq!(f.proto().unwrap(), msg);
@@ -334,7 +335,7 @@ mod tests {
     #[test]
     fn strings_needing_escapes_are_escaped() {
         let msg = StreamMessage::default();
-        let text = encode_proto(None, "1", "we\"ird", &msg);
+        let text = encode_proto(None, None, "we\"ird", &msg);
         assert_eq!(Frame::decode(&text).unwrap().topic, "we\"ird");
     }
 }

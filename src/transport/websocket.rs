@@ -47,7 +47,10 @@ pub(crate) async fn connect(url: &str, timeout: Duration) -> Result<WsStream> {
     let dial = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
     match tokio::time::timeout(timeout, dial).await {
         Ok(Ok((ws, _response))) => Ok(ws),
-        Ok(Err(e)) => Err(Error::Connect { url: url.to_owned(), reason: e.to_string() }),
+        Ok(Err(e)) => Err(Error::Connect {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        }),
         Err(_) => Err(Error::timeout(format!("connection to {url}"), timeout)),
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchboard::gateway::{Gateway, GatewayConfig};
-use switchboard::{ConnectorConfig, EchoConnector, Error, MultiConnectorRunner, Registration, RunnerOptions};
+use switchboard::{
+    ConnectorConfig, EchoConnector, Error, MultiConnectorRunner, Registration, RunnerOptions,
+};
 
 /// Demo sizing.
 #[derive(clap::Args)]
@@ -29,7 +31,11 @@ pub(crate) struct DemoArgs {
 }
 
 pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
-    let gateway = Gateway::start(GatewayConfig::default(), "127.0.0.1:0".parse().expect("literal")).await?;
+    let gateway = Gateway::start(
+        GatewayConfig::default(),
+        "127.0.0.1:0".parse().expect("literal"),
+    )
+    .await?;
     let url = gateway.ws_url();
     let mut regs = Vec::new();
     for t in 0..args.tenants {
@@ -49,7 +55,11 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
         async move { runner.run().await }
     });
     runner.wait_registered(Duration::from_secs(10)).await?;
-    let arns: Vec<String> = runner.registrations().iter().filter_map(|h| h.arn()).collect();
+    let arns: Vec<String> = runner
+        .registrations()
+        .iter()
+        .filter_map(|h| h.arn())
+        .collect();
 
     let client = reqwest::Client::new();
     let base = gateway.http_url();
@@ -57,8 +67,11 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
     let mut workers = Vec::new();
     for w in 0..args.concurrency {
         let (client, base, arns) = (client.clone(), base.clone(), arns.clone());
-        let n = args.requests / args.concurrency + usize::from(w < args.requests % args.concurrency);
-        workers.push(tokio::spawn(async move { drive(client, base, arns, w, n).await }));
+        let n =
+            args.requests / args.concurrency + usize::from(w < args.requests % args.concurrency);
+        workers.push(tokio::spawn(async move {
+            drive(client, base, arns, w, n).await
+        }));
     }
     let mut latencies = Vec::with_capacity(args.requests);
     let mut failures = 0usize;
@@ -74,7 +87,10 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
     let _ = run.await;
     gateway.shutdown().await;
 
-    println!("switchboard demo: {} tenants x {} echo connectors, executes via the gateway HTTP API", args.tenants, args.per_tenant);
+    println!(
+        "switchboard demo: {} tenants x {} echo connectors, executes via the gateway HTTP API",
+        args.tenants, args.per_tenant
+    );
     println!();
     println!("| tenants | sockets | registrations | requests | failed | req/s | p50 | p99 |");
     println!("|---|---|---|---|---|---|---|---|");

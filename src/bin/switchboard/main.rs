@@ -29,7 +29,11 @@ enum Command {
     /// Run echo connectors against a gateway until Ctrl-C.
     Echo {
         /// Gateway URL (ws://, wss://, http://, https://).
-        #[arg(long, env = "SWITCHBOARD_GATEWAY_URL", default_value = "ws://127.0.0.1:4000")]
+        #[arg(
+            long,
+            env = "SWITCHBOARD_GATEWAY_URL",
+            default_value = "ws://127.0.0.1:4000"
+        )]
         gateway: String,
         /// Tenant to register under.
         #[arg(long, env = "SWITCHBOARD_TENANT_ID", default_value = "local")]
@@ -52,7 +56,11 @@ async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::Echo { gateway, tenant, count } => echo(gateway, tenant, count).await,
+        Command::Echo {
+            gateway,
+            tenant,
+            count,
+        } => echo(gateway, tenant, count).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -64,7 +72,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Result<()> {
-    use switchboard::{ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions};
+    use switchboard::{
+        ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions,
+    };
     let regs = (0..count)
         .map(|i| {
             let cfg = ConnectorConfig::builder(gateway.clone(), tenant.clone())

@@ -1,0 +1,126 @@
+//! The HTTP side of the gateway: the socket upgrade route and the JSON API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::server::{outcome, Shared};
+use crate::error::Error;
+use crate::proto::PayloadEncoding;
+
+/// The WebSocket layer's own message limit: far above `max_frame_bytes`, so that an
+/// oversized frame reaches the socket task to be dropped and counted, and the socket
+/// stays up.
+const TRANSPORT_MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/socket/connector/websocket", get(upgrade))
+        .route("/api/v1/connectors", get(list))
+        .route("/api/v1/connectors/{arn}/execute", post(execute))
+        .route("/api/v1/stats", get(stats))
+        .route("/metrics", get(metrics))
+        .with_state(shared)
+}
+
+async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(TRANSPORT_MAX_MESSAGE)
+        .max_frame_size(TRANSPORT_MAX_MESSAGE)
+        .on_upgrade(move |socket| super::socket::run(shared, socket))
+}
+
+async fn list(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.registry().list()).into_response()
+}
+
+async fn stats(State(shared): State<Arc<Shared>>) -> Response {
+    let n = shared.registry().len();
+    Json(shared.counters.snapshot(n)).into_response()
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let n = shared.registry().len();
+    let body = shared.counters.snapshot(n).to_prometheus();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct ExecuteBody {
+    payload: serde_json::Value,
+    #[serde(default)]
+    capability_id: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+fn error(status: StatusCode, e: impl std::fmt::Display, code: &str) -> Response {
+    (
+        status,
+        Json(json!({ "success": false, "error": e.to_string(), "code": code })),
+    )
+        .into_response()
+}
+
+async fn execute(
+    State(shared): State<Arc<Shared>>,
+    Path(arn): Path<String>,
+    body: Bytes,
+) -> Response {
+    let body: ExecuteBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                "body must be {{\"payload\": <json>, \"capability_id\"?, \"timeout_ms\"?}}: {e}"
+            ),
+                "bad_request",
+            )
+        }
+    };
+    let timeout = body
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(shared.config.default_execute_timeout);
+    let bytes = serde_json::to_vec(&body.payload).expect("a JSON value serialises");
+    let result = shared
+        .execute(
+            &arn,
+            bytes,
+            PayloadEncoding::Json,
+            body.capability_id.as_deref(),
+            Default::default(),
+            timeout,
+        )
+        .await;
+    match result {
+        Ok(resp) => {
+            let out = outcome(resp);
+            let status = if out.success {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            (status, Json(out)).into_response()
+        }
+        Err(e @ Error::NotFound(_)) => error(StatusCode::NOT_FOUND, &e, e.code()),
+        Err(e @ Error::Timeout { .. }) => error(StatusCode::GATEWAY_TIMEOUT, &e, e.code()),
+        Err(e) => error(StatusCode::BAD_GATEWAY, &e, e.code()),
+    }
+}

@@ -1,0 +1,151 @@
+//! The gateway's counters, as JSON (`/api/v1/stats`) and Prometheus text (`/metrics`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use serde::Serialize;
+
+/// Live counters, written by socket tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) sockets_accepted: AtomicU64,
+    pub(crate) sockets_open: AtomicU64,
+    pub(crate) frames_in: AtomicU64,
+    pub(crate) frames_out: AtomicU64,
+    pub(crate) executes_routed: AtomicU64,
+    dropped: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Counters {
+    /// Counts a dropped inbound frame under a stable reason.
+    pub(crate) fn drop_frame(&self, reason: &'static str) {
+        *self
+            .dropped
+            .lock()
+            .expect("stats lock")
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    pub(crate) fn snapshot(&self, registrations: usize) -> GatewayStats {
+        GatewayStats {
+            sockets_accepted: self.sockets_accepted.load(Relaxed),
+            sockets_open: self.sockets_open.load(Relaxed),
+            registrations: registrations as u64,
+            frames_in: self.frames_in.load(Relaxed),
+            frames_out: self.frames_out.load(Relaxed),
+            executes_routed: self.executes_routed.load(Relaxed),
+            frames_dropped: self
+                .dropped
+                .lock()
+                .expect("stats lock")
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+        }
+    }
+}
+
+/// A snapshot of the gateway's counters.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GatewayStats {
+    /// WebSocket connections accepted since start.
+    pub sockets_accepted: u64,
+    /// WebSocket connections open now.
+    pub sockets_open: u64,
+    /// Registrations now.
+    pub registrations: u64,
+    /// Text frames received.
+    pub frames_in: u64,
+    /// Text frames sent.
+    pub frames_out: u64,
+    /// Execute requests sent to connectors (API, test kit and invokes).
+    pub executes_routed: u64,
+    /// Inbound frames dropped, by reason.
+    pub frames_dropped: BTreeMap<String, u64>,
+}
+
+impl GatewayStats {
+    /// Renders the snapshot in the Prometheus text exposition format.
+    pub fn to_prometheus(&self) -> String {
+        let mut registry =
+            prometheus_client::registry::Registry::with_prefix("switchboard_gateway");
+        let counter = |v: u64| {
+            let c: Counter = Counter::default();
+            c.inc_by(v);
+            c
+        };
+        let gauge = |v: u64| {
+            let g: Gauge = Gauge::default();
+            g.set(v as i64);
+            g
+        };
+        registry.register(
+            "sockets_accepted",
+            "WebSocket connections accepted",
+            counter(self.sockets_accepted),
+        );
+        registry.register(
+            "sockets_open",
+            "WebSocket connections open",
+            gauge(self.sockets_open),
+        );
+        registry.register(
+            "registrations",
+            "Connector registrations",
+            gauge(self.registrations),
+        );
+        registry.register("frames_in", "Text frames received", counter(self.frames_in));
+        registry.register("frames_out", "Text frames sent", counter(self.frames_out));
+        registry.register(
+            "executes_routed",
+            "Execute requests sent to connectors",
+            counter(self.executes_routed),
+        );
+        let dropped = Family::<Vec<(String, String)>, Counter>::default();
+        for (reason, n) in &self.frames_dropped {
+            dropped
+                .get_or_create(&vec![("reason".to_owned(), reason.clone())])
+                .inc_by(*n);
+        }
+        registry.register(
+            "frames_dropped",
+            "Inbound frames dropped, by reason",
+            dropped,
+        );
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_carries_every_counter_and_drop_reason() {
+        let c = Counters::default();
+        c.frames_in.fetch_add(7, Relaxed);
+        c.drop_frame("not_json");
+        let text = c.snapshot(3).to_prometheus();
+        assert!(
+            text.contains("switchboard_gateway_frames_in_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("switchboard_gateway_registrations 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"switchboard_gateway_frames_dropped_total{reason="not_json"} 1"#),
+            "{text}"
+        );
+    }
+}

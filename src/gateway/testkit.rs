@@ -1,0 +1,72 @@
+//! [`TestGateway`]: the reference gateway on an ephemeral loopback port, for your own
+//! integration tests, with a restart that keeps the port.
+
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::time::Duration;
+
+use super::server::{Gateway, GatewayConfig};
+
+/// How long `restart` keeps retrying to bind the old port.
+const REBIND_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A gateway for tests: `TestGateway::start().await`, then use it as a [`Gateway`]
+/// (it derefs to one): `ws_url()`, `execute(arn, payload)`, `stats()`, the hooks.
+pub struct TestGateway {
+    gateway: Option<Gateway>,
+    config: GatewayConfig,
+    addr: SocketAddr,
+}
+
+impl TestGateway {
+    /// Starts on `127.0.0.1:0` with the default configuration.
+    pub async fn start() -> TestGateway {
+        Self::start_with(GatewayConfig::default()).await
+    }
+
+    /// Starts on `127.0.0.1:0` with `config`. Panics when it cannot bind: this is a test
+    /// fixture, and a test cannot proceed without it.
+    pub async fn start_with(config: GatewayConfig) -> TestGateway {
+        let gateway = Gateway::start(config.clone(), "127.0.0.1:0".parse().expect("literal"))
+            .await
+            .expect("bind an ephemeral loopback port");
+        let addr = gateway.local_addr();
+        TestGateway {
+            gateway: Some(gateway),
+            config,
+            addr,
+        }
+    }
+
+    /// Shuts the gateway down (every socket drops) and starts a fresh one on the same
+    /// port, as a gateway restart looks to clients: registrations and counters are gone.
+    pub async fn restart(&mut self) {
+        if let Some(old) = self.gateway.take() {
+            old.shutdown().await;
+        }
+        let deadline = tokio::time::Instant::now() + REBIND_DEADLINE;
+        loop {
+            match Gateway::start(self.config.clone(), self.addr).await {
+                Ok(g) => {
+                    self.gateway = Some(g);
+                    return;
+                }
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "port not free yet; retrying");
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => panic!("could not rebind {} after restart: {e}", self.addr),
+            }
+        }
+    }
+}
+
+impl Deref for TestGateway {
+    type Target = Gateway;
+
+    fn deref(&self) -> &Gateway {
+        self.gateway
+            .as_ref()
+            .expect("a TestGateway always holds a gateway outside restart")
+    }
+}

@@ -1,0 +1,88 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use switchboard::{
+    BaseConnector, ConnectorConfig, MultiConnectorRunner, Payload, Registration, RunnerOptions,
+};
+
+/// Upper bound for anything a test waits on; a hang fails instead of blocking CI.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A connector that answers `{"instance": <its instance id>, "echo": <payload>}`, so a
+/// test can tell which registration answered.
+pub struct Tagged(pub String);
+
+#[async_trait]
+impl BaseConnector for Tagged {
+    fn connector_type(&self) -> &str {
+        "tagged"
+    }
+    async fn execute(
+        &self,
+        payload: Payload,
+        _capability_id: Option<&str>,
+    ) -> switchboard::Result<Payload> {
+        let echo = payload.as_json().cloned().unwrap_or_default();
+        Ok(Payload::Json(json!({ "instance": self.0, "echo": echo })))
+    }
+}
+
+/// A registration of a [`Tagged`] connector.
+pub fn tagged(url: &str, tenant: &str, instance: &str) -> Registration {
+    let cfg = ConnectorConfig::builder(url, tenant)
+        .instance_id(instance)
+        .build()
+        .expect("valid config");
+    Registration::new(cfg, Tagged(instance.to_owned()))
+}
+
+/// Starts `runner.run()` in the background; returns the runner and its join handle.
+pub fn spawn(
+    runner: MultiConnectorRunner,
+) -> (
+    Arc<MultiConnectorRunner>,
+    tokio::task::JoinHandle<switchboard::Result<()>>,
+) {
+    let runner = Arc::new(runner);
+    let r = runner.clone();
+    (runner, tokio::spawn(async move { r.run().await }))
+}
+
+/// Builds and starts a runner over `regs`, waits until all are registered.
+pub async fn start(
+    options: RunnerOptions,
+    regs: Vec<Registration>,
+) -> (
+    Arc<MultiConnectorRunner>,
+    tokio::task::JoinHandle<switchboard::Result<()>>,
+) {
+    let (runner, join) = spawn(MultiConnectorRunner::new(options, regs).expect("admission"));
+    runner
+        .wait_registered(DEADLINE)
+        .await
+        .expect("all registered");
+    (runner, join)
+}
+
+/// Waits until `cond` holds, checking after every short pause, failing at `DEADLINE`.
+/// The condition is the event awaited; the pause only paces the checks.
+pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
