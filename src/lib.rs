@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
 pub use mux::backoff::BackoffPolicy;
 pub use mux::{
-    MetricsSnapshot, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
+    ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,
 };
 pub use transport::{GatewayAddress, Transport};

@@ -15,7 +15,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
-use super::metrics::{snapshot, HandleMetrics, MetricsSnapshot};
+use super::metrics::{snapshot, ConnectorMetrics, HandleMetrics};
 use super::routing::HandleId;
 use super::shared::{kind, Link, SocketShared};
 use super::socket::wrap;
@@ -99,7 +99,7 @@ impl RegistrationHandle {
     }
 
     /// A copy of this registration's counters.
-    pub fn metrics(&self) -> MetricsSnapshot {
+    pub fn metrics(&self) -> ConnectorMetrics {
         snapshot(&self.state.metrics, &self.socket.metrics)
     }
 

@@ -76,7 +76,7 @@ impl SocketMetrics {
 /// A point-in-time copy of one registration's metrics.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[non_exhaustive]
-pub struct MetricsSnapshot {
+pub struct ConnectorMetrics {
     /// Execute requests delivered to this registration.
     pub requests_received: u64,
     /// Executes the connector answered successfully.
@@ -113,12 +113,12 @@ pub struct MetricsSnapshot {
     pub frames_dropped: BTreeMap<String, u64>,
 }
 
-pub(crate) fn snapshot(h: &HandleMetrics, s: &SocketMetrics) -> MetricsSnapshot {
+pub(crate) fn snapshot(h: &HandleMetrics, s: &SocketMetrics) -> ConnectorMetrics {
     let processed = h.requests_processed.load(Relaxed);
     let failed = h.requests_failed.load(Relaxed);
     let total = h.total_duration_ms.load(Relaxed);
     let done = processed + failed;
-    MetricsSnapshot {
+    ConnectorMetrics {
         requests_received: h.requests_received.load(Relaxed),
         requests_processed: processed,
         requests_failed: failed,

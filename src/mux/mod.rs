@@ -14,5 +14,5 @@ mod shared;
 mod socket;
 
 pub use handle::RegistrationHandle;
-pub use metrics::MetricsSnapshot;
+pub use metrics::ConnectorMetrics;
 pub use runner::{MultiConnectorRunner, Registration, RunnerOptions, ShutdownHandle};

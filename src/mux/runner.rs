@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::handle::{HandleState, HandleTask, RegistrationHandle};
-use super::metrics::{HandleMetrics, MetricsSnapshot};
+use super::metrics::{ConnectorMetrics, HandleMetrics};
 use super::shared::SocketShared;
 use super::socket::{self, SocketOptions};
 use crate::config::ConnectorConfig;
@@ -291,7 +291,7 @@ impl MultiConnectorRunner {
     }
 
     /// Metrics of every registration, keyed by dot key.
-    pub fn metrics_snapshot(&self) -> BTreeMap<String, MetricsSnapshot> {
+    pub fn metrics_snapshot(&self) -> BTreeMap<String, ConnectorMetrics> {
         self.registrations()
             .iter()
             .map(|h| (h.key().dot_key().to_owned(), h.metrics()))
