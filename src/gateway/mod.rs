@@ -13,6 +13,7 @@
 //! shared socket (PROTOCOL.md §5 routes register responses by ARN).
 
 mod http_api;
+mod pending;
 mod registry;
 mod server;
 mod socket;
@@ -22,7 +23,7 @@ mod testkit;
 pub use registry::RegistrationInfo;
 pub use server::{ExecuteOutcome, Gateway, GatewayConfig};
 pub use stats::GatewayStats;
-pub use testkit::TestGateway;
+pub use testkit::{TestGateway, TEST_EXECUTE_TIMEOUT};
 
 use std::net::SocketAddr;
 

@@ -20,6 +20,11 @@ use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
 
+/// How long [`Gateway::shutdown`] waits for in-flight HTTP requests to finish before it
+/// gives up; executes in flight fail at once when their sockets close, so this is only
+/// reached by a stuck HTTP client.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Settings of a gateway.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -50,6 +55,12 @@ impl GatewayConfig {
         self
     }
 
+    /// Sets [`GatewayConfig::default_execute_timeout`].
+    pub fn with_default_execute_timeout(mut self, t: Duration) -> Self {
+        self.default_execute_timeout = t;
+        self
+    }
+
     /// Sets [`GatewayConfig::max_frame_bytes`].
     pub fn with_max_frame_bytes(mut self, n: usize) -> Self {
         self.max_frame_bytes = n;
@@ -58,7 +69,7 @@ impl GatewayConfig {
 }
 
 /// The result of one execute.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExecuteOutcome {
     /// Whether the connector succeeded.
     pub success: bool,
@@ -70,9 +81,28 @@ pub struct ExecuteOutcome {
     pub duration_ms: i64,
 }
 
-/// Pending executes of one socket, keyed by request id.
-pub(crate) type Pending =
-    Mutex<std::collections::HashMap<String, oneshot::Sender<ExecuteResponse>>>;
+/// Pending executes of one socket, keyed by request id. One map per socket, so the
+/// lock is shared only by that socket's reader and the callers executing on it, and it
+/// is never held across an `.await`.
+pub(crate) type Pending = Mutex<super::pending::Pending<oneshot::Sender<ExecuteResponse>>>;
+
+/// Removes a request from its socket's pending map when the execute's future ends
+/// without an answer: on timeout, and also when the caller drops the future (an HTTP
+/// client that hung up), which a timeout branch alone would leak.
+struct PendingGuard<'a> {
+    link: &'a SocketLink,
+    request_id: &'a str,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.link
+            .pending
+            .lock()
+            .expect("pending lock")
+            .forget(self.request_id);
+    }
+}
 
 /// What the rest of the gateway holds of a socket: its writer queue, its pending
 /// executes, its current join ref, and a switch to kill it.
@@ -145,44 +175,54 @@ impl Shared {
             })),
         };
         let (tx, rx) = oneshot::channel();
-        link.pending
+        let closed = || {
+            Error::ConnectionClosed(format!(
+                "the socket carrying {arn} closed before it answered; the connector will re-register after it reconnects"
+            ))
+        };
+        if link
+            .pending
             .lock()
             .expect("pending lock")
-            .insert(request_id.clone(), tx);
+            .insert(request_id.clone(), tx)
+            .is_err()
+        {
+            return Err(closed());
+        }
+        let _guard = PendingGuard {
+            link: &link,
+            request_id: &request_id,
+        };
         if !link.push(&msg).await {
-            link.pending
-                .lock()
-                .expect("pending lock")
-                .remove(&request_id);
-            return Err(Error::ConnectionClosed(format!(
-                "the socket carrying {arn} closed"
-            )));
+            return Err(closed());
         }
         self.counters.executes_routed.fetch_add(1, Relaxed);
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(_)) => Err(Error::ConnectionClosed(format!(
-                "the socket carrying {arn} closed before it answered"
-            ))),
-            Err(_) => {
-                link.pending
-                    .lock()
-                    .expect("pending lock")
-                    .remove(&request_id);
-                Err(Error::timeout(
-                    format!("execute {request_id} on {arn}"),
-                    timeout,
-                ))
-            }
+            Ok(Err(_)) => Err(closed()),
+            Err(_) => Err(Error::timeout(
+                format!("execute {request_id} on {arn}"),
+                timeout,
+            )),
         }
     }
 }
 
 /// A running reference gateway.
+///
+/// Dropping it stops it as [`Gateway::shutdown`] does, without waiting for the port to
+/// be released; call `shutdown` to rebind the same address afterwards.
 pub struct Gateway {
     pub(crate) shared: Arc<Shared>,
     addr: SocketAddr,
-    server: tokio::task::JoinHandle<()>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // A gateway nobody holds must not keep serving sockets in the background.
+        self.shared.cancel.cancel();
+    }
 }
 
 impl Gateway {
@@ -215,7 +255,7 @@ impl Gateway {
         Ok(Gateway {
             shared,
             addr,
-            server,
+            server: Some(server),
         })
     }
 
@@ -363,10 +403,14 @@ impl Gateway {
     }
 
     /// Stops accepting, closes every socket, and returns once the port is released.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.shared.cancel.cancel();
         self.drop_all_sockets();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        if let Some(server) = self.server.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
+                tracing::warn!(?SHUTDOWN_GRACE, "gateway server did not stop in time");
+            }
+        }
     }
 }
 

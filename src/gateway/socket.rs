@@ -83,8 +83,10 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     shared.sockets.lock().expect("sockets lock").remove(&id);
     let removed = shared.registry().remove_socket(id);
     shared.publish_registration_count();
-    // Dropping the senders fails every waiting execute at once.
-    link.pending.lock().expect("pending lock").clear();
+    // Dropping the senders fails every waiting execute at once; closing the map makes
+    // an execute that raced this teardown fail instead of waiting out its deadline.
+    let failed = link.pending.lock().expect("pending lock").close();
+    drop(failed);
     shared.counters.sockets_open.fetch_sub(1, Relaxed);
     writer.abort();
     tracing::debug!(socket_id = id, removed, "socket closed");
@@ -244,7 +246,7 @@ impl Conn<'_> {
                     .pending
                     .lock()
                     .expect("pending lock")
-                    .remove(&resp.request_id);
+                    .complete(&resp.request_id);
                 match waiter {
                     Some(tx) => {
                         let _ = tx.send(resp);

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use super::server::{Gateway, GatewayConfig};
 
+/// The default execute deadline of [`TestGateway::start`]: long enough for a loaded CI
+/// machine, short enough that a lost answer fails the test quickly.
+pub const TEST_EXECUTE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long `restart` keeps retrying to bind the old port.
 const REBIND_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -19,9 +23,15 @@ pub struct TestGateway {
 }
 
 impl TestGateway {
-    /// Starts on `127.0.0.1:0` with the default configuration.
+    /// Starts on `127.0.0.1:0` with the test defaults: the production configuration
+    /// except a [`TEST_EXECUTE_TIMEOUT`] execute deadline, so a test whose connector
+    /// never answers fails in seconds rather than half a minute. The idle timeout stays
+    /// at its production value because it must exceed the clients' heartbeat interval.
     pub async fn start() -> TestGateway {
-        Self::start_with(GatewayConfig::default()).await
+        Self::start_with(
+            GatewayConfig::default().with_default_execute_timeout(TEST_EXECUTE_TIMEOUT),
+        )
+        .await
     }
 
     /// Starts on `127.0.0.1:0` with `config`. Panics when it cannot bind: this is a test

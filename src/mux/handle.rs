@@ -135,7 +135,7 @@ pub(crate) struct HandleTask {
     pub(crate) handle: RegistrationHandle,
     pub(crate) config: ConnectorConfig,
     pub(crate) connector: Arc<dyn BaseConnector>,
-    pub(crate) inbox: mpsc::Receiver<StreamMessage>,
+    pub(crate) inbox: mpsc::Receiver<super::shared::InboxItem>,
 }
 
 /// Where the handle's registration stands on the current link.
@@ -193,7 +193,7 @@ impl HandleTask {
                 }
                 msg = self.inbox.recv() => {
                     let Some(msg) = msg else { break };
-                    match msg.message {
+                    match (*msg).message {
                         Some(Message::RegisterResponse(resp)) => {
                             phase = self.on_register_response(resp, phase, &mut backoff);
                         }

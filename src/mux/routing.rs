@@ -1,59 +1,80 @@
-//! The socket's routing table: which registration gets each inbound message
-//! (PROTOCOL.md §5). No I/O, no clock: the socket task feeds it and acts on the answer.
+//! The routing table of one shared socket (PROTOCOL.md §5), with no I/O.
 //!
-//! Call order: [`RoutingTable::admit`] a handle before its first register is sent;
-//! [`RoutingTable::set_arn`] when its register succeeds; [`RoutingTable::track_request`]
-//! for each outbound request whose response must come back to it; pass every inbound
-//! message to [`RoutingTable::route`]; [`RoutingTable::forget_request`] on a request's
-//! timeout or cancellation; [`RoutingTable::disconnect`] when the connection drops (pending
-//! correlations die with it; admissions and ARNs stay for the re-register);
-//! [`RoutingTable::remove`] when the handle leaves.
+//! All registrations of one tenant share a socket. Every inbound [`StreamMessage`]
+//! goes through [`RoutingTable::route`], which names the handle that gets it (or says
+//! why nobody does). The table owns the three indexes the protocol routes by: dot keys
+//! (admitted handles), ARNs (assigned by the gateway) and pending request ids
+//! (outbound requests whose responses must come back to their sender). The socket
+//! task owns the table; nothing here blocks, sleeps or reads a clock, so every rule is
+//! tested with plain `#[test]`s below.
 //!
-//! The rule throughout: an addressed frame whose address matches nothing is dropped,
-//! never handed to a guessed recipient. Only frames that carry no address at all fall
-//! back to "the only handle on the socket" (for peers that predate multiplexing).
+//! The guiding rule is *nothing misrouted*: when the addressing of a frame names
+//! somebody who is not (or no longer) here, the frame is dropped with a
+//! [`DropReason`], never handed to a guessed recipient. The "only handle on the
+//! socket" fallback applies solely to frames that carry no usable address at all.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use crate::error::Error;
 use crate::identity::{Arn, RegistrationKey};
-use crate::proto::{stream_message::Message, StreamMessage};
+use crate::proto::stream_message::Message;
+use crate::proto::StreamMessage;
 
-/// Identifies one handle on one socket.
+/// Identifies one registration handle on a socket; chosen by the caller, unique per
+/// socket.
 pub type HandleId = u64;
 
-/// Where an inbound message goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The context key of `execute_request` / `invoke_request` that names the addressee.
+const CONNECTOR_ARN_KEY: &str = "connector_arn";
+
+/// Where one inbound message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Route {
-    /// To this handle's inbox.
+    /// Deliver to this handle's inbound queue.
     Handle(HandleId),
-    /// A `heartbeat_request`: the socket answers it.
+    /// A `heartbeat_request`: the socket answers it itself.
     AnswerHeartbeat,
-    /// A `heartbeat_response`: the socket's liveness bookkeeping consumes it.
+    /// A `heartbeat_response`: the socket consumes it as a liveness signal.
     HeartbeatResponse,
-    /// Nowhere; count and log the reason.
+    /// Nobody gets it: log and count it under [`DropReason::as_str`].
     Drop(DropReason),
 }
 
-/// Why a message was dropped. Each is a separate counter.
+/// Why an inbound message was dropped instead of routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
-    /// A `StreamMessage` with no message set.
+    /// The message has no `oneof message` variant set.
     Empty,
-    /// An ARN that does not parse (`matrix:{tenant}:{type}:{instance}`).
+    /// A `register_response` whose `connector_arn` does not parse (including an empty
+    /// one) on a socket with more than one handle.
     MalformedArn,
-    /// A well-formed ARN that no handle on this socket holds.
+    /// The ARN names no handle on this socket: an execute or invoke for an ARN that was
+    /// never assigned here or whose handle is gone, or a `register_response` whose ARN
+    /// matches no dot key, no unique instance id, and the socket has several handles.
     UnknownArn,
-    /// A response whose request id is not pending.
+    /// A response whose `request_id` is not pending (already answered, timed out,
+    /// cancelled, failed by a disconnect, or never sent from here).
     UnknownRequestId,
-    /// A `gateway_id` that is no handle's dot key.
+    /// A `credentials_issued` / `approval_notification` whose `gateway_id` is no
+    /// admitted dot key.
     UnknownGatewayId,
-    /// No address, and not exactly one handle to give it to.
+    /// The message carries no address and the socket does not carry exactly one handle.
     Unaddressed,
 }
 
 impl DropReason {
-    /// Stable snake_case label for counters and logs.
+    /// Every reason, so counters can be registered up front.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::Empty,
+        DropReason::MalformedArn,
+        DropReason::UnknownArn,
+        DropReason::UnknownRequestId,
+        DropReason::UnknownGatewayId,
+        DropReason::Unaddressed,
+    ];
+
+    /// A stable snake_case label for logs and counters; never changes meaning.
     pub fn as_str(&self) -> &'static str {
         match self {
             DropReason::Empty => "empty",
@@ -66,41 +87,90 @@ impl DropReason {
     }
 }
 
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One admitted handle.
 #[derive(Debug)]
 struct Entry {
     key: RegistrationKey,
+    /// The ARN the gateway assigned, once a register succeeded.
     arn: Option<String>,
 }
 
-/// The routing state of one socket.
+/// The routing table of one socket: which handle gets each inbound frame.
+///
+/// # Call order
+///
+/// 1. [`RoutingTable::new`] when the socket for a tenant is created.
+/// 2. [`RoutingTable::admit`] for each handle *before* its first `register_request`
+///    is sent, so the `register_response` has somewhere to go. Fails with
+///    [`Error::HandlerCapReached`] or [`Error::DuplicateRegistration`].
+/// 3. For every inbound frame, [`RoutingTable::route`]. When a `register_response`
+///    routed to a handle reports success, call [`RoutingTable::set_arn`] with its
+///    `connector_arn`, so that `execute_request`s addressed to it find it.
+/// 4. Before sending a request whose response must come back (an `invoke_request`),
+///    [`RoutingTable::track_request`]; `route` removes the entry when the response
+///    arrives. On timeout or cancellation call [`RoutingTable::forget_request`].
+/// 5. When a handle goes away, [`RoutingTable::remove`]: fail the request ids it
+///    returns. The handle's ARN is forgotten, so later executes for it are dropped.
+/// 6. When the socket disconnects, [`RoutingTable::disconnect`]: fail every returned
+///    request. Admissions and ARNs stay; the handles re-register on the new
+///    connection and `set_arn` replaces the ARN if the gateway assigns a new one.
+///
+/// The pending map is thus pruned on response, timeout/cancellation, handle removal
+/// and disconnect, and cannot leak.
 #[derive(Debug)]
 pub struct RoutingTable {
     tenant: String,
     max_handlers: usize,
     handles: HashMap<HandleId, Entry>,
-    by_dot_key: HashMap<String, HandleId>,
+    by_dot: HashMap<String, HandleId>,
     by_arn: HashMap<String, HandleId>,
     pending: HashMap<String, HandleId>,
 }
 
 impl RoutingTable {
-    /// An empty table for `tenant`'s socket that admits at most `max_handlers`.
+    /// An empty table for a socket of `tenant` that carries at most `max_handlers`
+    /// handles (the `max_handlers_per_socket` option).
     pub fn new(tenant: impl Into<String>, max_handlers: usize) -> Self {
         RoutingTable {
             tenant: tenant.into(),
             max_handlers,
             handles: HashMap::new(),
-            by_dot_key: HashMap::new(),
+            by_dot: HashMap::new(),
             by_arn: HashMap::new(),
             pending: HashMap::new(),
         }
     }
 
-    /// Admits a handle under its dot key; refuses at the cap or for a key already here.
+    /// The socket's tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The handler cap given to [`RoutingTable::new`].
+    pub fn max_handlers(&self) -> usize {
+        self.max_handlers
+    }
+
+    /// Admit a handle under its dot key before its first register is sent.
+    ///
+    /// Fails with [`Error::DuplicateRegistration`] when the dot key (or the handle id)
+    /// is already admitted, and with [`Error::HandlerCapReached`] when the socket
+    /// already carries `max_handlers` handles. A failed admission changes nothing.
     pub fn admit(&mut self, id: HandleId, key: RegistrationKey) -> Result<(), Error> {
-        if self.by_dot_key.contains_key(key.dot_key()) {
+        if self.by_dot.contains_key(key.dot_key()) {
             return Err(Error::DuplicateRegistration {
                 key: key.dot_key().to_owned(),
+            });
+        }
+        if let Some(existing) = self.handles.get(&id) {
+            return Err(Error::DuplicateRegistration {
+                key: existing.key.dot_key().to_owned(),
             });
         }
         if self.handles.len() >= self.max_handlers {
@@ -109,64 +179,124 @@ impl RoutingTable {
                 cap: self.max_handlers,
             });
         }
-        self.by_dot_key.insert(key.dot_key().to_owned(), id);
+        self.by_dot.insert(key.dot_key().to_owned(), id);
         self.handles.insert(id, Entry { key, arn: None });
         Ok(())
     }
 
-    /// Removes a handle and its ARN; returns the request ids it had pending.
+    /// Remove a handle; returns the request ids it had pending (sorted, so the caller
+    /// fails them), and forgets its dot key and ARN. Unknown ids return nothing.
     pub fn remove(&mut self, id: HandleId) -> Vec<String> {
         let Some(entry) = self.handles.remove(&id) else {
             return Vec::new();
         };
-        self.by_dot_key.remove(entry.key.dot_key());
+        self.by_dot.remove(entry.key.dot_key());
         if let Some(arn) = entry.arn {
             self.by_arn.remove(&arn);
         }
-        let ids: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(_, h)| **h == id)
-            .map(|(r, _)| r.clone())
-            .collect();
-        for r in &ids {
-            self.pending.remove(r);
-        }
+        let mut ids: Vec<String> = Vec::new();
+        self.pending.retain(|request_id, owner| {
+            if *owner == id {
+                ids.push(request_id.clone());
+                false
+            } else {
+                true
+            }
+        });
+        ids.sort();
         ids
     }
 
-    /// Records the ARN the gateway assigned; replaces the handle's previous ARN.
+    /// Record the ARN the gateway assigned (from a successful `register_response`);
+    /// replaces a previous ARN of that handle.
+    ///
+    /// An empty `arn` only clears the previous one. If another handle held the same
+    /// ARN, the gateway's latest assignment wins and the other handle loses it. Unknown
+    /// handle ids are ignored.
     pub fn set_arn(&mut self, id: HandleId, arn: &str) {
         let Some(entry) = self.handles.get_mut(&id) else {
             return;
         };
-        if let Some(old) = entry.arn.replace(arn.to_owned()) {
+        if let Some(old) = entry.arn.take() {
             self.by_arn.remove(&old);
         }
-        self.by_arn.insert(arn.to_owned(), id);
+        if arn.is_empty() {
+            return;
+        }
+        entry.arn = Some(arn.to_owned());
+        if let Some(previous_owner) = self.by_arn.insert(arn.to_owned(), id) {
+            if previous_owner != id {
+                if let Some(other) = self.handles.get_mut(&previous_owner) {
+                    other.arn = None;
+                }
+            }
+        }
     }
 
-    /// Tracks an outbound request whose response must come back to `id`.
-    pub fn track_request(&mut self, request_id: String, id: HandleId) {
+    /// Track an outbound request (e.g. `invoke_request`) whose response must come back
+    /// to `id`.
+    ///
+    /// Returns `false` and tracks nothing when `request_id` is empty, `id` is not
+    /// admitted, or the id is already pending (it stays with its first owner: request
+    /// ids must be unique per socket).
+    pub fn track_request(&mut self, request_id: String, id: HandleId) -> bool {
+        if request_id.is_empty()
+            || !self.handles.contains_key(&id)
+            || self.pending.contains_key(&request_id)
+        {
+            return false;
+        }
         self.pending.insert(request_id, id);
+        true
     }
 
-    /// Forgets a pending request (timeout, cancellation); returns whether it was there.
+    /// Forget a pending request on timeout/cancellation; returns whether it was there.
     pub fn forget_request(&mut self, request_id: &str) -> bool {
         self.pending.remove(request_id).is_some()
     }
 
-    /// The connection dropped: every pending request is void. Returns them grouped by
-    /// handle so each can be failed at once. Admissions and ARNs stay.
+    /// Socket disconnected: drop all pending requests; returns them grouped by handle
+    /// (handles ascending, ids sorted) so each can be failed. ARNs and admissions stay
+    /// (handles re-register on reconnect).
     pub fn disconnect(&mut self) -> Vec<(HandleId, Vec<String>)> {
-        let mut by_handle: HashMap<HandleId, Vec<String>> = HashMap::new();
-        for (r, h) in self.pending.drain() {
-            by_handle.entry(h).or_default().push(r);
+        let mut grouped: HashMap<HandleId, Vec<String>> = HashMap::new();
+        for (request_id, id) in self.pending.drain() {
+            grouped.entry(id).or_default().push(request_id);
         }
-        by_handle.into_iter().collect()
+        let mut out: Vec<(HandleId, Vec<String>)> = grouped.into_iter().collect();
+        for (_, ids) in &mut out {
+            ids.sort();
+        }
+        out.sort_by_key(|(id, _)| *id);
+        out
     }
 
-    /// Admitted handles.
+    /// Route one inbound message (PROTOCOL.md §5). A matched response is removed from
+    /// the pending map.
+    pub fn route(&mut self, msg: &StreamMessage) -> Route {
+        let Some(message) = &msg.message else {
+            return Route::Drop(DropReason::Empty);
+        };
+        match message {
+            Message::RegisterResponse(resp) => self.route_register_response(&resp.connector_arn),
+            Message::ExecuteRequest(req) => self.route_by_arn(req.context.get(CONNECTOR_ARN_KEY)),
+            Message::InvokeRequest(req) => self.route_by_arn(req.context.get(CONNECTOR_ARN_KEY)),
+            Message::ExecuteResponse(resp) => self.route_by_request_id(&resp.request_id),
+            Message::InvokeResponse(resp) => self.route_by_request_id(&resp.request_id),
+            Message::CredentialsIssued(c) => self.route_by_gateway_id(&c.gateway_id),
+            Message::ApprovalNotification(a) => self.route_by_gateway_id(&a.gateway_id),
+            Message::HeartbeatRequest(_) => Route::AnswerHeartbeat,
+            Message::HeartbeatResponse(_) => Route::HeartbeatResponse,
+            Message::RegisterRequest(_)
+            | Message::WsOpenRequest(_)
+            | Message::WsOpenResponse(_)
+            | Message::WsFrame(_)
+            | Message::WsCloseRequest(_)
+            | Message::MetricsReport(_) => self.only_handle_or(DropReason::Unaddressed),
+        }
+    }
+
+    /// Number of admitted handles.
     pub fn len(&self) -> usize {
         self.handles.len()
     }
@@ -176,81 +306,83 @@ impl RoutingTable {
         self.handles.is_empty()
     }
 
-    /// Pending request correlations.
+    /// Number of pending requests.
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }
 
-    /// The handle holding `arn`.
+    /// The handle that holds exactly this ARN.
     pub fn handle_for_arn(&self, arn: &str) -> Option<HandleId> {
         self.by_arn.get(arn).copied()
     }
 
+    /// The handle admitted under this dot key.
+    pub fn handle_for_dot_key(&self, dot_key: &str) -> Option<HandleId> {
+        self.by_dot.get(dot_key).copied()
+    }
+
+    /// The key a handle was admitted under.
+    pub fn key_of(&self, id: HandleId) -> Option<&RegistrationKey> {
+        self.handles.get(&id).map(|e| &e.key)
+    }
+
+    /// The ARN last recorded for a handle with [`RoutingTable::set_arn`].
+    pub fn arn_of(&self, id: HandleId) -> Option<&str> {
+        self.handles.get(&id).and_then(|e| e.arn.as_deref())
+    }
+
+    /// The handle, if the socket carries exactly one.
     fn only_handle(&self) -> Option<HandleId> {
-        match self.handles.len() {
-            1 => self.handles.keys().next().copied(),
-            _ => None,
+        if self.handles.len() == 1 {
+            self.handles.keys().next().copied()
+        } else {
+            None
         }
     }
 
-    fn only_or(&self, reason: DropReason) -> Route {
-        self.only_handle()
-            .map_or(Route::Drop(reason), Route::Handle)
-    }
-
-    /// Routes one inbound message.
-    pub fn route(&mut self, msg: &StreamMessage) -> Route {
-        let Some(m) = &msg.message else {
-            return Route::Drop(DropReason::Empty);
-        };
-        match m {
-            Message::RegisterResponse(r) => self.route_register_response(&r.connector_arn),
-            Message::ExecuteRequest(r) => self.route_by_context_arn(r.context.get("connector_arn")),
-            Message::InvokeRequest(r) => self.route_by_context_arn(r.context.get("connector_arn")),
-            Message::ExecuteResponse(r) => self.route_response(&r.request_id),
-            Message::InvokeResponse(r) => self.route_response(&r.request_id),
-            Message::CredentialsIssued(c) => self.route_gateway_id(&c.gateway_id),
-            Message::ApprovalNotification(a) => self.route_gateway_id(&a.gateway_id),
-            Message::HeartbeatRequest(_) => Route::AnswerHeartbeat,
-            Message::HeartbeatResponse(_) => Route::HeartbeatResponse,
-            _ => self.only_or(DropReason::Unaddressed),
+    fn only_handle_or(&self, reason: DropReason) -> Route {
+        match self.only_handle() {
+            Some(id) => Route::Handle(id),
+            None => Route::Drop(reason),
         }
     }
 
+    /// Dot key rebuilt from the ARN; else the unique handle with the ARN's instance id
+    /// (the gateway may canonicalise the type); else the only handle; else drop.
     fn route_register_response(&self, arn: &str) -> Route {
         let parsed = match Arn::parse(arn) {
-            Ok(a) => a,
-            // A failed register may carry no ARN; only a sole handle can own it.
-            Err(_) => return self.only_or(DropReason::MalformedArn),
+            Ok(parsed) => parsed,
+            Err(_) => return self.only_handle_or(DropReason::MalformedArn),
         };
-        if let Some(id) = self.by_dot_key.get(&parsed.dot_key()) {
-            return Route::Handle(*id);
+        if let Some(&id) = self.by_dot.get(&parsed.dot_key()) {
+            return Route::Handle(id);
         }
-        // The gateway may canonicalise the type; the instance id is unique per socket.
-        let mut matches = self
+        let mut by_instance = self
             .handles
             .iter()
-            .filter(|(_, e)| e.key.instance_id() == parsed.instance_id);
-        if let (Some((id, _)), None) = (matches.next(), matches.next()) {
-            return Route::Handle(*id);
+            .filter(|(_, e)| e.key.instance_id() == parsed.instance_id)
+            .map(|(&id, _)| id);
+        if let (Some(id), None) = (by_instance.next(), by_instance.next()) {
+            return Route::Handle(id);
         }
-        self.only_or(DropReason::UnknownArn)
+        self.only_handle_or(DropReason::UnknownArn)
     }
 
-    fn route_by_context_arn(&self, arn: Option<&String>) -> Route {
+    /// Exact ARN from the request context; a present but unknown ARN is never given
+    /// to the only handle.
+    fn route_by_arn(&self, arn: Option<&String>) -> Route {
         match arn.map(String::as_str) {
-            None | Some("") => self.only_or(DropReason::Unaddressed),
-            Some(arn) => match self.by_arn.get(arn) {
-                Some(id) => Route::Handle(*id),
-                None if Arn::parse(arn).is_err() => Route::Drop(DropReason::MalformedArn),
+            Some(arn) if !arn.is_empty() => match self.by_arn.get(arn) {
+                Some(&id) => Route::Handle(id),
                 None => Route::Drop(DropReason::UnknownArn),
             },
+            _ => self.only_handle_or(DropReason::Unaddressed),
         }
     }
 
-    fn route_response(&mut self, request_id: &str) -> Route {
+    fn route_by_request_id(&mut self, request_id: &str) -> Route {
         if request_id.is_empty() {
-            return self.only_or(DropReason::Unaddressed);
+            return self.only_handle_or(DropReason::Unaddressed);
         }
         match self.pending.remove(request_id) {
             Some(id) => Route::Handle(id),
@@ -258,16 +390,600 @@ impl RoutingTable {
         }
     }
 
-    fn route_gateway_id(&self, gateway_id: &str) -> Route {
+    fn route_by_gateway_id(&self, gateway_id: &str) -> Route {
         if gateway_id.is_empty() {
-            return self.only_or(DropReason::Unaddressed);
+            return self.only_handle_or(DropReason::Unaddressed);
         }
-        match self.by_dot_key.get(gateway_id) {
-            Some(id) => Route::Handle(*id),
+        match self.by_dot.get(gateway_id) {
+            Some(&id) => Route::Handle(id),
             None => Route::Drop(DropReason::UnknownGatewayId),
         }
     }
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::proto::{
+        ApprovalNotification, CredentialsIssued, ExecuteRequest, ExecuteResponse, HeartbeatRequest,
+        HeartbeatResponse, InvokeCapabilityRequest, InvokeCapabilityResponse, MetricsReport,
+        RegisterConnectorRequest, RegisterConnectorResponse, WebSocketFrame, WebSocketOpenRequest,
+    };
+
+    const A: HandleId = 1;
+    const B: HandleId = 2;
+
+    fn key(instance: &str) -> RegistrationKey {
+        RegistrationKey::new("t", "echo", instance)
+    }
+
+    fn msg(m: Message) -> StreamMessage {
+        StreamMessage { message: Some(m) }
+    }
+
+    fn register_response(arn: &str) -> StreamMessage {
+        msg(Message::RegisterResponse(RegisterConnectorResponse {
+            success: true,
+            connector_arn: arn.into(),
+            ..Default::default()
+        }))
+    }
+
+    fn execute(arn: Option<&str>) -> StreamMessage {
+        let mut req = ExecuteRequest {
+            request_id: "r".into(),
+            ..Default::default()
+        };
+        if let Some(arn) = arn {
+            req.context.insert(CONNECTOR_ARN_KEY.into(), arn.into());
+        }
+        msg(Message::ExecuteRequest(req))
+    }
+
+    fn invoke_request(arn: Option<&str>) -> StreamMessage {
+        let mut req = InvokeCapabilityRequest {
+            request_id: "r".into(),
+            ..Default::default()
+        };
+        if let Some(arn) = arn {
+            req.context.insert(CONNECTOR_ARN_KEY.into(), arn.into());
+        }
+        msg(Message::InvokeRequest(req))
+    }
+
+    fn invoke_response(request_id: &str) -> StreamMessage {
+        msg(Message::InvokeResponse(InvokeCapabilityResponse {
+            request_id: request_id.into(),
+            ..Default::default()
+        }))
+    }
+
+    fn execute_response(request_id: &str) -> StreamMessage {
+        msg(Message::ExecuteResponse(ExecuteResponse {
+            request_id: request_id.into(),
+            ..Default::default()
+        }))
+    }
+
+    fn credentials(gateway_id: &str) -> StreamMessage {
+        msg(Message::CredentialsIssued(CredentialsIssued {
+            gateway_id: gateway_id.into(),
+            ..Default::default()
+        }))
+    }
+
+    fn approval(gateway_id: &str) -> StreamMessage {
+        msg(Message::ApprovalNotification(ApprovalNotification {
+            gateway_id: gateway_id.into(),
+            ..Default::default()
+        }))
+    }
+
+    /// A table with one handle `A` (instance `a`).
+    fn one() -> RoutingTable {
+        let mut t = RoutingTable::new("t", 8);
+        t.admit(A, key("a")).unwrap();
+        t
+    }
+
+    /// A table with handles `A` (instance `a`) and `B` (instance `b`).
+    fn two() -> RoutingTable {
+        let mut t = one();
+        t.admit(B, key("b")).unwrap();
+        t
+    }
+
+    // ---- admission -------------------------------------------------------------
+
+    #[test]
+    fn admission_beyond_the_cap_is_refused_with_the_tenant_and_cap() {
+        let mut t = RoutingTable::new("t", 1);
+        t.admit(A, key("a")).unwrap();
+        match t.admit(B, key("b")) {
+            Err(Error::HandlerCapReached { tenant, cap }) => {
+                assert_eq!((tenant.as_str(), cap), ("t", 1));
+            }
+            other => panic!("expected HandlerCapReached, got {other:?}"),
+        }
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn admitting_an_admitted_dot_key_is_a_duplicate() {
+        let mut t = one();
+        match t.admit(B, key("a")) {
+            Err(Error::DuplicateRegistration { key }) => assert_eq!(key, "t.echo.a"),
+            other => panic!("expected DuplicateRegistration, got {other:?}"),
+        }
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn admitting_an_admitted_handle_id_is_a_duplicate() {
+        let mut t = one();
+        assert!(matches!(
+            t.admit(A, key("other")),
+            Err(Error::DuplicateRegistration { .. })
+        ));
+        assert_eq!(t.handle_for_dot_key("t.echo.other"), None);
+    }
+
+    #[test]
+    fn a_removed_key_can_be_admitted_again_and_frees_a_slot() {
+        let mut t = RoutingTable::new("t", 1);
+        t.admit(A, key("a")).unwrap();
+        t.remove(A);
+        assert!(t.is_empty());
+        t.admit(B, key("a")).unwrap();
+        assert_eq!(t.handle_for_dot_key("t.echo.a"), Some(B));
+    }
+
+    // ---- register_response -----------------------------------------------------
+
+    #[test]
+    fn register_response_is_routed_by_the_dot_key_rebuilt_from_its_arn() {
+        let mut t = two();
+        assert_eq!(
+            t.route(&register_response("matrix:t:echo:b")),
+            Route::Handle(B)
+        );
+        assert_eq!(
+            t.route(&register_response("matrix:t:echo:a")),
+            Route::Handle(A)
+        );
+    }
+
+    #[test]
+    fn register_response_with_a_canonicalised_type_is_routed_by_instance_id() {
+        let mut t = RoutingTable::new("t", 8);
+        t.admit(A, RegistrationKey::new("t", "vendor-echo", "a"))
+            .unwrap();
+        t.admit(B, RegistrationKey::new("t", "vendor-echo", "b"))
+            .unwrap();
+        assert_eq!(
+            t.route(&register_response("matrix:t:echo:b")),
+            Route::Handle(B)
+        );
+    }
+
+    #[test]
+    fn register_response_with_an_ambiguous_instance_id_is_not_guessed() {
+        let mut t = RoutingTable::new("t", 8);
+        t.admit(A, RegistrationKey::new("t", "x", "same")).unwrap();
+        t.admit(B, RegistrationKey::new("t", "y", "same")).unwrap();
+        assert_eq!(
+            t.route(&register_response("matrix:t:canonical:same")),
+            Route::Drop(DropReason::UnknownArn)
+        );
+    }
+
+    #[test]
+    fn register_response_with_an_unknown_arn_goes_to_the_only_handle() {
+        let mut t = one();
+        assert_eq!(
+            t.route(&register_response("matrix:t:other:zzz")),
+            Route::Handle(A)
+        );
+    }
+
+    #[test]
+    fn register_response_with_an_unknown_arn_is_dropped_among_several_handles() {
+        let mut t = two();
+        assert_eq!(
+            t.route(&register_response("matrix:t:other:zzz")),
+            Route::Drop(DropReason::UnknownArn)
+        );
+    }
+
+    #[test]
+    fn register_response_with_a_malformed_arn_is_dropped_apart_from_unknown() {
+        let mut t = two();
+        assert_eq!(
+            t.route(&register_response("arn:t:echo:a")),
+            Route::Drop(DropReason::MalformedArn)
+        );
+        assert_eq!(
+            t.route(&register_response("")),
+            Route::Drop(DropReason::MalformedArn)
+        );
+    }
+
+    #[test]
+    fn register_response_with_an_empty_arn_goes_to_the_only_handle() {
+        // A rejection usually carries no ARN; the only handle must still learn of it.
+        let mut t = one();
+        assert_eq!(t.route(&register_response("")), Route::Handle(A));
+    }
+
+    #[test]
+    fn register_response_on_an_empty_socket_is_dropped() {
+        let mut t = RoutingTable::new("t", 8);
+        assert_eq!(
+            t.route(&register_response("matrix:t:echo:a")),
+            Route::Drop(DropReason::UnknownArn)
+        );
+    }
+
+    // ---- execute_request / invoke_request --------------------------------------
+
+    #[test]
+    fn execute_is_routed_by_the_exact_connector_arn() {
+        let mut t = two();
+        t.set_arn(A, "matrix:t:echo:a");
+        t.set_arn(B, "matrix:t:echo:b");
+        assert_eq!(t.route(&execute(Some("matrix:t:echo:b"))), Route::Handle(B));
+        assert_eq!(t.route(&execute(Some("matrix:t:echo:a"))), Route::Handle(A));
+    }
+
+    #[test]
+    fn execute_matches_the_assigned_arn_even_when_the_type_was_canonicalised() {
+        let mut t = RoutingTable::new("t", 8);
+        t.admit(A, RegistrationKey::new("t", "vendor-echo", "a"))
+            .unwrap();
+        t.admit(B, key("b")).unwrap();
+        t.set_arn(A, "matrix:t:echo:a");
+        assert_eq!(t.route(&execute(Some("matrix:t:echo:a"))), Route::Handle(A));
+        assert_eq!(
+            t.route(&execute(Some("matrix:t:vendor-echo:a"))),
+            Route::Drop(DropReason::UnknownArn)
+        );
+    }
+
+    #[test]
+    fn execute_for_an_unknown_arn_is_dropped_even_with_one_handle() {
+        let mut t = one();
+        t.set_arn(A, "matrix:t:echo:a");
+        assert_eq!(
+            t.route(&execute(Some("matrix:t:echo:nobody"))),
+            Route::Drop(DropReason::UnknownArn)
+        );
+    }
+
+    #[test]
+    fn execute_for_departed_arn_is_dropped_not_rerouted_to_the_survivor() {
+        let mut t = two();
+        t.set_arn(A, "matrix:t:echo:a");
+        t.set_arn(B, "matrix:t:echo:b");
+        t.remove(A);
+        assert_eq!(t.len(), 1, "B is now the only handle");
+        assert_eq!(
+            t.route(&execute(Some("matrix:t:echo:a"))),
+            Route::Drop(DropReason::UnknownArn)
+        );
+        assert_eq!(t.handle_for_arn("matrix:t:echo:a"), None);
+    }
+
+    #[test]
+    fn execute_without_an_arn_goes_to_the_only_handle() {
+        let mut t = one();
+        assert_eq!(t.route(&execute(None)), Route::Handle(A));
+        assert_eq!(t.route(&execute(Some(""))), Route::Handle(A));
+    }
+
+    #[test]
+    fn execute_without_an_arn_is_dropped_among_several_handles() {
+        let mut t = two();
+        assert_eq!(
+            t.route(&execute(None)),
+            Route::Drop(DropReason::Unaddressed)
+        );
+        assert_eq!(
+            t.route(&execute(Some(""))),
+            Route::Drop(DropReason::Unaddressed)
+        );
+    }
+
+    #[test]
+    fn invoke_request_follows_the_execute_rules() {
+        let mut t = two();
+        t.set_arn(B, "matrix:t:echo:b");
+        assert_eq!(
+            t.route(&invoke_request(Some("matrix:t:echo:b"))),
+            Route::Handle(B)
+        );
+        assert_eq!(
+            t.route(&invoke_request(Some("matrix:t:echo:gone"))),
+            Route::Drop(DropReason::UnknownArn)
+        );
+        assert_eq!(
+            t.route(&invoke_request(None)),
+            Route::Drop(DropReason::Unaddressed)
+        );
+        t.remove(A);
+        assert_eq!(t.route(&invoke_request(None)), Route::Handle(B));
+    }
+
+    // ---- set_arn -------------------------------------------------------------
+
+    #[test]
+    fn set_arn_twice_replaces_the_old_arn() {
+        let mut t = two();
+        t.set_arn(A, "matrix:t:echo:old");
+        t.set_arn(A, "matrix:t:echo:new");
+        assert_eq!(t.arn_of(A), Some("matrix:t:echo:new"));
+        assert_eq!(t.handle_for_arn("matrix:t:echo:old"), None);
+        assert_eq!(
+            t.route(&execute(Some("matrix:t:echo:old"))),
+            Route::Drop(DropReason::UnknownArn)
+        );
+        assert_eq!(
+            t.route(&execute(Some("matrix:t:echo:new"))),
+            Route::Handle(A)
+        );
+    }
+
+    #[test]
+    fn set_arn_moves_an_arn_reassigned_to_another_handle() {
+        let mut t = two();
+        t.set_arn(A, "matrix:t:echo:x");
+        t.set_arn(B, "matrix:t:echo:x");
+        assert_eq!(t.handle_for_arn("matrix:t:echo:x"), Some(B));
+        assert_eq!(t.arn_of(A), None);
+        // Removing A must not take B's ARN with it.
+        t.remove(A);
+        assert_eq!(t.handle_for_arn("matrix:t:echo:x"), Some(B));
+    }
+
+    #[test]
+    fn set_arn_for_an_unknown_handle_is_ignored() {
+        let mut t = one();
+        t.set_arn(99, "matrix:t:echo:z");
+        assert_eq!(t.handle_for_arn("matrix:t:echo:z"), None);
+    }
+
+    #[test]
+    fn set_arn_with_an_empty_arn_clears_it() {
+        let mut t = one();
+        t.set_arn(A, "matrix:t:echo:a");
+        t.set_arn(A, "");
+        assert_eq!(t.arn_of(A), None);
+        assert_eq!(t.handle_for_arn("matrix:t:echo:a"), None);
+    }
+
+    // ---- execute_response / invoke_response ------------------------------------
+
+    #[test]
+    fn response_is_routed_by_its_pending_request_id_and_removed() {
+        let mut t = two();
+        assert!(t.track_request("r1".into(), B));
+        assert_eq!(t.route(&invoke_response("r1")), Route::Handle(B));
+        assert_eq!(t.pending_len(), 0);
+        assert_eq!(
+            t.route(&invoke_response("r1")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+    }
+
+    #[test]
+    fn execute_response_is_routed_by_its_pending_request_id() {
+        let mut t = two();
+        t.track_request("e1".into(), A);
+        assert_eq!(t.route(&execute_response("e1")), Route::Handle(A));
+        assert_eq!(t.pending_len(), 0);
+    }
+
+    #[test]
+    fn response_with_an_unknown_request_id_is_dropped_even_with_one_handle() {
+        let mut t = one();
+        assert_eq!(
+            t.route(&invoke_response("nope")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+        assert_eq!(
+            t.route(&execute_response("nope")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+    }
+
+    #[test]
+    fn response_with_an_empty_request_id_goes_to_the_only_handle_else_is_dropped() {
+        let mut t = one();
+        assert_eq!(t.route(&execute_response("")), Route::Handle(A));
+        let mut t = two();
+        assert_eq!(
+            t.route(&execute_response("")),
+            Route::Drop(DropReason::Unaddressed)
+        );
+        assert_eq!(
+            t.route(&invoke_response("")),
+            Route::Drop(DropReason::Unaddressed)
+        );
+    }
+
+    #[test]
+    fn forgotten_request_is_no_longer_routed() {
+        let mut t = two();
+        t.track_request("r1".into(), A);
+        assert!(t.forget_request("r1"));
+        assert!(!t.forget_request("r1"));
+        assert_eq!(
+            t.route(&invoke_response("r1")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+    }
+
+    #[test]
+    fn track_request_refuses_empty_ids_unknown_handles_and_duplicates() {
+        let mut t = two();
+        assert!(!t.track_request(String::new(), A));
+        assert!(!t.track_request("r".into(), 99));
+        assert!(t.track_request("r".into(), A));
+        assert!(!t.track_request("r".into(), B));
+        assert_eq!(t.route(&invoke_response("r")), Route::Handle(A));
+    }
+
+    #[test]
+    fn remove_returns_the_handles_pending_ids_and_keeps_the_others() {
+        let mut t = two();
+        t.track_request("a2".into(), A);
+        t.track_request("a1".into(), A);
+        t.track_request("b1".into(), B);
+        assert_eq!(t.remove(A), vec!["a1".to_owned(), "a2".to_owned()]);
+        assert_eq!(t.pending_len(), 1);
+        assert_eq!(
+            t.route(&invoke_response("a1")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+        assert_eq!(t.route(&invoke_response("b1")), Route::Handle(B));
+    }
+
+    #[test]
+    fn remove_of_an_unknown_handle_returns_nothing() {
+        let mut t = one();
+        t.track_request("a1".into(), A);
+        assert!(t.remove(99).is_empty());
+        assert_eq!((t.len(), t.pending_len()), (1, 1));
+    }
+
+    #[test]
+    fn disconnect_empties_pending_grouped_by_handle_and_keeps_admissions_and_arns() {
+        let mut t = two();
+        t.set_arn(A, "matrix:t:echo:a");
+        t.track_request("b1".into(), B);
+        t.track_request("a1".into(), A);
+        t.track_request("a2".into(), A);
+        assert_eq!(
+            t.disconnect(),
+            vec![
+                (A, vec!["a1".to_owned(), "a2".to_owned()]),
+                (B, vec!["b1".to_owned()]),
+            ]
+        );
+        assert_eq!(t.pending_len(), 0);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.route(&execute(Some("matrix:t:echo:a"))), Route::Handle(A));
+        assert_eq!(
+            t.route(&invoke_response("a1")),
+            Route::Drop(DropReason::UnknownRequestId)
+        );
+        assert!(t.disconnect().is_empty());
+    }
+
+    // ---- credentials_issued / approval_notification ----------------------------
+
+    #[test]
+    fn credentials_and_approvals_are_routed_by_gateway_id() {
+        let mut t = two();
+        assert_eq!(t.route(&credentials("t.echo.b")), Route::Handle(B));
+        assert_eq!(t.route(&approval("t.echo.a")), Route::Handle(A));
+    }
+
+    #[test]
+    fn unknown_gateway_id_is_dropped_even_with_one_handle() {
+        let mut t = one();
+        assert_eq!(
+            t.route(&credentials("t.echo.zzz")),
+            Route::Drop(DropReason::UnknownGatewayId)
+        );
+        assert_eq!(
+            t.route(&approval("t.echo.zzz")),
+            Route::Drop(DropReason::UnknownGatewayId)
+        );
+    }
+
+    #[test]
+    fn empty_gateway_id_goes_to_the_only_handle_else_is_dropped() {
+        let mut t = one();
+        assert_eq!(t.route(&credentials("")), Route::Handle(A));
+        assert_eq!(t.route(&approval("")), Route::Handle(A));
+        let mut t = two();
+        assert_eq!(
+            t.route(&credentials("")),
+            Route::Drop(DropReason::Unaddressed)
+        );
+        assert_eq!(t.route(&approval("")), Route::Drop(DropReason::Unaddressed));
+    }
+
+    #[test]
+    fn gateway_id_of_a_removed_handle_is_dropped() {
+        let mut t = two();
+        t.remove(A);
+        assert_eq!(
+            t.route(&approval("t.echo.a")),
+            Route::Drop(DropReason::UnknownGatewayId)
+        );
+    }
+
+    // ---- heartbeats, the rest, empty -------------------------------------------
+
+    #[test]
+    fn heartbeats_are_handled_by_the_socket_regardless_of_handles() {
+        let mut t = RoutingTable::new("t", 8);
+        let req = msg(Message::HeartbeatRequest(HeartbeatRequest::default()));
+        let resp = msg(Message::HeartbeatResponse(HeartbeatResponse::default()));
+        assert_eq!(t.route(&req), Route::AnswerHeartbeat);
+        assert_eq!(t.route(&resp), Route::HeartbeatResponse);
+        let mut t = two();
+        assert_eq!(t.route(&req), Route::AnswerHeartbeat);
+        assert_eq!(t.route(&resp), Route::HeartbeatResponse);
+    }
+
+    #[test]
+    fn other_messages_go_to_the_only_handle() {
+        let mut t = one();
+        for m in [
+            Message::RegisterRequest(RegisterConnectorRequest::default()),
+            Message::WsOpenRequest(WebSocketOpenRequest::default()),
+            Message::WsFrame(WebSocketFrame::default()),
+            Message::MetricsReport(MetricsReport::default()),
+        ] {
+            assert_eq!(t.route(&msg(m)), Route::Handle(A));
+        }
+    }
+
+    #[test]
+    fn other_messages_are_dropped_among_several_handles_or_none() {
+        let frame = msg(Message::WsFrame(WebSocketFrame::default()));
+        assert_eq!(two().route(&frame), Route::Drop(DropReason::Unaddressed));
+        assert_eq!(
+            RoutingTable::new("t", 8).route(&frame),
+            Route::Drop(DropReason::Unaddressed)
+        );
+    }
+
+    #[test]
+    fn a_message_without_a_variant_is_dropped_as_empty() {
+        let mut t = one();
+        assert_eq!(
+            t.route(&StreamMessage { message: None }),
+            Route::Drop(DropReason::Empty)
+        );
+    }
+
+    #[test]
+    fn drop_reason_labels_are_stable_and_distinct() {
+        let labels: Vec<&str> = DropReason::ALL.iter().map(DropReason::as_str).collect();
+        assert_eq!(
+            labels,
+            [
+                "empty",
+                "malformed_arn",
+                "unknown_arn",
+                "unknown_request_id",
+                "unknown_gateway_id",
+                "unaddressed"
+            ]
+        );
+        assert_eq!(DropReason::UnknownArn.to_string(), "unknown_arn");
+    }
+}
