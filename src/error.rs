@@ -139,6 +139,7 @@ impl Error {
     }
 
     /// Shorthand for a [`Error::Timeout`].
+    #[cfg_attr(not(feature = "websocket"), allow(dead_code))]
     pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> Self {
         Error::Timeout {
             what: what.into(),

@@ -31,6 +31,7 @@ pub use encoding::{decode_payload, encode_payload, Payload};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
 pub use mux::backoff::BackoffPolicy;
+#[cfg(feature = "websocket")]
 pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,

@@ -1,5 +1,6 @@
 //! The reference gateway's HTTP API and server-side protocol handling, driven with a
 //! real HTTP client and a raw WebSocket client speaking Phoenix frames.
+#![cfg(feature = "gateway")]
 
 mod common;
 

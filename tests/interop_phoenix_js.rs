@@ -1,6 +1,7 @@
 //! Interop: the official `phoenix` npm client against the reference gateway (join,
 //! heartbeats, `unmatched topic`, duplicate join, a register over the `proto` event).
 //! `.ci/run` installs the Node packages (`npm ci --prefix tests/interop`).
+#![cfg(feature = "gateway")]
 
 use std::path::Path;
 use std::time::Duration;

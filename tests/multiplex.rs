@@ -1,4 +1,5 @@
 //! The multiplexer end to end: real sockets against the in-process reference gateway.
+#![cfg(feature = "gateway")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Bad input from the peer, slow connectors, dead peers and refused registers: each is
 //! survived, counted, and leaves the other registrations working.
+#![cfg(feature = "gateway")]
 
 mod common;
 

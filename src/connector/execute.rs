@@ -28,6 +28,7 @@ use crate::proto::{ExecuteRequest, ExecuteResponse, PayloadEncoding};
 /// caller, and staying on the caller's task keeps cancellation exact (dropping this
 /// future drops the connector's future). The connector's state after a panic is its own
 /// business, hence `AssertUnwindSafe`. With `panic = "abort"` nothing can be caught.
+#[cfg_attr(not(feature = "websocket"), allow(dead_code))]
 pub(crate) async fn run_execute(
     connector: &dyn BaseConnector,
     req: ExecuteRequest,

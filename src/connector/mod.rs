@@ -22,6 +22,7 @@ mod echo;
 mod execute;
 
 pub use echo::EchoConnector;
+#[cfg(feature = "websocket")]
 pub(crate) use execute::run_execute;
 
 /// The metadata key under which a TOOL connector advertises its tools as a JSON array
@@ -101,6 +102,7 @@ pub trait BaseConnector: Send + Sync + 'static {
 /// one is generated from [`BaseConnector::capabilities`] so tool-aware gateways can list
 /// its tools without every author hand-writing the array; an explicit value is kept
 /// untouched. See [`tool_schemas_json`] for the shape.
+#[cfg_attr(not(feature = "websocket"), allow(dead_code))]
 pub(crate) fn capabilities_message(connector: &dyn BaseConnector) -> ConnectorCapabilities {
     let behaviors = connector.behaviors();
     let task_types = connector.capabilities();
@@ -154,6 +156,7 @@ fn tool_schemas_json(task_types: &[TaskTypeSchema]) -> String {
 /// instance id (the same parts as the dot key), the connector's capabilities, the
 /// instance metadata from the config, `jwt_token` from `auth_token`, the scope, and
 /// `session_token` when re-registering after a reconnect.
+#[cfg_attr(not(feature = "websocket"), allow(dead_code))]
 pub(crate) fn register_request(
     config: &ConnectorConfig,
     connector: &dyn BaseConnector,

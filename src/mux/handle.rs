@@ -193,7 +193,7 @@ impl HandleTask {
                 }
                 msg = self.inbox.recv() => {
                     let Some(msg) = msg else { break };
-                    match (*msg).message {
+                    match msg.message {
                         Some(Message::RegisterResponse(resp)) => {
                             phase = self.on_register_response(resp, phase, &mut backoff);
                         }

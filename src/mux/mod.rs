@@ -6,13 +6,21 @@
 //! [`MultiConnectorRunner`] groups registrations into sockets by tenant.
 
 pub mod backoff;
+#[cfg(feature = "websocket")]
 mod handle;
+#[cfg(feature = "websocket")]
 mod metrics;
 pub mod routing;
+#[cfg(feature = "websocket")]
 mod runner;
+#[cfg(feature = "websocket")]
 mod shared;
+#[cfg(feature = "websocket")]
 mod socket;
 
+#[cfg(feature = "websocket")]
 pub use handle::RegistrationHandle;
+#[cfg(feature = "websocket")]
 pub use metrics::ConnectorMetrics;
+#[cfg(feature = "websocket")]
 pub use runner::{MultiConnectorRunner, Registration, RunnerOptions, ShutdownHandle};
