@@ -347,8 +347,9 @@ enum LinkChange {
 use LinkChange::{Gone, Joined};
 
 /// Writes queued frames, flushing only when the queue is empty, so a burst of N frames
-/// costs one flush rather than N (measured: ~8x the round trips per second at 256 in
-/// flight on loopback).
+/// costs one flush rather than N. On this machine a raw echo that flushes per frame
+/// managed about 157,000 round trips/s at 256 in flight against 1.3 million batched
+/// (figures from the project's issue tracker).
 async fn write_loop<S>(mut sink: S, mut rx: mpsc::Receiver<WsMessage>)
 where
     S: futures_util::Sink<WsMessage> + Unpin,
