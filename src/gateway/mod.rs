@@ -4,7 +4,15 @@
 //! `GET /api/v1/connectors`, `POST /api/v1/connectors/{arn}/execute`,
 //! `GET /api/v1/stats` and `GET /metrics` (Prometheus text). Server behaviour follows
 //! real Phoenix: `unmatched topic` replies for pushes on unjoined topics, a duplicate
-//! join closes the old channel with `phx_close`, idle sockets are closed.
+//! join closes the old channel with `phx_close` before answering the new one, a leave
+//! is answered and then closed, idle sockets are closed. A closed channel takes its
+//! state with it, as a Phoenix channel process does: its registrations are removed and
+//! its pending executes fail at once (the client re-registers after rejoining).
+//!
+//! Executes are correlated per socket (`pending.rs`): each socket has its own pending
+//! map, pruned on answer, timeout, caller cancellation and disconnect, and each socket
+//! has one writer task that feeds every queued frame and flushes once the queue is
+//! empty.
 //!
 //! Registration assigns `matrix:{tenant}:{type}:{instance}` and a session token and
 //! approves at once (approval flows belong to a later version). A socket is bound to

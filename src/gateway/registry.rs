@@ -115,8 +115,20 @@ impl<S: Clone> Registry<S> {
 
     /// Forgets a socket and every registration it carried; returns how many.
     pub(crate) fn remove_socket(&mut self, socket_id: u64) -> usize {
+        let n = self.clear_socket(socket_id);
         self.socket_tenant.remove(&socket_id);
-        let arns = self.socket_arns.remove(&socket_id).unwrap_or_default();
+        self.socket_arns.remove(&socket_id);
+        n
+    }
+
+    /// Removes every registration of a socket whose channel closed while the socket
+    /// stays open; its tenant binding stays too. Returns how many were removed.
+    pub(crate) fn clear_socket(&mut self, socket_id: u64) -> usize {
+        let arns = self
+            .socket_arns
+            .get_mut(&socket_id)
+            .map(std::mem::take)
+            .unwrap_or_default();
         for arn in &arns {
             self.by_arn.remove(arn);
         }
@@ -206,6 +218,31 @@ mod tests {
             r.register(1, &req("b", "z"), ()),
             RegisterOutcome::Accepted { .. }
         ));
+    }
+
+    #[test]
+    fn clearing_a_socket_keeps_its_tenant_binding() {
+        let mut r = Registry::new();
+        r.register(1, &req("a", "x"), ());
+        assert_eq!(r.clear_socket(1), 1);
+        assert_eq!(r.len(), 0);
+        assert!(matches!(
+            r.register(1, &req("b", "y"), ()),
+            RegisterOutcome::Refused { .. }
+        ));
+        assert!(matches!(
+            r.register(1, &req("a", "x"), ()),
+            RegisterOutcome::Accepted { .. }
+        ));
+    }
+
+    #[test]
+    fn clearing_a_socket_spares_arns_another_socket_took_over() {
+        let mut r = Registry::new();
+        r.register(1, &req("a", "x"), 1u64);
+        r.register(2, &req("a", "x"), 2u64);
+        assert_eq!(r.clear_socket(1), 0);
+        assert_eq!(r.lookup("matrix:a:echo:x"), Some(2));
     }
 
     #[test]

@@ -208,9 +208,25 @@ impl Conn<'_> {
         self.reply(frame, "ok", json!({})).await;
     }
 
+    /// Closes the lobby channel (a leave, or a duplicate join replacing it). As in
+    /// Phoenix, the channel's state dies with it: its registrations are removed and its
+    /// pending executes fail at once; the socket, and its tenant binding, live on. The
+    /// client treats `phx_close` as a lost join and re-registers after rejoining.
     async fn leave(&mut self, join_ref: Option<String>) {
         self.joined = None;
         *self.link.join_ref.lock().expect("join ref lock") = None;
+        let removed = self.shared.registry().clear_socket(self.link.id);
+        if removed > 0 {
+            self.shared.publish_registration_count();
+        }
+        let failed = self.link.pending.lock().expect("pending lock").drain();
+        tracing::debug!(
+            socket_id = self.link.id,
+            removed,
+            failed = failed.len(),
+            "lobby channel closed"
+        );
+        drop(failed);
         self.send_frame(Frame::new(
             join_ref.clone(),
             join_ref,

@@ -1,0 +1,186 @@
+//! Phoenix semantics of the gateway, as real Phoenix has them: `unmatched topic`,
+//! duplicate joins closing the old channel, leaves, idle sockets, and malformed frames
+//! dropped by reason while the socket keeps working.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures_util::SinkExt;
+use prost::Message as _;
+use serde_json::json;
+use switchboard::gateway::{GatewayConfig, TestGateway};
+use switchboard::phoenix::{encode_proto, LOBBY_TOPIC};
+use switchboard::proto::{stream_message::Message, ExecuteResponse, StreamMessage};
+use switchboard::Error;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+use crate::common::{eventually, DEADLINE};
+use crate::raw::{
+    next_frame, next_message, raw_client, register, register_response, registered, send_proto,
+};
+
+#[tokio::test]
+async fn malformed_frames_from_a_client_are_dropped_by_reason_and_the_socket_keeps_working() {
+    let gw = TestGateway::start_with(GatewayConfig::default().with_max_frame_bytes(1024)).await;
+    let mut ws = raw_client(&gw).await;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let unknown_response = StreamMessage {
+        message: Some(Message::ExecuteResponse(ExecuteResponse {
+            request_id: "never-sent".into(),
+            ..Default::default()
+        })),
+    };
+    for text in [
+        "not json at all".to_owned(),
+        r#"["1","2","connector:lobby"]"#.to_owned(),
+        r#"["1","3","connector:lobby","mystery",{}]"#.to_owned(),
+        r#"["1","4","connector:lobby","proto",{"data":"%%%"}]"#.to_owned(),
+        format!(
+            r#"["1","5","connector:lobby","proto",{{"data":"{}"}}]"#,
+            b64(&[0x0a, 0x05])
+        ),
+        format!(
+            r#"["1","6","connector:lobby","proto",{{"data":"{}"}}]"#,
+            b64(&unknown_response.encode_to_vec())
+        ),
+        format!(
+            r#"["1","7","connector:lobby","proto",{{"data":"{}"}}]"#,
+            "A".repeat(2048)
+        ),
+    ] {
+        ws.send(Ws::text(text)).await.unwrap();
+    }
+    // Still alive: a Phoenix heartbeat is answered after all of that.
+    ws.send(Ws::text(r#"[null,"8","phoenix","heartbeat",{}]"#))
+        .await
+        .unwrap();
+    let hb = next_frame(&mut ws).await.unwrap();
+    assert_eq!(
+        (hb.topic.as_str(), hb.msg_ref.as_deref(), hb.reply_status()),
+        ("phoenix", Some("8"), Some("ok"))
+    );
+    let dropped = gw.stats().frames_dropped;
+    for reason in [
+        "not_json",
+        "bad_shape",
+        "unknown_event",
+        "bad_base64",
+        "bad_protobuf",
+        "unknown_request_id",
+        "too_large",
+    ] {
+        assert_eq!(dropped.get(reason), Some(&1), "{reason}: {dropped:?}");
+    }
+}
+
+#[tokio::test]
+async fn pushes_on_unjoined_topics_get_unmatched_topic() {
+    let gw = TestGateway::start().await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(gw.ws_url()).await.unwrap();
+    ws.send(Ws::text(
+        r#"[null,"1","connector:lobby","proto",{"data":""}]"#,
+    ))
+    .await
+    .unwrap();
+    let reply = next_frame(&mut ws).await.unwrap();
+    assert_eq!(reply.reply_status(), Some("error"));
+    assert_eq!(reply.reply_reason(), Some("unmatched topic"));
+}
+
+#[tokio::test]
+async fn a_duplicate_join_closes_the_old_channel_with_its_join_ref() {
+    let gw = TestGateway::start().await;
+    let mut ws = raw_client(&gw).await;
+    ws.send(Ws::text(r#"["9","9","connector:lobby","phx_join",{}]"#))
+        .await
+        .unwrap();
+    let close = next_frame(&mut ws).await.unwrap();
+    assert_eq!(
+        (close.event.as_str(), close.join_ref.as_deref()),
+        ("phx_close", Some("1"))
+    );
+    let reply = next_frame(&mut ws).await.unwrap();
+    assert_eq!(
+        (reply.reply_status(), reply.join_ref.as_deref()),
+        (Some("ok"), Some("9"))
+    );
+}
+
+#[tokio::test]
+async fn a_duplicate_join_ends_the_old_channels_registrations_and_pending_executes() {
+    let gw = TestGateway::start().await;
+    let mut ws = registered(&gw, "acme", &["one"]).await;
+    let exec = gw.execute_with("matrix:acme:raw:one", json!({}), None, DEADLINE);
+    let rejoin = async {
+        assert!(matches!(
+            next_message(&mut ws).await,
+            Message::ExecuteRequest(_)
+        ));
+        ws.send(Ws::text(r#"["5","5","connector:lobby","phx_join",{}]"#))
+            .await
+            .unwrap();
+        assert_eq!(next_frame(&mut ws).await.unwrap().event, "phx_close");
+        assert_eq!(
+            next_frame(&mut ws).await.unwrap().reply_status(),
+            Some("ok")
+        );
+    };
+    let (result, ()) = tokio::join!(exec, rejoin);
+    assert!(
+        matches!(result, Err(Error::ConnectionClosed(_))),
+        "{result:?}"
+    );
+    assert_eq!(gw.stats().registrations, 0);
+    // The new channel works, and the socket is still bound to its tenant.
+    let text = encode_proto(
+        Some("5"),
+        Some("6"),
+        LOBBY_TOPIC,
+        &StreamMessage {
+            message: Some(register("acme", "one")),
+        },
+    );
+    ws.send(Ws::text(text)).await.unwrap();
+    assert!(register_response(&mut ws).await.success);
+    assert_eq!(gw.stats().registrations, 1);
+}
+
+#[tokio::test]
+async fn a_leave_is_acknowledged_then_the_channel_is_closed_and_unmatched() {
+    let gw = TestGateway::start().await;
+    let mut ws = raw_client(&gw).await;
+    ws.send(Ws::text(r#"["1","2","connector:lobby","phx_leave",{}]"#))
+        .await
+        .unwrap();
+    let reply = next_frame(&mut ws).await.unwrap();
+    assert_eq!(
+        (reply.reply_status(), reply.msg_ref.as_deref()),
+        (Some("ok"), Some("2"))
+    );
+    let close = next_frame(&mut ws).await.unwrap();
+    assert_eq!(
+        (close.event.as_str(), close.join_ref.as_deref()),
+        ("phx_close", Some("1"))
+    );
+    send_proto(&mut ws, 3, register("acme", "late")).await;
+    let unmatched = next_frame(&mut ws).await.unwrap();
+    assert_eq!(unmatched.reply_reason(), Some("unmatched topic"));
+    assert_eq!(gw.stats().registrations, 0);
+}
+
+#[tokio::test]
+async fn idle_sockets_are_closed() {
+    let gw = TestGateway::start_with(
+        GatewayConfig::default().with_idle_timeout(Duration::from_millis(150)),
+    )
+    .await;
+    let mut ws = raw_client(&gw).await;
+    assert!(
+        next_frame(&mut ws).await.is_none(),
+        "the gateway closes a silent socket"
+    );
+    eventually("the socket to be counted closed", || async {
+        gw.stats().sockets_open == 0
+    })
+    .await;
+}

@@ -1,0 +1,88 @@
+//! A raw Phoenix client for the gateway tests: frames built with `switchboard::phoenix`
+//! and sent over plain `tokio-tungstenite`, so each test controls every byte.
+
+use futures_util::{SinkExt, StreamExt};
+use switchboard::gateway::TestGateway;
+use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
+use switchboard::proto::{stream_message::Message, RegisterConnectorRequest, StreamMessage};
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+use crate::common::DEADLINE;
+
+pub(crate) type Raw =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub(crate) async fn raw_client(gw: &TestGateway) -> Raw {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}?vsn=2.0.0", gw.ws_url()))
+        .await
+        .unwrap();
+    ws.send(Ws::text(r#"["1","1","connector:lobby","phx_join",{}]"#))
+        .await
+        .unwrap();
+    let reply = next_frame(&mut ws).await.expect("join reply");
+    assert_eq!(reply.reply_status(), Some("ok"));
+    ws
+}
+
+/// The next text frame, or `None` when the server closed the socket.
+pub(crate) async fn next_frame(ws: &mut Raw) -> Option<Frame> {
+    loop {
+        match tokio::time::timeout(DEADLINE, ws.next())
+            .await
+            .expect("a frame before the deadline")
+        {
+            Some(Ok(Ws::Text(t))) => return Some(Frame::decode(t.as_str()).unwrap()),
+            Some(Ok(Ws::Close(_))) | None | Some(Err(_)) => return None,
+            Some(Ok(_)) => continue,
+        }
+    }
+}
+
+pub(crate) async fn send_proto(ws: &mut Raw, n: u32, msg: Message) {
+    let text = encode_proto(
+        Some("1"),
+        Some(&n.to_string()),
+        LOBBY_TOPIC,
+        &StreamMessage { message: Some(msg) },
+    );
+    ws.send(Ws::text(text)).await.unwrap();
+}
+
+pub(crate) fn register(tenant: &str, instance: &str) -> Message {
+    Message::RegisterRequest(RegisterConnectorRequest {
+        tenant_id: tenant.into(),
+        connector_type: "raw".into(),
+        instance_id: instance.into(),
+        ..Default::default()
+    })
+}
+
+pub(crate) async fn register_response(
+    ws: &mut Raw,
+) -> switchboard::proto::RegisterConnectorResponse {
+    let frame = next_frame(ws).await.unwrap();
+    match frame.proto().unwrap().message {
+        Some(Message::RegisterResponse(r)) => r,
+        other => panic!("expected a register response, got {other:?}"),
+    }
+}
+
+/// The next `proto` message, skipping nothing: the test controls what is in flight.
+pub(crate) async fn next_message(ws: &mut Raw) -> Message {
+    let frame = next_frame(ws).await.expect("socket open");
+    assert_eq!(frame.event, "proto", "{frame:?}");
+    assert_eq!(
+        frame.msg_ref, None,
+        "server pushes carry a null ref, as Phoenix's do"
+    );
+    frame.proto().unwrap().message.expect("a message")
+}
+
+pub(crate) async fn registered(gw: &TestGateway, tenant: &str, instances: &[&str]) -> Raw {
+    let mut ws = raw_client(gw).await;
+    for (n, i) in instances.iter().enumerate() {
+        send_proto(&mut ws, 10 + n as u32, register(tenant, i)).await;
+        assert!(register_response(&mut ws).await.success);
+    }
+    ws
+}
