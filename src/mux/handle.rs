@@ -205,13 +205,16 @@ impl HandleTask {
                             self.handle.state.metrics.requests_received.fetch_add(1, Relaxed);
                             let connector = self.connector.clone();
                             let metrics = self.handle.state.metrics.clone();
-                            let outbound = self.handle.socket.outbound.clone();
+                            let socket = self.handle.socket.clone();
                             tokio::spawn(async move {
                                 let bytes_in = req.payload.len();
                                 let resp = run_execute(connector.as_ref(), req).await;
                                 metrics.record_execute(resp.success, bytes_in, resp.payload.len(), resp.duration_ms.max(0) as u64);
                                 drop(permit);
-                                let _ = outbound.send(wrap(Message::ExecuteResponse(resp))).await;
+                                let msg = wrap(Message::ExecuteResponse(resp));
+                                if !socket.send_direct(&msg).await {
+                                    let _ = socket.outbound.send(msg).await;
+                                }
                             });
                         }
                         Some(Message::ApprovalNotification(note)) => {

@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffPolicy};
-use super::shared::{kind, Dispatch, Link, SocketShared};
+use super::shared::{kind, Dispatch, Link, SocketShared, Wire};
 use crate::config::HeartbeatSettings;
 use crate::phoenix::{ChannelEvent, ChannelState, Frame, LOBBY_TOPIC};
 use crate::proto::{
@@ -142,7 +142,7 @@ impl<'a> Connection<'a> {
             shared,
             opts,
             generation,
-            channel: ChannelState::new(LOBBY_TOPIC),
+            channel: ChannelState::with_shared_refs(LOBBY_TOPIC, shared.refs.clone()),
             writer: None,
         }
     }
@@ -205,6 +205,9 @@ impl<'a> Connection<'a> {
                     match self.on_text(text.as_str()).await {
                         Some(Joined) => {
                             joined = true;
+                            if let (Some(writer), Some(jr)) = (self.writer.clone(), self.channel.join_ref()) {
+                                self.shared.set_wire(Some(Wire { writer, join_ref: jr.into() }));
+                            }
                             self.shared.metrics.connects.fetch_add(1, Relaxed);
                             self.shared.link.send_replace(Link { generation: self.generation, up: true });
                             tracing::info!(tenant = %self.shared.tenant, generation = self.generation, "joined connector:lobby");
@@ -225,6 +228,7 @@ impl<'a> Connection<'a> {
                 }
             }
         };
+        self.shared.set_wire(None);
         self.channel.reset();
         if matches!(ended, Ended::Cancelled) {
             self.send(WsMessage::Close(None)).await;

@@ -8,6 +8,9 @@
 //! peer is dead and the socket must be closed and reconnected (phoenix.js does the
 //! same). Outbound data frames take their refs from [`ChannelState::encode_data`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::frame::{
@@ -49,7 +52,9 @@ pub enum ChannelEvent {
 #[derive(Debug, Clone)]
 pub struct ChannelState {
     topic: String,
-    next_ref: u64,
+    /// The socket's ref counter; shared (see [`ChannelState::with_shared_refs`]) when
+    /// other tasks also write frames on this socket.
+    refs: Arc<AtomicU64>,
     join_ref: Option<String>,
     state: JoinState,
     heartbeat_ref: Option<String>,
@@ -58,9 +63,15 @@ pub struct ChannelState {
 impl ChannelState {
     /// A closed channel on `topic`.
     pub fn new(topic: impl Into<String>) -> Self {
+        Self::with_shared_refs(topic, Arc::default())
+    }
+
+    /// A closed channel whose refs come from `refs`, a counter that other writers on
+    /// the same socket also draw from, so every ref on the socket stays unique.
+    pub fn with_shared_refs(topic: impl Into<String>, refs: Arc<AtomicU64>) -> Self {
         ChannelState {
             topic: topic.into(),
-            next_ref: 0,
+            refs,
             join_ref: None,
             state: JoinState::Closed,
             heartbeat_ref: None,
@@ -78,8 +89,7 @@ impl ChannelState {
     }
 
     fn take_ref(&mut self) -> String {
-        self.next_ref += 1;
-        self.next_ref.to_string()
+        (self.refs.fetch_add(1, Ordering::Relaxed) + 1).to_string()
     }
 
     /// Starts a (re)join: a new join ref, state `Joining`. Returns the frame to send.
