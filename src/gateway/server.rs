@@ -349,16 +349,14 @@ impl Gateway {
         ids
     }
 
+    fn socket(&self, socket_id: u64) -> Option<Arc<SocketLink>> {
+        let sockets = self.shared.sockets.lock().expect("sockets lock");
+        sockets.get(&socket_id).cloned()
+    }
+
     /// Hard-closes one socket (no close frame), as a crashed network path would.
     pub fn drop_socket(&self, socket_id: u64) -> bool {
-        let link = self
-            .shared
-            .sockets
-            .lock()
-            .expect("sockets lock")
-            .get(&socket_id)
-            .cloned();
-        link.map(|l| l.kill.cancel()).is_some()
+        self.socket(socket_id).map(|l| l.kill.cancel()).is_some()
     }
 
     /// Hard-closes every socket; returns how many.
@@ -392,14 +390,8 @@ impl Gateway {
 
     /// Queues a raw text frame to a socket, for malformed-input tests.
     pub fn send_raw(&self, socket_id: u64, text: String) -> bool {
-        let link = self
-            .shared
-            .sockets
-            .lock()
-            .expect("sockets lock")
-            .get(&socket_id)
-            .cloned();
-        link.is_some_and(|l| l.tx.try_send(text).is_ok())
+        self.socket(socket_id)
+            .is_some_and(|l| l.tx.try_send(text).is_ok())
     }
 
     /// Stops accepting, closes every socket, and returns once the port is released.
