@@ -241,3 +241,31 @@ async fn refused_registers_are_retried_until_the_gateway_accepts() {
         "a refused register is retried on the same socket"
     );
 }
+
+#[tokio::test]
+async fn a_socket_whose_registers_never_succeed_keeps_growing_its_backoff() {
+    let gw = TestGateway::start().await;
+    gw.set_drop_sockets_on_register(true);
+    let mut r = tagged(&gw.ws_url(), "acme", "a");
+    // 10 ms doubling, jitter 0.5: the k-th delay lies in [5 * 2^(k-1), 10 * 2^(k-1)] ms.
+    r.config.reconnect =
+        switchboard::BackoffPolicy::new(Duration::from_millis(10), Duration::from_secs(60));
+    let (runner, _join) = common::spawn(
+        switchboard::MultiConnectorRunner::new(RunnerOptions::default(), vec![r]).unwrap(),
+    );
+    let h = runner.registrations()[0].clone();
+    eventually("six reconnect attempts", || async {
+        h.metrics().reconnect_attempts >= 6
+    })
+    .await;
+    // Connecting succeeded every time, yet the backoff never reset: the sixth delay is
+    // drawn from [160, 320] ms, far above the 10 ms a reset would give.
+    assert!(h.metrics().current_backoff_ms >= 160, "{:?}", h.metrics());
+    assert!(
+        h.metrics().connects >= 6,
+        "every attempt did connect and join"
+    );
+    assert_eq!(h.metrics().registrations, 0);
+    gw.set_drop_sockets_on_register(false);
+    h.wait_registered(DEADLINE).await.unwrap();
+}

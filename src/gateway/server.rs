@@ -133,6 +133,7 @@ pub(crate) struct Shared {
     pub(crate) next_socket: AtomicU64,
     next_request: AtomicU64,
     pub(crate) refuse_registers: AtomicBool,
+    pub(crate) drop_on_register: AtomicBool,
     pub(crate) answer_phoenix_heartbeats: AtomicBool,
     pub(crate) answer_app_heartbeats: AtomicBool,
     pub(crate) registration_count: watch::Sender<usize>,
@@ -238,6 +239,7 @@ impl Gateway {
             next_socket: AtomicU64::new(1),
             next_request: AtomicU64::new(1),
             refuse_registers: AtomicBool::new(false),
+            drop_on_register: AtomicBool::new(false),
             answer_phoenix_heartbeats: AtomicBool::new(true),
             answer_app_heartbeats: AtomicBool::new(true),
             registration_count: watch::channel(0).0,
@@ -376,6 +378,12 @@ impl Gateway {
     /// While set, every register is answered with `success: false`.
     pub fn set_refuse_registers(&self, refuse: bool) {
         self.shared.refuse_registers.store(refuse, Relaxed);
+    }
+
+    /// While set, a socket that sends a register is hard-closed instead of answered: a
+    /// gateway that accepts connections but never completes a registration.
+    pub fn set_drop_sockets_on_register(&self, on: bool) {
+        self.shared.drop_on_register.store(on, Relaxed);
     }
 
     /// While unset, Phoenix heartbeats go unanswered (a dead peer, to the client).

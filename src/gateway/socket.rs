@@ -241,6 +241,14 @@ impl Conn<'_> {
         let push = |m: Message| StreamMessage { message: Some(m) };
         match msg.message {
             Some(Message::RegisterRequest(req)) => {
+                if self.shared.drop_on_register.load(Relaxed) {
+                    tracing::info!(
+                        socket_id = self.link.id,
+                        "dropping the socket instead of registering (test hook)"
+                    );
+                    self.link.kill.cancel();
+                    return;
+                }
                 let resp = self.register(&req);
                 self.link.push(&push(Message::RegisterResponse(resp))).await;
             }

@@ -136,7 +136,9 @@ pub(crate) fn snapshot(h: &HandleMetrics, s: &SocketMetrics) -> ConnectorMetrics
         register_failures: h.register_failures.load(Relaxed),
         connects: s.connects.load(Relaxed),
         disconnects: s.disconnects.load(Relaxed),
-        reconnect_attempts: s.reconnect_attempts.load(Relaxed),
+        reconnect_attempts: s
+            .reconnect_attempts
+            .load(std::sync::atomic::Ordering::Acquire),
         current_backoff_ms: s.current_backoff_ms.load(Relaxed),
         heartbeat_rtt_ms: s.heartbeat_rtt_ms.load(Relaxed),
         frames_dropped: s.dropped(),

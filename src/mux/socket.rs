@@ -99,11 +99,15 @@ pub(crate) async fn run(
             }
         }
         let delay = backoff.next_delay(rand::random::<f64>());
-        shared.metrics.reconnect_attempts.fetch_add(1, Relaxed);
+        // Backoff first: a reader that sees the new attempt count also sees its delay.
         shared
             .metrics
             .current_backoff_ms
             .store(delay.as_millis() as u64, Relaxed);
+        shared
+            .metrics
+            .reconnect_attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         tracing::info!(tenant = %shared.tenant, delay_ms = delay.as_millis() as u64, "reconnecting after backoff");
         tokio::select! {
             _ = cancel.cancelled() => break,
