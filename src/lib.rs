@@ -18,6 +18,8 @@ pub mod identity;
 pub mod mux;
 pub mod phoenix;
 pub mod transport;
+#[cfg(feature = "runtime")]
+pub mod webhooks;
 
 pub mod proto {
     //! Messages generated from `proto/connector.proto` (package `matrix.connectors.v1`).

@@ -1,0 +1,301 @@
+//! Webhook signature schemes, one function per provider rule, with no I/O and no
+//! clock: headers come in through [`Headers`], the current time as `now_unix`.
+//!
+//! Every scheme accepts a list of secrets (rotation: any one verifies), compares
+//! signatures in constant time, and refuses with a [`Rejection`] whose
+//! [`Rejection::reason`] is a stable label for per-source counters. Secrets never
+//! appear in a rejection's text.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Read access to request headers, case-insensitively.
+pub trait Headers {
+    /// The value of header `name` (any case), if present and valid UTF-8.
+    fn header(&self, name: &str) -> Option<&str>;
+}
+
+impl Headers for [(&str, &str)] {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
+impl<const N: usize> Headers for [(&str, &str); N] {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.as_slice().header(name)
+    }
+}
+
+/// Why a delivery was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// A required header is absent.
+    #[error("missing header {0}")]
+    MissingHeader(&'static str),
+    /// A header or field is present but unreadable.
+    #[error("malformed {what}: {why}")]
+    Malformed {
+        /// Which header or field.
+        what: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No configured secret produces the signature.
+    #[error("signature does not match any configured secret")]
+    BadSignature,
+    /// The signed timestamp is older than the tolerance.
+    #[error("timestamp is {age_s} s old; the tolerance is {tolerance_s} s")]
+    Stale {
+        /// Age of the timestamp.
+        age_s: i64,
+        /// The tolerance.
+        tolerance_s: i64,
+    },
+    /// The signed timestamp is further in the future than the tolerance.
+    #[error("timestamp is {ahead_s} s in the future; the tolerance is {tolerance_s} s")]
+    Future {
+        /// How far ahead.
+        ahead_s: i64,
+        /// The tolerance.
+        tolerance_s: i64,
+    },
+}
+
+impl Rejection {
+    /// A stable label for counters and the audit table.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Rejection::MissingHeader(_) => "missing_header",
+            Rejection::Malformed { .. } => "malformed",
+            Rejection::BadSignature => "bad_signature",
+            Rejection::Stale { .. } => "stale_timestamp",
+            Rejection::Future { .. } => "future_timestamp",
+        }
+    }
+}
+
+fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    for p in parts {
+        m.update(p);
+    }
+    m.finalize().into_bytes().into()
+}
+
+/// True when `expected` equals one of the candidate MACs, in constant time per
+/// comparison (a length mismatch is not secret).
+fn any_matches(secrets: &[&[u8]], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
+    let mut ok = subtle::Choice::from(0);
+    for secret in secrets {
+        let want = mac(secret, parts);
+        for c in candidates {
+            if c.len() == want.len() {
+                ok |= want.ct_eq(c);
+            }
+        }
+    }
+    ok.into()
+}
+
+fn require<'a>(h: &'a (impl Headers + ?Sized), name: &'static str) -> Result<&'a str, Rejection> {
+    h.header(name).ok_or(Rejection::MissingHeader(name))
+}
+
+fn hex_decode(what: &'static str, s: &str) -> Result<Vec<u8>, Rejection> {
+    let bad = |why: &str| Rejection::Malformed {
+        what,
+        why: why.to_owned(),
+    };
+    if s.len() % 2 != 0 {
+        return Err(bad("odd number of hex digits"));
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(bad("not hexadecimal")),
+    };
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// Checks `ts` (unix seconds) against `now_unix` within `tolerance_s` either way.
+pub fn check_timestamp(ts: i64, now_unix: i64, tolerance_s: i64) -> Result<(), Rejection> {
+    let delta = now_unix - ts;
+    if delta > tolerance_s {
+        return Err(Rejection::Stale {
+            age_s: delta,
+            tolerance_s,
+        });
+    }
+    if -delta > tolerance_s {
+        return Err(Rejection::Future {
+            ahead_s: -delta,
+            tolerance_s,
+        });
+    }
+    Ok(())
+}
+
+fn parse_ts(what: &'static str, s: &str) -> Result<i64, Rejection> {
+    s.trim().parse().map_err(|_| Rejection::Malformed {
+        what,
+        why: format!("{s:?} is not an integer"),
+    })
+}
+
+/// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>`.
+pub fn github(
+    secrets: &[&[u8]],
+    h: &(impl Headers + ?Sized),
+    body: &[u8],
+) -> Result<(), Rejection> {
+    let sig = require(h, "X-Hub-Signature-256")?;
+    let hex = sig
+        .strip_prefix("sha256=")
+        .ok_or_else(|| Rejection::Malformed {
+            what: "X-Hub-Signature-256",
+            why: "expected the form sha256=<hex>".into(),
+        })?;
+    let given = hex_decode("X-Hub-Signature-256", hex)?;
+    any_matches(secrets, &[body], &[given])
+        .then_some(())
+        .ok_or(Rejection::BadSignature)
+}
+
+/// Slack: `X-Slack-Signature: v0=<hex HMAC(secret, "v0:{ts}:{body}")>` with
+/// `X-Slack-Request-Timestamp` within `tolerance_s` (Slack says 5 minutes).
+pub fn slack(
+    secrets: &[&[u8]],
+    h: &(impl Headers + ?Sized),
+    body: &[u8],
+    now_unix: i64,
+    tolerance_s: i64,
+) -> Result<(), Rejection> {
+    let ts_text = require(h, "X-Slack-Request-Timestamp")?;
+    let sig = require(h, "X-Slack-Signature")?;
+    let ts = parse_ts("X-Slack-Request-Timestamp", ts_text)?;
+    check_timestamp(ts, now_unix, tolerance_s)?;
+    let hex = sig
+        .strip_prefix("v0=")
+        .ok_or_else(|| Rejection::Malformed {
+            what: "X-Slack-Signature",
+            why: "expected the form v0=<hex>".into(),
+        })?;
+    let given = hex_decode("X-Slack-Signature", hex)?;
+    let parts: [&[u8]; 4] = [b"v0:", ts_text.as_bytes(), b":", body];
+    any_matches(secrets, &parts, &[given])
+        .then_some(())
+        .ok_or(Rejection::BadSignature)
+}
+
+/// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]` over `"{t}.{body}"`; the
+/// key is the `whsec_…` string as-is. Any `v1` may match (Stripe sends one per active
+/// secret while rolling).
+pub fn stripe(
+    secrets: &[&[u8]],
+    h: &(impl Headers + ?Sized),
+    body: &[u8],
+    now_unix: i64,
+    tolerance_s: i64,
+) -> Result<(), Rejection> {
+    let header = require(h, "Stripe-Signature")?;
+    let mut t = None;
+    let mut v1 = Vec::new();
+    for item in header.split(',') {
+        match item.trim().split_once('=') {
+            Some(("t", v)) => t = Some(v),
+            Some(("v1", v)) => v1.push(hex_decode("Stripe-Signature", v)?),
+            _ => {}
+        }
+    }
+    let t_text = t.ok_or_else(|| Rejection::Malformed {
+        what: "Stripe-Signature",
+        why: "no t= element".into(),
+    })?;
+    if v1.is_empty() {
+        return Err(Rejection::Malformed {
+            what: "Stripe-Signature",
+            why: "no v1= signature".into(),
+        });
+    }
+    check_timestamp(
+        parse_ts("Stripe-Signature t", t_text)?,
+        now_unix,
+        tolerance_s,
+    )?;
+    any_matches(secrets, &[t_text.as_bytes(), b".", body], &v1)
+        .then_some(())
+        .ok_or(Rejection::BadSignature)
+}
+
+/// Standard Webhooks (and Svix's `svix-*` names): `webhook-id`, `webhook-timestamp`,
+/// `webhook-signature` (space-separated `v1,<base64>`) over `"{id}.{ts}.{body}"`; the key
+/// is the base64 after `whsec_`. Returns the message id (the dedupe key).
+pub fn standard_webhooks<'h>(
+    secrets: &[&str],
+    h: &'h (impl Headers + ?Sized),
+    body: &[u8],
+    now_unix: i64,
+    tolerance_s: i64,
+) -> Result<&'h str, Rejection> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let pick = |std: &'static str, svix: &'static str| {
+        h.header(std)
+            .or_else(|| h.header(svix))
+            .ok_or(Rejection::MissingHeader(std))
+    };
+    let id = pick("webhook-id", "svix-id")?;
+    let ts_text = pick("webhook-timestamp", "svix-timestamp")?;
+    let sigs = pick("webhook-signature", "svix-signature")?;
+    check_timestamp(
+        parse_ts("webhook-timestamp", ts_text)?,
+        now_unix,
+        tolerance_s,
+    )?;
+    let candidates: Vec<Vec<u8>> = sigs
+        .split_whitespace()
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .filter_map(|s| b64.decode(s).ok())
+        .collect();
+    let keys = secrets
+        .iter()
+        .map(|s| {
+            b64.decode(s.strip_prefix("whsec_").unwrap_or(s))
+                .map_err(|_| Rejection::Malformed {
+                    what: "configured secret",
+                    why: "not base64 after whsec_".into(),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
+    any_matches(&keys, &parts, &candidates)
+        .then_some(id)
+        .ok_or(Rejection::BadSignature)
+}
+
+/// Linear: `Linear-Signature` = hex HMAC-SHA256 of the raw body. (The freshness check
+/// on the body's `webhookTimestamp` is the caller's, with [`check_timestamp`].)
+pub fn linear(
+    secrets: &[&[u8]],
+    h: &(impl Headers + ?Sized),
+    body: &[u8],
+) -> Result<(), Rejection> {
+    let given = hex_decode("Linear-Signature", require(h, "Linear-Signature")?)?;
+    any_matches(secrets, &[body], &[given])
+        .then_some(())
+        .ok_or(Rejection::BadSignature)
+}
+
+#[cfg(test)]
+mod tests;
