@@ -176,3 +176,111 @@ fn rejections_never_contain_the_secret() {
     let text = github(&[secret], &h, b"x").unwrap_err().to_string();
     assert!(!text.contains("super-secret-value"));
 }
+
+#[test]
+fn notion_verifies_with_the_captured_verification_token() {
+    let h = [(
+        "X-Notion-Signature",
+        "sha256=407ca74551d47804ca4aec33c69802741e2d660e578f4ef5018a4a32a660bee7",
+    )];
+    assert_eq!(notion(&[b"secret_tok"], &h, br#"{"id":"evt"}"#), Ok(()));
+    assert_eq!(
+        notion(&[b"other_tok"], &h, br#"{"id":"evt"}"#),
+        Err(Rejection::BadSignature)
+    );
+    assert_eq!(
+        notion(&[b"secret_tok"], &[("X-Other", "")], b"")
+            .unwrap_err()
+            .reason(),
+        "missing_header"
+    );
+}
+
+#[test]
+fn generic_header_supports_prefix_and_base64() {
+    let h = [(
+        "X-Signature",
+        "hmac=9Vqm0NYkJtzLizjkCfzb0CH6UmXdiXiLk3YUrqQ1CJ4=",
+    )];
+    assert_eq!(
+        generic_header(
+            &[b"k1"],
+            &h,
+            b"payload",
+            "X-Signature",
+            "hmac=",
+            MacEncoding::Base64
+        ),
+        Ok(())
+    );
+    assert_eq!(
+        generic_header(
+            &[b"k1"],
+            &h,
+            b"payload!",
+            "X-Signature",
+            "hmac=",
+            MacEncoding::Base64
+        ),
+        Err(Rejection::BadSignature)
+    );
+    assert_eq!(
+        generic_header(
+            &[b"k1"],
+            &h,
+            b"payload",
+            "X-Signature",
+            "sha256=",
+            MacEncoding::Base64
+        )
+        .unwrap_err()
+        .reason(),
+        "malformed"
+    );
+    assert_eq!(
+        generic_header(
+            &[b"k1"],
+            &h,
+            b"payload",
+            "X-Signature",
+            "hmac=",
+            MacEncoding::Hex
+        )
+        .unwrap_err()
+        .reason(),
+        "malformed"
+    );
+}
+
+#[test]
+fn canonical_authorization_binds_method_path_timestamp_and_body() {
+    let sig = "HMAC-SHA256 timestamp=1700000000,signature=b918ffed0f3c019b0e262a212cfe3f2f2135edff05c2e0d0413d0ed2c4a79ae8";
+    let h = [("Authorization", sig)];
+    let body = br#"{"a":1}"#;
+    let verify = |m: &str, p: &str, b: &[u8], now: i64| {
+        canonical_authorization(&[b"k2"], &h, m, p, b, now, 300)
+    };
+    assert_eq!(verify("post", "/hooks/x?y=1", body, 1700000000), Ok(()));
+    assert_eq!(
+        verify("PUT", "/hooks/x?y=1", body, 1700000000),
+        Err(Rejection::BadSignature)
+    );
+    assert_eq!(
+        verify("POST", "/hooks/other", body, 1700000000),
+        Err(Rejection::BadSignature)
+    );
+    assert_eq!(
+        verify("POST", "/hooks/x?y=1", b"{}", 1700000000),
+        Err(Rejection::BadSignature)
+    );
+    assert_eq!(
+        verify("POST", "/hooks/x?y=1", body, 1700000400)
+            .unwrap_err()
+            .reason(),
+        "stale_timestamp"
+    );
+    let wrong_scheme = [("Authorization", "Bearer abc")];
+    let err = canonical_authorization(&[b"k2"], &wrong_scheme, "POST", "/", body, 1700000000, 300)
+        .unwrap_err();
+    assert_eq!(err.reason(), "malformed");
+}
