@@ -103,6 +103,15 @@ fn any_matches(secrets: &[&[u8]], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bo
     ok.into()
 }
 
+/// `Ok` when one secret's MAC over `parts` equals one of `candidates`.
+fn verify(secrets: &[&[u8]], parts: &[&[u8]], candidates: &[Vec<u8>]) -> Result<(), Rejection> {
+    if any_matches(secrets, parts, candidates) {
+        Ok(())
+    } else {
+        Err(Rejection::BadSignature)
+    }
+}
+
 fn require<'a>(h: &'a (impl Headers + ?Sized), name: &'static str) -> Result<&'a str, Rejection> {
     h.header(name).ok_or(Rejection::MissingHeader(name))
 }
@@ -196,28 +205,8 @@ pub fn generic_header(
     prefix: &str,
     encoding: MacEncoding,
 ) -> Result<(), Rejection> {
-    let value = require(h, header)?;
-    let value = value
-        .strip_prefix(prefix)
-        .ok_or_else(|| Rejection::Malformed {
-            what: header,
-            why: format!("expected the prefix {prefix:?}"),
-        })?;
-    let given = match encoding {
-        MacEncoding::Hex => hex_decode(header, value)?,
-        MacEncoding::Base64 => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD
-                .decode(value)
-                .map_err(|e| Rejection::Malformed {
-                    what: header,
-                    why: e.to_string(),
-                })?
-        }
-    };
-    any_matches(secrets, &[body], &[given])
-        .then_some(())
-        .ok_or(Rejection::BadSignature)
+    let given = strip_and_decode(header, require(h, header)?, prefix, encoding)?;
+    verify(secrets, &[body], &[given])
 }
 
 /// The canonical `Authorization: HMAC-SHA256 timestamp=<unix>,signature=<hex>` form.
@@ -273,9 +262,34 @@ pub fn canonical_authorization(
         b"\n",
         body_hash.as_bytes(),
     ];
-    any_matches(secrets, &parts, &[given])
-        .then_some(())
-        .ok_or(Rejection::BadSignature)
+    verify(secrets, &parts, &[given])
+}
+
+/// Strips `prefix` from a signature header's value and decodes the MAC.
+fn strip_and_decode(
+    header: &'static str,
+    value: &str,
+    prefix: &str,
+    encoding: MacEncoding,
+) -> Result<Vec<u8>, Rejection> {
+    let value = value
+        .strip_prefix(prefix)
+        .ok_or_else(|| Rejection::Malformed {
+            what: header,
+            why: format!("expected the prefix {prefix:?}"),
+        })?;
+    match encoding {
+        MacEncoding::Hex => hex_decode(header, value),
+        MacEncoding::Base64 => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .map_err(|e| Rejection::Malformed {
+                    what: header,
+                    why: e.to_string(),
+                })
+        }
+    }
 }
 
 fn prefixed_hex_body(
@@ -305,17 +319,9 @@ pub fn slack(
     let sig = require(h, "X-Slack-Signature")?;
     let ts = parse_ts("X-Slack-Request-Timestamp", ts_text)?;
     check_timestamp(ts, now_unix, tolerance_s)?;
-    let hex = sig
-        .strip_prefix("v0=")
-        .ok_or_else(|| Rejection::Malformed {
-            what: "X-Slack-Signature",
-            why: "expected the form v0=<hex>".into(),
-        })?;
-    let given = hex_decode("X-Slack-Signature", hex)?;
+    let given = strip_and_decode("X-Slack-Signature", sig, "v0=", MacEncoding::Hex)?;
     let parts: [&[u8]; 4] = [b"v0:", ts_text.as_bytes(), b":", body];
-    any_matches(secrets, &parts, &[given])
-        .then_some(())
-        .ok_or(Rejection::BadSignature)
+    verify(secrets, &parts, &[given])
 }
 
 /// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]` over `"{t}.{body}"`; the
@@ -353,9 +359,7 @@ pub fn stripe(
         now_unix,
         tolerance_s,
     )?;
-    any_matches(secrets, &[t_text.as_bytes(), b".", body], &v1)
-        .then_some(())
-        .ok_or(Rejection::BadSignature)
+    verify(secrets, &[t_text.as_bytes(), b".", body], &v1)
 }
 
 /// Standard Webhooks (and Svix's `svix-*` names): `webhook-id`, `webhook-timestamp`,
@@ -400,9 +404,7 @@ pub fn standard_webhooks<'h>(
         .collect::<Result<Vec<_>, _>>()?;
     let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", body];
-    any_matches(&keys, &parts, &candidates)
-        .then_some(id)
-        .ok_or(Rejection::BadSignature)
+    verify(&keys, &parts, &candidates).map(|()| id)
 }
 
 /// Linear: `Linear-Signature` = hex HMAC-SHA256 of the raw body. (The freshness check
@@ -413,9 +415,7 @@ pub fn linear(
     body: &[u8],
 ) -> Result<(), Rejection> {
     let given = hex_decode("Linear-Signature", require(h, "Linear-Signature")?)?;
-    any_matches(secrets, &[body], &[given])
-        .then_some(())
-        .ok_or(Rejection::BadSignature)
+    verify(secrets, &[body], &[given])
 }
 
 #[cfg(test)]
