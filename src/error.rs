@@ -14,6 +14,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The event store could not be reached, is full, or refused a write. Nothing was
+    /// stored by the failed operation; retry later (ingress answers 503 + Retry-After).
+    #[error("event store unavailable: {0}")]
+    Store(String),
+
     /// A configuration value is missing or malformed; fix the config and restart.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -107,6 +112,7 @@ impl Error {
     /// A stable code for logs, metrics and error responses.
     pub fn code(&self) -> &'static str {
         match self {
+            Error::Store(_) => "store_unavailable",
             Error::Config(_) => "config",
             Error::InvalidAddress { .. } => "invalid_address",
             Error::Connect { .. } => "connect",
@@ -135,6 +141,7 @@ impl Error {
                 | Error::Timeout { .. }
                 | Error::Protocol(_)
                 | Error::Io(_)
+                | Error::Store(_)
         )
     }
 

@@ -17,7 +17,13 @@ pub mod gateway;
 pub mod identity;
 pub mod mux;
 pub mod phoenix;
+#[cfg(feature = "runtime")]
+pub mod runtime;
+#[cfg(feature = "runtime")]
+pub mod store;
 pub mod transport;
+#[cfg(feature = "runtime")]
+pub mod triggers;
 #[cfg(feature = "runtime")]
 pub mod webhooks;
 
@@ -38,4 +44,10 @@ pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,
 };
+#[cfg(feature = "runtime")]
+pub use runtime::Runtime;
 pub use transport::{GatewayAddress, Transport};
+#[cfg(feature = "runtime")]
+pub use triggers::TriggerEvent;
+#[cfg(feature = "runtime")]
+pub use webhooks::config::RuntimeConfig;

@@ -23,6 +23,34 @@ pub enum Provider {
     StandardWebhooks,
 }
 
+impl Provider {
+    /// The configuration and storage label (`github`, `standard_webhooks`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Github => "github",
+            Provider::Slack => "slack",
+            Provider::Linear => "linear",
+            Provider::Notion => "notion",
+            Provider::Stripe => "stripe",
+            Provider::StandardWebhooks => "standard_webhooks",
+        }
+    }
+
+    /// Parses a label written by [`Provider::as_str`]; `svix` is accepted as an alias
+    /// of `standard_webhooks` (Svix is its reference implementation).
+    pub fn parse(s: &str) -> Option<Provider> {
+        Some(match s {
+            "github" => Provider::Github,
+            "slack" => Provider::Slack,
+            "linear" => Provider::Linear,
+            "notion" => Provider::Notion,
+            "stripe" => Provider::Stripe,
+            "standard_webhooks" | "svix" => Provider::StandardWebhooks,
+            _ => return None,
+        })
+    }
+}
+
 /// The kind and dedupe key of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {

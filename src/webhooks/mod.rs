@@ -1,10 +1,22 @@
-//! Inbound webhooks (feature `runtime`).
+//! Inbound webhooks and cron ticks (feature `runtime`): verified, normalised into
+//! [`crate::triggers::TriggerEvent`]s, deduplicated and durably stored before the
+//! sender gets its 2xx.
 //!
-//! Today: [`signature`], the providers' signature rules as pure functions (no I/O, the
-//! clock passed in), [`classify`], each provider's kind and dedupe-key rule, and [`redact`], what may be
-//! stored of a request's headers. Ingress, normalisation into `TriggerEvent`s and durable storage
-//! build on them.
+//! The pure parts, each testable without I/O: [`signature`] (the providers' signature
+//! rules, the clock passed in), [`classify`] (kind and dedupe key), [`redact`] (what
+//! may be stored of headers), [`ingest`] (the whole decision for one request),
+//! [`rate_limit`] (token buckets) and [`cron`] (schedules and catch-up). The shells:
+//! [`config`] (switchboard.toml), `server` and `admin` (the HTTP surface, axum),
+//! [`metrics`], and [`crate::runtime`], which wires them to the store.
 
+pub(crate) mod admin;
 pub mod classify;
+pub mod config;
+pub mod cron;
+pub mod ingest;
+pub mod metrics;
+pub mod rate_limit;
 pub mod redact;
+pub(crate) mod server;
 pub mod signature;
+pub(crate) mod ticker;

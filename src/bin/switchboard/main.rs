@@ -1,5 +1,6 @@
 //! The `switchboard` command: `gateway` runs the reference gateway, `demo` runs the
-//! whole loop in one process, `echo` runs echo connectors against a gateway.
+//! whole loop in one process, `echo` runs echo connectors against a gateway, and
+//! `serve` (feature `runtime`) runs the webhook and cron ingest runtime.
 
 use std::net::SocketAddr;
 
@@ -26,6 +27,13 @@ enum Command {
     /// Start an in-process gateway and echo connectors over two tenants, drive execute
     /// traffic through the HTTP API, print a table and exit.
     Demo(demo::DemoArgs),
+    /// Run the ingest runtime (webhook ingress, cron sources, admin API) until Ctrl-C.
+    #[cfg(feature = "runtime")]
+    Serve {
+        /// The configuration file.
+        #[arg(long, env = "SWITCHBOARD_CONFIG", default_value = "switchboard.toml")]
+        config: std::path::PathBuf,
+    },
     /// Run echo connectors against a gateway until Ctrl-C.
     Echo {
         /// Gateway URL (ws://, wss://, http://, https://).
@@ -56,6 +64,8 @@ async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
         Command::Demo(args) => demo::run(args).await,
+        #[cfg(feature = "runtime")]
+        Command::Serve { config } => serve(&config).await,
         Command::Echo {
             gateway,
             tenant,
@@ -91,4 +101,21 @@ async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Res
     });
     eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}; Ctrl-C to stop");
     runner.run().await
+}
+
+#[cfg(feature = "runtime")]
+async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
+    let config = switchboard::RuntimeConfig::from_file(path)?.resolve()?;
+    let sources = config.sources.len();
+    let runtime = switchboard::Runtime::start(config).await?;
+    let stop = runtime.shutdown_token();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    eprintln!(
+        "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); Ctrl-C to stop",
+        runtime.local_addr()
+    );
+    runtime.wait().await
 }

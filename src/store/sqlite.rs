@@ -1,0 +1,425 @@
+//! The embedded SQLite backend (rusqlite, bundled SQLite: nothing to install).
+//!
+//! - WAL journal, so the admin API's reads never wait for the writer.
+//! - `synchronous = FULL` by default: a commit is on disk before the sender gets its
+//!   2xx, power loss included. `NORMAL` (durable across a process crash, not an OS
+//!   crash) is an option for those who want the extra speed; group commit makes FULL
+//!   cheap enough that it is the default.
+//! - Two connections: one writer (only the group-commit task writes) and one reader,
+//!   each behind a mutex and used from `spawn_blocking`, never from an async task.
+//! - Migrations are embedded and applied in order at open, each in its own
+//!   transaction, recorded in `schema_migrations`.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use super::{
+    store_err, Appended, Backend, EventQuery, Rejected, StoreOptions, StoredEvent, Swept, Write,
+};
+use crate::error::{Error, Result};
+use crate::triggers::{SignatureStatus, TriggerEvent};
+
+/// Schema versions, applied in order. Never edit a released one: add the next.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        source TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        occurred_at INTEGER,
+        dedupe_key TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        headers TEXT NOT NULL,
+        body BLOB NOT NULL,
+        signature TEXT NOT NULL
+    );
+    CREATE INDEX events_by_source ON events (source, seq);
+    CREATE TABLE dedupe_claims (
+        source TEXT NOT NULL,
+        dedupe_key TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        PRIMARY KEY (source, dedupe_key)
+    ) WITHOUT ROWID;
+    CREATE INDEX dedupe_claims_by_expiry ON dedupe_claims (expires_at);
+    CREATE TABLE rejections (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        source TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        headers TEXT NOT NULL,
+        body_len INTEGER NOT NULL
+    );
+    CREATE INDEX rejections_by_time ON rejections (received_at);
+    CREATE TABLE source_state (
+        source TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (source, key)
+    ) WITHOUT ROWID;",
+)];
+
+const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
+    VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (source, dedupe_key) DO UPDATE
+    SET event_id = excluded.event_id, expires_at = excluded.expires_at
+    WHERE dedupe_claims.expires_at <= ?5";
+const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = ?1 AND dedupe_key = ?2";
+const INSERT_EVENT: &str = "INSERT INTO events (id, source, provider, kind, received_at,
+    occurred_at, dedupe_key, trace_id, tenant, headers, body, signature)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
+    headers, body_len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
+    dedupe_key, trace_id, tenant, headers, body, signature FROM events
+    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR seq < ?2)
+    ORDER BY seq DESC LIMIT ?3";
+
+/// The SQLite backend.
+pub struct SqliteBackend {
+    writer: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Connection>>,
+}
+
+/// How SQLite syncs commits; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync on every commit (group-committed): survives power loss.
+    #[default]
+    Full,
+    /// WAL's NORMAL: survives a process crash, may lose the last commits on an OS crash.
+    Normal,
+}
+
+fn sql_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
+    move |e| store_err(&format!("sqlite {what}"), e)
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database at `path` and applies migrations.
+    pub async fn open(path: &str, options: &StoreOptions) -> Result<SqliteBackend> {
+        let path = path.to_owned();
+        let options = options.clone();
+        tokio::task::spawn_blocking(move || Self::open_blocking(&path, &options))
+            .await
+            .map_err(|e| store_err("sqlite open", e))?
+    }
+
+    fn open_blocking(path: &str, options: &StoreOptions) -> Result<SqliteBackend> {
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::Store(format!(
+                    "cannot create the directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        let open = |role: &str| -> Result<Connection> {
+            let conn = Connection::open(path).map_err(|e| {
+                Error::Store(format!(
+                    "cannot open the SQLite database {path:?} ({role}): {e}"
+                ))
+            })?;
+            let sync = match options.synchronous {
+                Synchronous::Full => "FULL",
+                Synchronous::Normal => "NORMAL",
+            };
+            conn.execute_batch(&format!(
+                "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
+            ))
+            .map_err(|e| {
+                Error::Store(format!(
+                    "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
+                ))
+            })?;
+            Ok(conn)
+        };
+        let mut writer = open("writer")?;
+        migrate(&mut writer, path)?;
+        if let Some(max) = options.max_db_bytes {
+            let page: i64 = writer
+                .query_row("PRAGMA page_size", [], |r| r.get(0))
+                .map_err(sql_err("page_size"))?;
+            let pages = (max as i64 / page).max(1);
+            writer
+                .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+                .map_err(sql_err("max_page_count"))?;
+        }
+        let reader = open("reader")?;
+        Ok(SqliteBackend {
+            writer: Arc::new(Mutex::new(writer)),
+            reader: Arc::new(Mutex::new(reader)),
+        })
+    }
+
+    async fn with<T: Send + 'static>(
+        conn: &Arc<Mutex<Connection>>,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| store_err("sqlite task", e))?
+    }
+}
+
+fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let bad = |e: rusqlite::Error| {
+        Error::Store(format!(
+            "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
+        ))
+    };
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(bad)?;
+    let current: i64 = conn
+        .query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(bad)?;
+    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(Error::Store(format!(
+            "{path:?} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        let tx = conn.transaction().map_err(bad)?;
+        tx.execute_batch(sql).map_err(bad)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+            params![version, super::now_ms()],
+        )
+        .map_err(bad)?;
+        tx.commit().map_err(bad)?;
+    }
+    Ok(())
+}
+
+fn write_all(
+    conn: &mut Connection,
+    writes: &[Write],
+    now_ms: i64,
+) -> rusqlite::Result<Vec<Option<Appended>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut out = Vec::with_capacity(writes.len());
+    {
+        let mut claim = tx.prepare_cached(CLAIM)?;
+        let mut holder = tx.prepare_cached(HOLDER)?;
+        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+        let mut reject = tx.prepare_cached(INSERT_REJECTION)?;
+        for w in writes {
+            match w {
+                Write::Append {
+                    event: e,
+                    claim_expires_at_ms,
+                } => {
+                    let claimed = claim.execute(params![
+                        e.source,
+                        e.dedupe_key,
+                        e.id,
+                        claim_expires_at_ms,
+                        now_ms
+                    ])? == 1;
+                    if claimed {
+                        let headers =
+                            serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into());
+                        insert.execute(params![
+                            e.id,
+                            e.source,
+                            e.provider,
+                            e.kind,
+                            e.received_at_ms,
+                            e.occurred_at_ms,
+                            e.dedupe_key,
+                            e.trace_id,
+                            e.tenant,
+                            headers,
+                            e.body,
+                            e.signature.as_str()
+                        ])?;
+                        out.push(Some(Appended::Stored(e.id.clone())));
+                    } else {
+                        let id: String =
+                            holder.query_row(params![e.source, e.dedupe_key], |r| r.get(0))?;
+                        out.push(Some(Appended::Duplicate(id)));
+                    }
+                }
+                Write::Reject(r) => {
+                    reject.execute(params![
+                        r.source,
+                        r.reason,
+                        r.detail,
+                        r.received_at_ms,
+                        r.headers_json,
+                        r.body_len
+                    ])?;
+                    out.push(None);
+                }
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(out)
+}
+
+fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+    let headers: String = r.get(10)?;
+    let body: Vec<u8> = r.get(11)?;
+    let signature: String = r.get(12)?;
+    let payload = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    Ok(StoredEvent {
+        seq: r.get(0)?,
+        event: TriggerEvent {
+            id: r.get(1)?,
+            source: r.get(2)?,
+            provider: r.get(3)?,
+            kind: r.get(4)?,
+            received_at_ms: r.get(5)?,
+            occurred_at_ms: r.get(6)?,
+            dedupe_key: r.get(7)?,
+            trace_id: r.get(8)?,
+            tenant: r.get(9)?,
+            headers: serde_json::from_str(&headers).unwrap_or_default(),
+            body,
+            payload,
+            signature: SignatureStatus::parse(&signature).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    12,
+                    rusqlite::types::Type::Text,
+                    format!("unknown signature status {signature:?}").into(),
+                )
+            })?,
+        },
+    })
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn write_batch(&self, writes: &[Write], now_ms: i64) -> Result<Vec<Option<Appended>>> {
+        let writes = writes.to_vec();
+        Self::with(&self.writer, move |c| {
+            write_all(c, &writes, now_ms).map_err(sql_err("write"))
+        })
+        .await
+    }
+
+    async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>> {
+        let q = query.clone();
+        Self::with(&self.reader, move |c| {
+            let mut stmt = c
+                .prepare_cached(SELECT_EVENTS)
+                .map_err(sql_err("read events"))?;
+            let rows = stmt
+                .query_map(
+                    params![q.source, q.before_seq, q.limit as i64],
+                    row_to_event,
+                )
+                .map_err(sql_err("read events"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(sql_err("read events"))
+        })
+        .await
+    }
+
+    async fn rejections(&self, source: Option<&str>, limit: usize) -> Result<Vec<Rejected>> {
+        let source = source.map(str::to_owned);
+        Self::with(&self.reader, move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT source, reason, detail, received_at, headers, body_len FROM rejections
+                     WHERE (?1 IS NULL OR source = ?1) ORDER BY seq DESC LIMIT ?2",
+                )
+                .map_err(sql_err("read rejections"))?;
+            let rows = stmt
+                .query_map(params![source, limit as i64], |r| {
+                    Ok(Rejected {
+                        source: r.get(0)?,
+                        reason: r.get(1)?,
+                        detail: r.get(2)?,
+                        received_at_ms: r.get(3)?,
+                        headers_json: r.get(4)?,
+                        body_len: r.get(5)?,
+                    })
+                })
+                .map_err(sql_err("read rejections"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(sql_err("read rejections"))
+        })
+        .await
+    }
+
+    async fn get_state(&self, source: &str, key: &str) -> Result<Option<String>> {
+        let (source, key) = (source.to_owned(), key.to_owned());
+        Self::with(&self.reader, move |c| {
+            c.query_row(
+                "SELECT value FROM source_state WHERE source = ?1 AND key = ?2",
+                params![source, key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql_err("read state"))
+        })
+        .await
+    }
+
+    async fn put_state(&self, source: &str, key: &str, value: Option<&str>) -> Result<()> {
+        let (source, key, value) = (source.to_owned(), key.to_owned(), value.map(str::to_owned));
+        Self::with(&self.writer, move |c| {
+            match value {
+                Some(v) => c.execute(
+                    "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (source, key) DO UPDATE SET value = excluded.value",
+                    params![source, key, v],
+                ),
+                None => c.execute(
+                    "DELETE FROM source_state WHERE source = ?1 AND key = ?2",
+                    params![source, key],
+                ),
+            }
+            .map(drop)
+            .map_err(sql_err("write state"))
+        })
+        .await
+    }
+
+    async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept> {
+        Self::with(&self.writer, move |c| {
+            let claims = c
+                .execute(
+                    "DELETE FROM dedupe_claims WHERE expires_at <= ?1",
+                    params![now_ms],
+                )
+                .map_err(sql_err("sweep claims"))? as u64;
+            let rejections = c
+                .execute(
+                    "DELETE FROM rejections WHERE received_at < ?1",
+                    params![rejections_before_ms],
+                )
+                .map_err(sql_err("sweep rejections"))? as u64;
+            Ok(Swept { claims, rejections })
+        })
+        .await
+    }
+}

@@ -1,0 +1,208 @@
+//! [`TriggerEvent`], the normalised form of one accepted delivery.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How a delivery's authenticity was established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignatureStatus {
+    /// A configured (or captured) secret verified the provider's signature.
+    Verified,
+    /// Produced inside the runtime (a cron tick): there is nothing to verify.
+    Internal,
+}
+
+impl SignatureStatus {
+    /// The stored label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureStatus::Verified => "verified",
+            SignatureStatus::Internal => "internal",
+        }
+    }
+
+    /// Parses a stored label; unknown labels read as `Verified` would be a lie, so they
+    /// are refused.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "verified" => Some(SignatureStatus::Verified),
+            "internal" => Some(SignatureStatus::Internal),
+            _ => None,
+        }
+    }
+}
+
+/// One accepted delivery, normalised across providers.
+///
+/// Times are unix milliseconds (UTC): they sort, compare and store the same way in
+/// SQLite and PostgreSQL, and the admin API shows them as numbers a client converts.
+/// `payload` is the parsed `body` (JSON `null` when a source accepts non-JSON bodies);
+/// stores keep only `body` and re-parse it on read, so a row holds one copy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TriggerEvent {
+    /// Unique id, time-ordered (`evt_` + 12 hex digits of milliseconds + 16 random).
+    pub id: String,
+    /// The configured source id (`/hooks/{source}`).
+    pub source: String,
+    /// Provider rule that accepted it: `github`, `slack`, …, `generic_hmac`, `cron`.
+    pub provider: String,
+    /// Provider-specific kind, e.g. `issues.opened`, `invoice.paid`, `tick`.
+    pub kind: String,
+    /// When the runtime received it.
+    pub received_at_ms: i64,
+    /// When the provider says it happened, if the delivery says.
+    pub occurred_at_ms: Option<i64>,
+    /// The key under which a redelivery is recognised (per source).
+    pub dedupe_key: String,
+    /// W3C trace id: from an incoming `traceparent` when valid, otherwise new.
+    pub trace_id: String,
+    /// Tenant the source belongs to.
+    pub tenant: String,
+    /// Request headers, names lower-cased, sensitive values blanked.
+    pub headers: BTreeMap<String, String>,
+    /// The raw body exactly as received (signatures were computed over it).
+    #[serde(with = "body_text")]
+    pub body: Vec<u8>,
+    /// The parsed body.
+    pub payload: serde_json::Value,
+    /// How the delivery was authenticated.
+    pub signature: SignatureStatus,
+}
+
+impl TriggerEvent {
+    /// Builds an event; `payload` is parsed from `body` (JSON `null` if it is not JSON).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        source: &str,
+        provider: &str,
+        kind: String,
+        received_at_ms: i64,
+        occurred_at_ms: Option<i64>,
+        dedupe_key: String,
+        trace_id: String,
+        tenant: &str,
+        headers: BTreeMap<String, String>,
+        body: Vec<u8>,
+        signature: SignatureStatus,
+    ) -> Self {
+        let payload = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        TriggerEvent {
+            id: new_event_id(received_at_ms),
+            source: source.to_owned(),
+            provider: provider.to_owned(),
+            kind,
+            received_at_ms,
+            occurred_at_ms,
+            dedupe_key,
+            trace_id,
+            tenant: tenant.to_owned(),
+            headers,
+            body,
+            payload,
+            signature,
+        }
+    }
+}
+
+/// A new time-ordered event id for an event received at `now_ms`.
+pub fn new_event_id(now_ms: i64) -> String {
+    let r: u64 = rand::random();
+    format!("evt_{:012x}{:016x}", now_ms.max(0), r)
+}
+
+/// The trace id of a W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`) when it
+/// is well formed and not all zeros, otherwise a fresh random one: a bad header from a
+/// sender must not become a trace id that collides with others.
+pub fn trace_id_from(traceparent: Option<&str>) -> String {
+    if let Some(tp) = traceparent {
+        let parts: Vec<&str> = tp.trim().split('-').collect();
+        if let [_, id, _, _] = parts.as_slice() {
+            let hex = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
+            if hex && id.bytes().any(|b| b != b'0') {
+                return id.to_ascii_lowercase();
+            }
+        }
+    }
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Bodies are JSON text almost always; the admin API shows them as a string when they
+/// are UTF-8 and as `{"base64": …}` when they are not, so no byte is lost either way.
+mod body_text {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Binary { base64: String },
+    }
+
+    pub(super) fn serialize<S: Serializer>(body: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(body) {
+            Ok(text) => Repr::Text(text.to_owned()),
+            Err(_) => Repr::Binary {
+                base64: base64::engine::general_purpose::STANDARD.encode(body),
+            },
+        }
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Text(t) => Ok(t.into_bytes()),
+            Repr::Binary { base64 } => base64::engine::general_purpose::STANDARD
+                .decode(base64)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_traceparent_gives_its_trace_id_and_junk_gives_a_fresh_one() {
+        let tp = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
+        assert_eq!(trace_id_from(Some(tp)), "4bf92f3577b34da6a3ce929d0e0e4736");
+        let zeros = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+        for bad in [Some(zeros), Some("nonsense"), None] {
+            let id = trace_id_from(bad);
+            assert_eq!(id.len(), 32);
+            assert_ne!(id, "00000000000000000000000000000000");
+        }
+        assert_ne!(trace_id_from(None), trace_id_from(None));
+    }
+
+    #[test]
+    fn ids_sort_by_time_and_bodies_round_trip_through_json() {
+        assert!(new_event_id(1_000) < new_event_id(2_000));
+        let mut ev = TriggerEvent::new(
+            "s",
+            "github",
+            "ping".into(),
+            5,
+            None,
+            "k".into(),
+            trace_id_from(None),
+            "t",
+            BTreeMap::new(),
+            br#"{"zen":"x"}"#.to_vec(),
+            SignatureStatus::Verified,
+        );
+        assert_eq!(ev.payload["zen"], "x");
+        let back: TriggerEvent =
+            serde_json::from_str(&serde_json::to_string(&ev).unwrap()).unwrap();
+        assert_eq!(back, ev);
+        ev.body = vec![0xff, 0x00, 0x80];
+        let json = serde_json::to_value(&ev).unwrap();
+        assert!(json["body"]["base64"].is_string());
+        let back: TriggerEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back.body, vec![0xff, 0x00, 0x80]);
+    }
+}

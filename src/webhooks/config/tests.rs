@@ -1,0 +1,152 @@
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "GH" => Some("gh-secret-value".into()),
+        "GH_OLD" => Some("gh-old".into()),
+        "EMPTY" => Some(String::new()),
+        _ => None,
+    }
+}
+
+fn resolve(text: &str) -> Result<ResolvedConfig> {
+    RuntimeConfig::from_toml(text)?.resolve_with(env)
+}
+
+fn err(text: &str) -> String {
+    resolve(text).unwrap_err().to_string()
+}
+
+#[test]
+fn defaults_fill_in_listener_store_limits_and_tolerances() {
+    let c = resolve(
+        r#"
+        [[sources]]
+        id = "gh"
+        provider = "github"
+        secret_env = ["GH", "GH_OLD"]
+
+        [[sources]]
+        id = "lin"
+        provider = "linear"
+        secret_env = "GH"
+        timestamp_grace_secs = 5
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.store, "sqlite:switchboard-data/events.db");
+    assert_eq!(c.sources[0].secrets.len(), 2);
+    assert_eq!(c.sources[0].max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+    assert_eq!(
+        c.sources[0].retention_ms,
+        DEFAULT_DEDUPE_RETENTION_SECS * 1000
+    );
+    assert_eq!(c.sources[0].tenant, "default");
+    assert_eq!(c.sources[1].tolerance_s, 65, "Linear: 60 s plus the grace");
+}
+
+#[test]
+fn secrets_never_show_in_debug_output_or_errors() {
+    let c =
+        resolve("[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"").unwrap();
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("gh-secret-value"), "{shown}");
+    assert!(shown.contains("[redacted]"));
+}
+
+#[test]
+fn mistakes_name_the_source_and_the_option() {
+    let missing = err("[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"NOPE\"");
+    assert!(
+        missing.contains("\"gh\"") && missing.contains("NOPE"),
+        "{missing}"
+    );
+    let empty = err("[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"EMPTY\"");
+    assert!(empty.contains("unset or empty"), "{empty}");
+    let none = err("[[sources]]\nid = \"gh\"\nprovider = \"github\"");
+    assert!(none.contains("secret_env is required"), "{none}");
+    let unknown = err("[[sources]]\nid = \"x\"\nprovider = \"gitlab\"\nsecret_env = \"GH\"");
+    assert!(unknown.contains("unknown provider \"gitlab\""), "{unknown}");
+    let foreign = err("[[sources]]\nid = \"x\"\nprovider = \"github\"\nsecret_env = \"GH\"\nschedule = \"* * * * *\"");
+    assert!(
+        foreign.contains("schedule does not apply to provider github"),
+        "{foreign}"
+    );
+    let twice = err("[[sources]]\nid = \"x\"\nprovider = \"github\"\nsecret_env = \"GH\"\n[[sources]]\nid = \"x\"\nprovider = \"github\"\nsecret_env = \"GH\"");
+    assert!(twice.contains("two sources have the id"), "{twice}");
+    let bad_id = err("[[sources]]\nid = \"a/b\"\nprovider = \"github\"\nsecret_env = \"GH\"");
+    assert!(bad_id.contains("letters, digits"), "{bad_id}");
+    let typo = RuntimeConfig::from_toml(
+        "[[sources]]\nid = \"x\"\nprovider = \"github\"\nsecret_envs = \"GH\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(typo.contains("secret_envs"), "{typo}");
+    let rate = err("[[sources]]\nid = \"x\"\nprovider = \"github\"\nsecret_env = \"GH\"\nrate_limit = { per_second = 0 }");
+    assert!(rate.contains("per_second > 0"), "{rate}");
+}
+
+#[test]
+fn generic_and_cron_sources_resolve_their_rules() {
+    let c = resolve(
+        r#"
+        store = "postgres://u:pw@localhost/db"
+        [[sources]]
+        id = "acme"
+        provider = "generic_hmac"
+        secret_env = "GH"
+        header = "X-Acme-Signature"
+        prefix = "sha256="
+        encoding = "base64"
+        dedupe_header = "X-Acme-Delivery"
+        kind_pointer = "/event"
+
+        [[sources]]
+        id = "canon"
+        provider = "generic_hmac"
+        secret_env = "GH"
+        scheme = "authorization"
+
+        [[sources]]
+        id = "nightly"
+        provider = "cron"
+        schedule = "0 3 * * *"
+        timezone = "Europe/Berlin"
+        catch_up = "latest"
+        payload = { job = "report" }
+        "#,
+    )
+    .unwrap();
+    match &c.sources[0].rule {
+        Rule::Generic(g) => {
+            assert_eq!(
+                g.scheme,
+                GenericScheme::Header {
+                    header: "X-Acme-Signature",
+                    prefix: "sha256=".into(),
+                    encoding: MacEncoding::Base64
+                }
+            );
+            assert_eq!(g.dedupe_header.as_deref(), Some("X-Acme-Delivery"));
+            assert!(g.require_json);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(&c.sources[1].rule, Rule::Generic(g) if g.scheme == GenericScheme::Authorization)
+    );
+    match &c.sources[2].rule {
+        Rule::Cron(r) => {
+            assert_eq!(r.catch_up, CatchUp::Latest);
+            assert_eq!(r.schedule.timezone(), "Europe/Berlin");
+            assert_eq!(r.payload, r#"{"job":"report"}"#);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err("[[sources]]\nid = \"c\"\nprovider = \"cron\"").contains("need `schedule`"));
+    assert!(
+        err("[[sources]]\nid = \"g\"\nprovider = \"generic_hmac\"\nsecret_env = \"GH\"")
+            .contains("needs `header`")
+    );
+}

@@ -1,0 +1,332 @@
+//! The decision for one delivery: verify, handle handshakes, normalise into a
+//! [`TriggerEvent`]. No I/O and no clock: the HTTP layer passes the request and the
+//! time, then does what the returned [`Decision`] says (store, answer, capture).
+//!
+//! Order of checks, for every provider: the signature first (an unauthenticated body
+//! is never parsed beyond what a handshake needs), then the body's shape, then the
+//! provider's freshness rule. The one exception is Notion's first request, which is
+//! unsigned by design: it is recognised only when no signature header is present and
+//! only captured while no verification token is known yet, so a forged "first
+//! request" cannot replace a token in use.
+
+use serde_json::Value;
+
+use super::classify::{classify, Provider};
+use super::config::{GenericRule, GenericScheme, Rule, SourceSpec};
+use super::redact::redact_headers;
+use super::signature::{self, Headers, Rejection};
+use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
+
+/// One request as the HTTP layer saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path and query as received (the canonical Authorization form signs it).
+    pub path: &'a str,
+    /// Headers with UTF-8 values.
+    pub headers: &'a [(&'a str, &'a str)],
+    /// The raw body.
+    pub body: &'a [u8],
+    /// Receive time, unix ms.
+    pub now_ms: i64,
+}
+
+/// A refusal: status, stable reason label, and a detail free of secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// HTTP status to answer.
+    pub status: u16,
+    /// Stable label for counters and the audit table.
+    pub reason: &'static str,
+    /// What was wrong, for the sender and the audit row.
+    pub detail: String,
+}
+
+impl From<Rejection> for Refusal {
+    fn from(r: Rejection) -> Self {
+        let status = match r {
+            Rejection::Malformed { .. } => 400,
+            _ => 401,
+        };
+        Refusal {
+            status,
+            reason: r.reason(),
+            detail: r.to_string(),
+        }
+    }
+}
+
+/// What to do with a delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Claim and store this event, then answer 200.
+    Store(Box<TriggerEvent>),
+    /// Answer this and store nothing (a handshake: Slack's `url_verification`).
+    Reply {
+        /// Status.
+        status: u16,
+        /// Content type.
+        content_type: &'static str,
+        /// Body.
+        body: String,
+    },
+    /// Notion's first, unsigned request: persist this verification token, answer 200.
+    CaptureNotionToken(String),
+    /// Refuse.
+    Refuse(Refusal),
+}
+
+fn refuse(status: u16, reason: &'static str, detail: impl Into<String>) -> Decision {
+    Decision::Refuse(Refusal {
+        status,
+        reason,
+        detail: detail.into(),
+    })
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, Refusal> {
+    serde_json::from_slice(body).map_err(|e| Refusal {
+        status: 400,
+        reason: "invalid_json",
+        detail: format!("the body is not valid JSON: {e}"),
+    })
+}
+
+/// Decides what to do with `req` for `spec`. `notion_token` is the verification token
+/// captured earlier for this source, if any.
+pub fn decide(spec: &SourceSpec, notion_token: Option<&str>, req: &Request<'_>) -> Decision {
+    match decide_inner(spec, notion_token, req) {
+        Ok(d) => d,
+        Err(r) => Decision::Refuse(r),
+    }
+}
+
+fn decide_inner(
+    spec: &SourceSpec,
+    notion_token: Option<&str>,
+    req: &Request<'_>,
+) -> Result<Decision, Refusal> {
+    let h = req.headers;
+    let now_s = req.now_ms.div_euclid(1000);
+    let keys: Vec<&[u8]> = spec.secrets.iter().map(|s| s.expose()).collect();
+    let provider = match &spec.rule {
+        Rule::Provider(p) => *p,
+        Rule::Generic(g) => return generic(spec, g, &keys, req),
+        Rule::Cron(_) => {
+            return Ok(refuse(
+                405,
+                "not_accepted",
+                "cron sources take no HTTP deliveries",
+            ));
+        }
+    };
+    let occurred_s = |v: Option<i64>| v.map(|s| s * 1000);
+    let (body, occurred_at_ms) = match provider {
+        Provider::Github => {
+            signature::github(&keys, h, req.body)?;
+            (parse_json(req.body)?, None)
+        }
+        Provider::Slack => {
+            signature::slack(&keys, h, req.body, now_s, spec.tolerance_s)?;
+            let body = parse_json(req.body)?;
+            if body.get("type").and_then(Value::as_str) == Some("url_verification") {
+                let challenge = body
+                    .get("challenge")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| Refusal {
+                        status: 400,
+                        reason: "malformed",
+                        detail: "url_verification without a challenge string".into(),
+                    })?;
+                return Ok(Decision::Reply {
+                    status: 200,
+                    content_type: "text/plain; charset=utf-8",
+                    body: challenge.to_owned(),
+                });
+            }
+            let at = occurred_s(body.get("event_time").and_then(Value::as_i64));
+            (body, at)
+        }
+        Provider::Linear => {
+            signature::linear(&keys, h, req.body)?;
+            let body = parse_json(req.body)?;
+            let ts_ms = body
+                .get("webhookTimestamp")
+                .and_then(Value::as_i64)
+                .ok_or_else(|| Refusal {
+                    status: 400,
+                    reason: "malformed",
+                    detail: "webhookTimestamp (ms) missing or not an integer".into(),
+                })?;
+            check_ms(ts_ms, req.now_ms, spec.tolerance_s)?;
+            (body, Some(ts_ms))
+        }
+        Provider::Notion => {
+            if h.header("X-Notion-Signature").is_none() {
+                return notion_handshake(req.body, notion_token);
+            }
+            let mut keys = keys.clone();
+            keys.extend(notion_token.map(str::as_bytes));
+            if keys.is_empty() {
+                return Err(Refusal {
+                    status: 401,
+                    reason: "no_verification_token",
+                    detail: "no verification token captured yet: Notion's unsigned verification request comes first".into(),
+                });
+            }
+            signature::notion(&keys, h, req.body)?;
+            let body = parse_json(req.body)?;
+            let at = body
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.timestamp_millis());
+            (body, at)
+        }
+        Provider::Stripe => {
+            signature::stripe(&keys, h, req.body, now_s, spec.tolerance_s)?;
+            let body = parse_json(req.body)?;
+            let at = occurred_s(body.get("created").and_then(Value::as_i64));
+            (body, at)
+        }
+        Provider::StandardWebhooks => {
+            let texts: Vec<&str> = spec
+                .secrets
+                .iter()
+                .filter_map(|s| std::str::from_utf8(s.expose()).ok())
+                .collect();
+            signature::standard_webhooks(&texts, h, req.body, now_s, spec.tolerance_s)?;
+            let ts = h
+                .header("webhook-timestamp")
+                .or_else(|| h.header("svix-timestamp"));
+            (
+                parse_json(req.body)?,
+                occurred_s(ts.and_then(|t| t.trim().parse().ok())),
+            )
+        }
+    };
+    let c = classify(provider, h, &body)?;
+    Ok(store(spec, req, c.kind, c.dedupe_key, occurred_at_ms))
+}
+
+/// [`signature::check_timestamp`] at millisecond precision (Linear's timestamps are ms).
+fn check_ms(ts_ms: i64, now_ms: i64, tolerance_s: i64) -> Result<(), Rejection> {
+    let delta = now_ms - ts_ms;
+    if delta > tolerance_s * 1000 {
+        Err(Rejection::Stale {
+            age_s: delta / 1000,
+            tolerance_s,
+        })
+    } else if -delta > tolerance_s * 1000 {
+        Err(Rejection::Future {
+            ahead_s: -delta / 1000,
+            tolerance_s,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<Decision, Refusal> {
+    let parsed = parse_json(body)?;
+    let Some(token) = parsed.get("verification_token").and_then(Value::as_str) else {
+        return Err(Rejection::MissingHeader("X-Notion-Signature").into());
+    };
+    if known.is_some() {
+        return Err(Refusal {
+            status: 409,
+            reason: "verification_token_already_captured",
+            detail: "a verification token is already captured for this source; clear it (DELETE /api/v1/sources/{id}/verification_token) to accept a new one".into(),
+        });
+    }
+    Ok(Decision::CaptureNotionToken(token.to_owned()))
+}
+
+fn generic(
+    spec: &SourceSpec,
+    rule: &GenericRule,
+    keys: &[&[u8]],
+    req: &Request<'_>,
+) -> Result<Decision, Refusal> {
+    let h = req.headers;
+    match &rule.scheme {
+        GenericScheme::Header {
+            header,
+            prefix,
+            encoding,
+        } => {
+            signature::generic_header(keys, h, req.body, header, prefix, *encoding)?;
+        }
+        GenericScheme::Authorization => {
+            signature::canonical_authorization(
+                keys,
+                h,
+                req.method,
+                req.path,
+                req.body,
+                req.now_ms.div_euclid(1000),
+                spec.tolerance_s,
+            )?;
+        }
+    }
+    let payload = if rule.require_json {
+        Some(parse_json(req.body)?)
+    } else {
+        serde_json::from_slice::<Value>(req.body).ok()
+    };
+    let kind = rule
+        .kind_pointer
+        .as_deref()
+        .and_then(|p| payload.as_ref()?.pointer(p)?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| rule.kind.clone());
+    let dedupe_key = match rule.dedupe_header.as_deref() {
+        Some(name) => h
+            .header(name)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| Refusal {
+                status: 400,
+                reason: "missing_header",
+                detail: format!("missing header {name} (this source's dedupe_header)"),
+            })?,
+        None => {
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(req.body);
+            format!(
+                "sha256:{}",
+                digest
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            )
+        }
+    };
+    Ok(store(spec, req, kind, dedupe_key, None))
+}
+
+fn store(
+    spec: &SourceSpec,
+    req: &Request<'_>,
+    kind: String,
+    dedupe_key: String,
+    occurred_at_ms: Option<i64>,
+) -> Decision {
+    let headers = redact_headers(req.headers.iter().copied());
+    Decision::Store(Box::new(TriggerEvent::new(
+        &spec.id,
+        spec.rule.provider_name(),
+        kind,
+        req.now_ms,
+        occurred_at_ms,
+        dedupe_key,
+        trace_id_from(req.headers.header("traceparent")),
+        &spec.tenant,
+        headers,
+        req.body.to_vec(),
+        SignatureStatus::Verified,
+    )))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::*;
+use crate::webhooks::config::RuntimeConfig;
+
+const NOW_MS: i64 = 1_700_000_000_000;
+
+fn hex_mac(key: &[u8], parts: &[&[u8]]) -> String {
+    let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    for p in parts {
+        m.update(p);
+    }
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn spec(toml_source: &str) -> SourceSpec {
+    let text = format!("[[sources]]\nid = \"s\"\n{toml_source}");
+    let env = |n: &str| match n {
+        "NEW" => Some("new-secret".to_owned()),
+        "OLD" => Some("old-secret".to_owned()),
+        _ => None,
+    };
+    RuntimeConfig::from_toml(&text)
+        .unwrap()
+        .resolve_with(env)
+        .unwrap()
+        .sources
+        .remove(0)
+}
+
+fn run(spec: &SourceSpec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> Decision {
+    decide(
+        spec,
+        token,
+        &Request {
+            method: "POST",
+            path: "/hooks/s",
+            headers,
+            body,
+            now_ms: NOW_MS,
+        },
+    )
+}
+
+fn stored(d: Decision) -> TriggerEvent {
+    match d {
+        Decision::Store(e) => *e,
+        other => panic!("expected Store, got {other:?}"),
+    }
+}
+
+fn refused(d: Decision) -> (u16, &'static str) {
+    match d {
+        Decision::Refuse(r) => (r.status, r.reason),
+        other => panic!("expected Refuse, got {other:?}"),
+    }
+}
+
+#[test]
+fn github_accepts_either_rotated_secret_and_redacts_the_signature() {
+    let s = spec("provider = \"github\"\nsecret_env = [\"NEW\", \"OLD\"]");
+    let body = br#"{"action":"opened"}"#;
+    for key in [&b"new-secret"[..], b"old-secret"] {
+        let sig = format!("sha256={}", hex_mac(key, &[body]));
+        let h = [
+            ("X-Hub-Signature-256", sig.as_str()),
+            ("X-GitHub-Event", "issues"),
+            ("X-GitHub-Delivery", "d-1"),
+            ("X-GitHub-Hook-ID", "9"),
+        ];
+        let e = stored(run(&s, None, &h, body));
+        assert_eq!(
+            (e.kind.as_str(), e.dedupe_key.as_str()),
+            ("issues.opened", "9:d-1")
+        );
+        assert_eq!(
+            e.headers["x-hub-signature-256"],
+            crate::webhooks::redact::REDACTED
+        );
+        assert_eq!(e.signature, SignatureStatus::Verified);
+        assert_eq!(e.payload["action"], "opened");
+    }
+    let sig = format!("sha256={}", hex_mac(b"wrong", &[body]));
+    let h = [
+        ("X-Hub-Signature-256", sig.as_str()),
+        ("X-GitHub-Event", "issues"),
+        ("X-GitHub-Delivery", "d"),
+    ];
+    assert_eq!(refused(run(&s, None, &h, body)), (401, "bad_signature"));
+    assert_eq!(
+        refused(run(&s, None, &[("X-GitHub-Event", "issues")], body)),
+        (401, "missing_header")
+    );
+    let junk = b"{not json";
+    let sig = format!("sha256={}", hex_mac(b"new-secret", &[junk]));
+    let h = [
+        ("X-Hub-Signature-256", sig.as_str()),
+        ("X-GitHub-Event", "issues"),
+        ("X-GitHub-Delivery", "d"),
+    ];
+    assert_eq!(refused(run(&s, None, &h, junk)), (400, "invalid_json"));
+}
+
+#[test]
+fn slack_answers_url_verification_with_the_challenge_and_stores_nothing() {
+    let s = spec("provider = \"slack\"\nsecret_env = \"NEW\"");
+    let ts = (NOW_MS / 1000).to_string();
+    let sign = |body: &[u8], ts: &str| {
+        format!(
+            "v0={}",
+            hex_mac(b"new-secret", &[b"v0:", ts.as_bytes(), b":", body])
+        )
+    };
+    let body = br#"{"type":"url_verification","challenge":"3eZbrw1aB"}"#;
+    let sig = sign(body, &ts);
+    let h = [
+        ("X-Slack-Request-Timestamp", ts.as_str()),
+        ("X-Slack-Signature", sig.as_str()),
+    ];
+    assert_eq!(
+        run(&s, None, &h, body),
+        Decision::Reply {
+            status: 200,
+            content_type: "text/plain; charset=utf-8",
+            body: "3eZbrw1aB".into()
+        }
+    );
+    let body = br#"{"type":"event_callback","event_id":"Ev1","event_time":1699999999,"event":{"type":"message"}}"#;
+    let sig = sign(body, &ts);
+    let h = [
+        ("X-Slack-Request-Timestamp", ts.as_str()),
+        ("X-Slack-Signature", sig.as_str()),
+        ("X-Slack-Retry-Num", "2"),
+    ];
+    let e = stored(run(&s, None, &h, body));
+    assert_eq!(
+        (e.kind.as_str(), e.dedupe_key.as_str()),
+        ("event_callback.message", "Ev1")
+    );
+    assert_eq!(e.occurred_at_ms, Some(1_699_999_999_000));
+    for (offset, reason) in [(-301, "stale_timestamp"), (301, "future_timestamp")] {
+        let ts = (NOW_MS / 1000 + offset).to_string();
+        let sig = sign(body, &ts);
+        let h = [
+            ("X-Slack-Request-Timestamp", ts.as_str()),
+            ("X-Slack-Signature", sig.as_str()),
+        ];
+        assert_eq!(refused(run(&s, None, &h, body)), (401, reason));
+    }
+}
+
+#[test]
+fn linear_checks_the_body_timestamp_within_sixty_seconds_plus_grace() {
+    let s = spec("provider = \"linear\"\nsecret_env = \"NEW\"\ntimestamp_grace_secs = 10");
+    let at = |ms: i64| format!(r#"{{"type":"Issue","action":"create","webhookTimestamp":{ms}}}"#);
+    for (ts, ok) in [
+        (NOW_MS - 69_000, true),
+        (NOW_MS - 71_000, false),
+        (NOW_MS + 69_000, true),
+        (NOW_MS + 71_000, false),
+    ] {
+        let body = at(ts);
+        let sig = hex_mac(b"new-secret", &[body.as_bytes()]);
+        let h = [
+            ("Linear-Signature", sig.as_str()),
+            ("Linear-Delivery", "del-1"),
+        ];
+        let d = run(&s, None, &h, body.as_bytes());
+        if ok {
+            let e = stored(d);
+            assert_eq!(
+                (e.kind.as_str(), e.dedupe_key.as_str(), e.occurred_at_ms),
+                ("Issue.create", "del-1", Some(ts))
+            );
+        } else {
+            assert_eq!(refused(d).0, 401, "{ts}");
+        }
+    }
+}
+
+#[test]
+fn notion_captures_the_first_unsigned_token_once_then_verifies_with_it() {
+    let s = spec("provider = \"notion\"");
+    let first = br#"{"verification_token":"secret_tok"}"#;
+    assert_eq!(
+        run(&s, None, &[], first),
+        Decision::CaptureNotionToken("secret_tok".into())
+    );
+    assert_eq!(
+        refused(run(&s, Some("secret_tok"), &[], first)),
+        (409, "verification_token_already_captured")
+    );
+    let body = br#"{"id":"n-1","type":"page.created","timestamp":"2024-12-05T23:55:34.285Z"}"#;
+    let sig = format!("sha256={}", hex_mac(b"secret_tok", &[body]));
+    let h = [("X-Notion-Signature", sig.as_str())];
+    assert_eq!(
+        refused(run(&s, None, &h, body)),
+        (401, "no_verification_token")
+    );
+    let e = stored(run(&s, Some("secret_tok"), &h, body));
+    assert_eq!(
+        (e.kind.as_str(), e.dedupe_key.as_str()),
+        ("page.created", "n-1")
+    );
+    assert_eq!(e.occurred_at_ms, Some(1_733_442_934_285));
+    assert_eq!(
+        refused(run(&s, Some("other"), &h, body)),
+        (401, "bad_signature")
+    );
+    assert_eq!(
+        refused(run(&s, Some("secret_tok"), &[], body)),
+        (401, "missing_header")
+    );
+}
+
+#[test]
+fn generic_sources_key_by_header_or_body_hash_and_sign_method_and_path() {
+    let s = spec("provider = \"generic_hmac\"\nsecret_env = \"NEW\"\nheader = \"X-Sig\"\nkind_pointer = \"/event\"");
+    let body = br#"{"event":"thing.happened"}"#;
+    let sig = hex_mac(b"new-secret", &[body]);
+    let a = stored(run(&s, None, &[("X-Sig", sig.as_str())], body));
+    let b = stored(run(&s, None, &[("X-Sig", sig.as_str())], body));
+    assert_eq!(a.kind, "thing.happened");
+    assert_eq!(a.dedupe_key, b.dedupe_key, "identical bodies are one event");
+    assert!(a.dedupe_key.starts_with("sha256:"));
+
+    let s = spec("provider = \"generic_hmac\"\nsecret_env = \"NEW\"\nscheme = \"authorization\"\ndedupe_header = \"X-Id\"");
+    let ts = (NOW_MS / 1000).to_string();
+    let body_hash: String = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let mac = hex_mac(
+        b"new-secret",
+        &[format!("POST\n/hooks/s\n{ts}\n{body_hash}").as_bytes()],
+    );
+    let auth = format!("HMAC-SHA256 timestamp={ts},signature={mac}");
+    let e = stored(run(
+        &s,
+        None,
+        &[("Authorization", auth.as_str()), ("X-Id", "r-1")],
+        body,
+    ));
+    assert_eq!((e.kind.as_str(), e.dedupe_key.as_str()), ("webhook", "r-1"));
+    assert_eq!(
+        e.headers["authorization"],
+        crate::webhooks::redact::REDACTED
+    );
+    assert_eq!(
+        refused(run(&s, None, &[("Authorization", auth.as_str())], body)),
+        (400, "missing_header")
+    );
+}
+
+#[test]
+fn cron_sources_refuse_http_deliveries() {
+    let s = spec("provider = \"cron\"\nschedule = \"* * * * *\"");
+    assert_eq!(refused(run(&s, None, &[], b"{}")), (405, "not_accepted"));
+}

@@ -1,0 +1,129 @@
+//! Ingress counters, exposed at `/metrics` in the Prometheus text format.
+//!
+//! Names (prefix `switchboard_ingress_`): `requests_total{source,outcome}` with outcome
+//! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`, `too_large`,
+//! `store_unavailable`, `unknown_source`; `rejections_total{source,reason}`;
+//! `request_duration_seconds` (a histogram of the time from receipt to answer, store
+//! commit included); and the group commit's `store_batches_total`,
+//! `store_batched_writes_total` and `store_dropped_audit_total`.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::store::GroupCommitStats;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The ingress metrics. Shared by all handlers; every method is lock-free but the
+/// families' label lookups.
+pub struct IngressMetrics {
+    registry: Registry,
+    requests: Family<Labels, Counter>,
+    rejections: Family<Labels, Counter>,
+    duration: Histogram,
+    batches: Counter,
+    batched_writes: Counter,
+    dropped_audit: Counter,
+}
+
+impl Default for IngressMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IngressMetrics {
+    /// Registers every metric.
+    pub fn new() -> IngressMetrics {
+        let mut registry = Registry::with_prefix("switchboard_ingress");
+        let requests = Family::<Labels, Counter>::default();
+        let rejections = Family::<Labels, Counter>::default();
+        // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
+        let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+            0.0001, 2.0, 16,
+        ));
+        let (batches, batched_writes, dropped_audit) =
+            (Counter::default(), Counter::default(), Counter::default());
+        registry.register(
+            "requests",
+            "Ingress requests by source and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "rejections",
+            "Refused deliveries by source and reason",
+            rejections.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Receipt to answer, store commit included",
+            duration.clone(),
+        );
+        registry.register(
+            "store_batches",
+            "Group-commit transactions",
+            batches.clone(),
+        );
+        registry.register(
+            "store_batched_writes",
+            "Writes carried by group-commit transactions",
+            batched_writes.clone(),
+        );
+        registry.register(
+            "store_dropped_audit",
+            "Audit rows dropped because the write queue was full",
+            dropped_audit.clone(),
+        );
+        IngressMetrics {
+            registry,
+            requests,
+            rejections,
+            duration,
+            batches,
+            batched_writes,
+            dropped_audit,
+        }
+    }
+
+    /// Counts a request's outcome.
+    pub fn outcome(&self, source: &str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&vec![
+                ("source", source.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts a refusal by reason.
+    pub fn rejection(&self, source: &str, reason: &'static str) {
+        self.rejections
+            .get_or_create(&vec![
+                ("source", source.to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Records a request's duration.
+    pub fn observe(&self, seconds: f64) {
+        self.duration.observe(seconds);
+    }
+
+    /// Renders the text format, with the store's counters brought up to date.
+    pub fn render(&self, store: GroupCommitStats) -> String {
+        for (c, v) in [
+            (&self.batches, store.batches),
+            (&self.batched_writes, store.writes),
+            (&self.dropped_audit, store.dropped_audit),
+        ] {
+            c.inc_by(v.saturating_sub(c.get()));
+        }
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

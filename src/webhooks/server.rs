@@ -1,0 +1,318 @@
+//! The ingress endpoint, `POST /hooks/{source_id}`, and the router that also carries
+//! the admin API ([`super::admin`]).
+//!
+//! Per request: find the source (404), take a rate-limit token (429 + `Retry-After`),
+//! read the body under the source's limit (413), let [`super::ingest::decide`] judge
+//! it, then act: store and answer 200 `{"id", "duplicate"}`, answer a handshake, capture
+//! a Notion token, or refuse (counted per source and reason, and audited). A store
+//! failure answers 503 + `Retry-After` and acknowledges nothing: the sender retries and
+//! the dedupe claim makes the retry safe.
+//!
+//! Slack wants an answer within 3 s; the only work before the answer is verification
+//! (microseconds) and the group-committed insert (milliseconds), and anything slower
+//! (executing bindings) happens after, from the store.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde_json::json;
+
+use super::classify::Provider;
+use super::config::{Rule, Secret, SourceSpec};
+use super::ingest::{decide, Decision, Refusal, Request};
+use super::metrics::IngressMetrics;
+use super::rate_limit::TokenBucket;
+use super::redact::redact_headers;
+use crate::store::{now_ms, Appended, Rejected, Store};
+
+/// `Retry-After` seconds when the store cannot take a write: long enough for a
+/// restarted database to come back, short next to providers' retry schedules.
+pub(crate) const STORE_RETRY_AFTER_SECS: u64 = 5;
+
+/// State key of a captured Notion verification token.
+pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
+
+/// One source at run time.
+pub(crate) struct LiveSource {
+    pub(crate) spec: SourceSpec,
+    bucket: Option<Mutex<TokenBucket>>,
+    pub(crate) notion_token: RwLock<Option<String>>,
+}
+
+/// Everything the handlers share.
+pub(crate) struct Ingress {
+    pub(crate) sources: HashMap<String, Arc<LiveSource>>,
+    /// Source ids in configuration order, for listings.
+    pub(crate) order: Vec<String>,
+    pub(crate) store: Store,
+    pub(crate) metrics: IngressMetrics,
+    pub(crate) admin_token: Option<Secret>,
+}
+
+impl Ingress {
+    /// Builds the state, loading captured Notion tokens from the store.
+    pub(crate) async fn new(
+        sources: Vec<SourceSpec>,
+        store: Store,
+        admin_token: Option<Secret>,
+    ) -> crate::Result<Ingress> {
+        let now = now_ms();
+        let mut map = HashMap::new();
+        let mut order = Vec::new();
+        for spec in sources {
+            let notion_token = match spec.rule {
+                Rule::Provider(Provider::Notion) => {
+                    store
+                        .backend()
+                        .get_state(&spec.id, NOTION_TOKEN_KEY)
+                        .await?
+                }
+                _ => None,
+            };
+            let bucket = spec.rate_limit.map(|r| {
+                Mutex::new(TokenBucket::new(
+                    r.per_second,
+                    r.burst.unwrap_or(r.per_second.max(1.0)),
+                    now,
+                ))
+            });
+            order.push(spec.id.clone());
+            map.insert(
+                spec.id.clone(),
+                Arc::new(LiveSource {
+                    spec,
+                    bucket,
+                    notion_token: RwLock::new(notion_token),
+                }),
+            );
+        }
+        Ok(Ingress {
+            sources: map,
+            order,
+            store,
+            metrics: IngressMetrics::new(),
+            admin_token,
+        })
+    }
+}
+
+/// The whole HTTP surface: ingress plus admin.
+pub(crate) fn router(state: Arc<Ingress>) -> Router {
+    Router::new()
+        .route("/hooks/{source_id}", post(hook))
+        .merge(super::admin::routes())
+        .with_state(state)
+}
+
+fn json_error(status: StatusCode, reason: &str, detail: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": reason, "message": detail})),
+    )
+        .into_response()
+}
+
+fn with_retry_after(mut resp: Response, secs: u64) -> Response {
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
+}
+
+async fn hook(
+    State(app): State<Arc<Ingress>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let resp = handle(&app, &id, &method, &uri, &headers, body).await;
+    app.metrics.observe(started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn handle(
+    app: &Ingress,
+    id: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(source) = app.sources.get(id).cloned() else {
+        app.metrics.outcome("", "unknown_source");
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "unknown_source",
+            "no source with this id is configured",
+        );
+    };
+    let now = now_ms();
+    if let Some(bucket) = &source.bucket {
+        let taken = bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_take(now);
+        if let Err(secs) = taken {
+            app.metrics.outcome(id, "rate_limited");
+            let resp = json_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "this source's rate limit is exhausted; retry later",
+            );
+            return with_retry_after(resp, secs);
+        }
+    }
+    let slack = matches!(source.spec.rule, Rule::Provider(Provider::Slack));
+    let pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+        .collect();
+    let limit = source.spec.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let bytes = match declared {
+        Some(n) if n > limit as u64 => None,
+        _ => axum::body::to_bytes(body, limit).await.ok(),
+    };
+    let Some(bytes) = bytes else {
+        app.metrics.outcome(id, "too_large");
+        let refusal = Refusal {
+            status: 413,
+            reason: "body_too_large",
+            detail: format!("the body exceeds this source's limit of {limit} bytes"),
+        };
+        return refuse(
+            app,
+            &source,
+            &pairs,
+            declared.unwrap_or(limit as u64) as i64,
+            now,
+            refusal,
+            slack,
+        );
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let req = Request {
+        method: method.as_str(),
+        path,
+        headers: &pairs,
+        body: &bytes,
+        now_ms: now,
+    };
+    let token = source
+        .notion_token
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    match decide(&source.spec, token.as_deref(), &req) {
+        Decision::Store(event) => {
+            let event_id = event.id.clone();
+            match app
+                .store
+                .append(*event, now + source.spec.retention_ms)
+                .await
+            {
+                Ok(Appended::Stored(_)) => {
+                    app.metrics.outcome(id, "stored");
+                    axum::Json(json!({"id": event_id, "duplicate": false})).into_response()
+                }
+                Ok(Appended::Duplicate(existing)) => {
+                    app.metrics.outcome(id, "duplicate");
+                    axum::Json(json!({"id": existing, "duplicate": true})).into_response()
+                }
+                Err(e) => store_unavailable(app, id, &e),
+            }
+        }
+        Decision::Reply {
+            status,
+            content_type,
+            body,
+        } => {
+            app.metrics.outcome(id, "handshake");
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
+        Decision::CaptureNotionToken(token) => {
+            if let Err(e) = app
+                .store
+                .backend()
+                .put_state(id, NOTION_TOKEN_KEY, Some(&token))
+                .await
+            {
+                return store_unavailable(app, id, &e);
+            }
+            *source
+                .notion_token
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = Some(token);
+            app.metrics.outcome(id, "handshake");
+            tracing::info!(
+                source = id,
+                "captured the Notion verification token; see GET /api/v1/sources/{id}"
+            );
+            axum::Json(json!({"captured": "verification_token"})).into_response()
+        }
+        Decision::Refuse(refusal) => refuse(
+            app,
+            &source,
+            &pairs,
+            bytes.len() as i64,
+            now,
+            refusal,
+            slack,
+        ),
+    }
+}
+
+fn store_unavailable(app: &Ingress, id: &str, e: &crate::Error) -> Response {
+    app.metrics.outcome(id, "store_unavailable");
+    tracing::warn!(source = id, error = %e, "store unavailable; answered 503");
+    let resp = json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        "the event store cannot take writes right now; nothing was stored, retry later",
+    );
+    with_retry_after(resp, STORE_RETRY_AFTER_SECS)
+}
+
+fn refuse(
+    app: &Ingress,
+    source: &LiveSource,
+    pairs: &[(&str, &str)],
+    body_len: i64,
+    now: i64,
+    refusal: Refusal,
+    slack: bool,
+) -> Response {
+    let id = source.spec.id.as_str();
+    app.metrics.outcome(id, "rejected");
+    app.metrics.rejection(id, refusal.reason);
+    tracing::info!(source = id, reason = refusal.reason, detail = %refusal.detail, "delivery refused");
+    app.store.reject(Rejected {
+        source: id.to_owned(),
+        reason: refusal.reason.to_owned(),
+        detail: refusal.detail.clone(),
+        received_at_ms: now,
+        headers_json: serde_json::to_string(&redact_headers(pairs.iter().copied()))
+            .unwrap_or_default(),
+        body_len,
+    });
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut resp = json_error(status, refusal.reason, &refusal.detail);
+    if slack && status.is_client_error() {
+        // Slack retries a failed delivery three times; a refusal will not get better.
+        resp.headers_mut()
+            .insert("x-slack-no-retry", HeaderValue::from_static("1"));
+    }
+    resp
+}
