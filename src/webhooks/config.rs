@@ -459,6 +459,18 @@ impl SourceConfig {
             let value = env(var)
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| bad(format!("secret_env names {var}, which is unset or empty")))?;
+            if matches!(rule, Rule::Provider(Provider::StandardWebhooks)) {
+                use base64::Engine as _;
+                let b64 = value.strip_prefix("whsec_").unwrap_or(&value);
+                if base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .is_err()
+                {
+                    return Err(bad(format!(
+                        "the secret in {var} is not a Standard Webhooks secret (base64 after an optional whsec_ prefix)"
+                    )));
+                }
+            }
             secrets.push(Secret::new(value.into_bytes()));
         }
         let needs_secret = !matches!(rule, Rule::Cron(_) | Rule::Provider(Provider::Notion));
