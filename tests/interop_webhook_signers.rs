@@ -1,29 +1,40 @@
 //! Interop: signatures made by the providers' official libraries
-//! (`@octokit/webhooks-methods` for GitHub, `standardwebhooks`) are accepted, and
-//! rejected once the body is changed. `.ci/run` installs the Node packages.
+//! (`@octokit/webhooks-methods` for GitHub, `standardwebhooks`) are accepted, by the
+//! signature functions and by a running runtime over HTTP, and rejected once the body
+//! is changed. `.ci/run` installs the Node packages.
 #![cfg(feature = "runtime")]
+
+#[path = "ingest/support.rs"]
+mod support;
 
 use std::path::Path;
 
 use switchboard::webhooks::signature::{github, standard_webhooks, Rejection};
 
-#[test]
-fn signatures_from_the_official_libraries_verify() {
+/// Runs tests/interop/sign.mjs, signing at `ts` (unix seconds).
+fn node_signatures(ts: Option<i64>) -> serde_json::Value {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
     assert!(
         dir.join("node_modules/standardwebhooks").exists(),
         "Node packages missing: run `npm ci --prefix tests/interop` (bash .ci/run does)"
     );
-    let out = std::process::Command::new("node")
-        .arg(dir.join("sign.mjs"))
-        .output()
-        .expect("node runs");
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg(dir.join("sign.mjs"));
+    if let Some(ts) = ts {
+        cmd.arg(ts.to_string());
+    }
+    let out = cmd.output().expect("node runs");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON from sign.mjs");
+    serde_json::from_slice(&out.stdout).expect("JSON from sign.mjs")
+}
+
+#[test]
+fn signatures_from_the_official_libraries_verify() {
+    let v = node_signatures(None);
     let body = v["body"].as_str().unwrap().as_bytes();
     let s = |k: &str| v[k].as_str().unwrap().to_owned();
 
@@ -55,4 +66,44 @@ fn signatures_from_the_official_libraries_verify() {
         standard_webhooks(&[secret.as_str()], &sw_headers, b"{}", now, 300),
         Err(Rejection::BadSignature)
     );
+}
+
+#[tokio::test]
+async fn a_running_runtime_accepts_deliveries_signed_by_the_official_libraries() {
+    let v = node_signatures(Some(support::now_s()));
+    let h = support::Harness::sqlite(
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"INTEROP_GH\"\n\
+         [[sources]]\nid = \"sw\"\nprovider = \"standard_webhooks\"\nsecret_env = \"INTEROP_SW\"\n",
+    )
+    .await;
+    let body = v["body"].as_str().unwrap();
+    let s = |k: &str| v[k].as_str().unwrap().to_owned();
+    let gh = support::Delivery::new(
+        &[
+            ("X-Hub-Signature-256", &s("github")),
+            ("X-GitHub-Event", "issues"),
+            ("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+        ],
+        body,
+    );
+    let (status, resp) = h.post_json("gh", &gh).await;
+    assert_eq!(
+        (status, resp["duplicate"].as_bool()),
+        (200, Some(false)),
+        "{resp}"
+    );
+    let ts = v["sw_ts"].as_i64().unwrap().to_string();
+    let sw = support::Delivery::new(
+        &[
+            ("webhook-id", &s("sw_id")),
+            ("webhook-timestamp", &ts),
+            ("webhook-signature", &s("standard")),
+        ],
+        body,
+    );
+    let (status, resp) = h.post_json("sw", &sw).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(h.post_json("sw", &sw.with_body("{}")).await.0, 401);
+    assert_eq!(h.events("gh").await[0]["kind"], "issues.opened");
+    assert_eq!(h.events("sw").await[0]["dedupe_key"], "msg_interop_1");
 }

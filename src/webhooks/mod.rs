@@ -20,3 +20,4 @@ pub mod redact;
 pub(crate) mod server;
 pub mod signature;
 pub(crate) mod ticker;
+pub use ticker::LAST_FIRE_KEY;

@@ -21,7 +21,7 @@ use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 
 /// State key of a cron source's last fire (unix ms).
-pub(crate) const LAST_FIRE_KEY: &str = "last_fire_ms";
+pub const LAST_FIRE_KEY: &str = "last_fire_ms";
 
 /// Most missed fires run by `catch_up = "all"`: a minute schedule down for a week
 /// would otherwise flood the store with 10,000 ticks at start.

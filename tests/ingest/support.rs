@@ -28,6 +28,9 @@ pub fn env(name: &str) -> Option<String> {
             "SW_SECRET" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "GENERIC_SECRET" => "generic-secret",
             "ADMIN_TOKEN" => "admin-token-123",
+            // The keys tests/interop/sign.mjs signs with.
+            "INTEROP_GH" => "gh-secret",
+            "INTEROP_SW" => "whsec_c3RhbmRhcmQtd2ViaG9va3MtdGVzdC1rZXktMzJieQ==",
             _ => return None,
         }
         .to_owned(),
@@ -52,7 +55,12 @@ pub fn postgres_url() -> Option<String> {
 /// Says a PostgreSQL test was skipped, and why (visible with `--nocapture` and in
 /// the test's captured output).
 pub fn skip_postgres(test: &str) {
-    eprintln!("SKIPPED {test}: set SWITCHBOARD_TEST_POSTGRES_URL (e.g. postgres://root@127.0.0.1:5432/test) to run the PostgreSQL suite");
+    use std::io::Write as _;
+    // Written to the stderr handle directly: libtest captures `eprintln!` output of
+    // passing tests, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),"SKIPPED {test}: set SWITCHBOARD_TEST_POSTGRES_URL (e.g. postgres://root@127.0.0.1:5432/test) to run the PostgreSQL suite"
+    );
 }
 
 /// A fresh schema in the test database; the returned URL selects it.
@@ -61,7 +69,25 @@ pub async fn fresh_postgres_schema(base: &str) -> String {
         .await
         .expect("connect to the test PostgreSQL");
     tokio::spawn(conn);
-    let schema = format!("sb_test_{:016x}", rand::random::<u64>());
+    // Named by creation time, so schemas left by earlier runs (over an hour old) can
+    // be dropped without touching a concurrent test's.
+    let schema = format!("sb_test_{}_{:08x}", now_s(), rand::random::<u32>());
+    let stale = client
+        .query(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sb\\_test\\_%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    for row in stale {
+        let name: String = row.get(0);
+        let created: Option<i64> = name.split('_').nth(2).and_then(|t| t.parse().ok());
+        if created.is_none_or(|t| t < now_s() - 3600) {
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                .await;
+        }
+    }
     client
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .await
@@ -490,4 +516,49 @@ pub fn all_sources() -> String {
         out.push('\n');
     }
     out
+}
+
+/// A TCP proxy in front of PostgreSQL that a test can take down and bring back, to
+/// see what the runtime does when its database goes away.
+pub struct Proxy {
+    pub addr: std::net::SocketAddr,
+    up: tokio::sync::watch::Sender<bool>,
+}
+
+impl Proxy {
+    /// Listens on an ephemeral port and forwards to `target` (host:port).
+    pub async fn start(target: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, watch) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !*watch.borrow() {
+                    continue; // dropped: the client sees the connection close at once
+                }
+                let target = target.clone();
+                let mut down = watch.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = down.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, up }
+    }
+
+    /// Cuts every connection and refuses new ones.
+    pub fn down(&self) {
+        self.up.send_replace(false);
+    }
+
+    /// Forwards again.
+    pub fn up(&self) {
+        self.up.send_replace(true);
+    }
 }

@@ -1,0 +1,265 @@
+//! What survives: events, dedupe claims and per-source state across a restart; claim
+//! expiry and sweeping; concurrent copies of one delivery; cron ticks and catch-up.
+//! Every case runs on SQLite and, when `SWITCHBOARD_TEST_POSTGRES_URL` is set, on
+//! PostgreSQL (otherwise the PostgreSQL variants say they were skipped).
+#![cfg(feature = "runtime")]
+
+#[path = "ingest/support.rs"]
+mod support;
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+use support::{
+    all_sources, eventually, now_s, postgres_url, skip_postgres, Delivery, Harness, Kind, StoreKind,
+};
+
+/// Generates `sqlite_<case>` and `postgres_<case>` tests from `async fn <case>(StoreKind)`.
+macro_rules! on_both_stores {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::StoreKind::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    match super::postgres_url() {
+                        Some(url) => super::$case(super::StoreKind::Postgres(url)).await,
+                        None => super::skip_postgres(concat!("postgres::", stringify!($case))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    events_claims_and_captured_tokens_survive_a_restart,
+    an_expired_claim_lets_the_key_in_again_and_is_swept,
+    concurrent_copies_of_one_delivery_store_exactly_one,
+    cron_ticks_are_stored_under_their_schedule_key,
+    cron_catches_up_on_fires_missed_while_down,
+);
+
+async fn events_claims_and_captured_tokens_survive_a_restart(kind: StoreKind) {
+    let sources = format!(
+        "{}[[sources]]\nid = \"fresh-notion\"\nprovider = \"notion\"\n",
+        all_sources()
+    );
+    let mut h = Harness::start(&kind, &sources).await;
+    let mut ids = Vec::new();
+    for k in Kind::ALL {
+        let (status, body) = h.post_json(k.source(), &k.signed("before-restart")).await;
+        assert_eq!(status, 200, "{k:?}");
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let handshake = Delivery::new(&[], r#"{"verification_token":"secret_kept"}"#);
+    assert_eq!(h.post_json("fresh-notion", &handshake).await.0, 200);
+
+    h.restart().await;
+
+    for (k, id) in Kind::ALL.into_iter().zip(&ids) {
+        let events = h.events(k.source()).await;
+        assert_eq!(events.len(), 1, "{k:?}");
+        assert_eq!(events[0]["id"].as_str(), Some(id.as_str()), "{k:?}");
+        let (status, body) = h.post_json(k.source(), &k.signed("before-restart")).await;
+        assert_eq!(
+            (status, body["duplicate"].as_bool()),
+            (200, Some(true)),
+            "{k:?}: the claim survived"
+        );
+        assert_eq!(body["id"].as_str(), Some(id.as_str()));
+    }
+    assert_eq!(
+        h.get("/api/v1/sources/fresh-notion").await["verification_token"],
+        "secret_kept"
+    );
+    let signed = Kind::Notion.sign("secret_kept", "n-after", now_s());
+    assert_eq!(
+        h.post_json("fresh-notion", &signed).await.1["duplicate"],
+        false
+    );
+}
+
+async fn an_expired_claim_lets_the_key_in_again_and_is_swept(kind: StoreKind) {
+    let h = Harness::start(
+        &kind,
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\ndedupe_retention_secs = 1\n",
+    )
+    .await;
+    let d = Kind::Github.signed("short-lived");
+    let (_, first) = h.post_json("gh", &d).await;
+    assert_eq!(first["duplicate"], false);
+    assert_eq!(h.post_json("gh", &d).await.1["duplicate"], true);
+    // Redeliver until the 1 s claim has expired; every earlier copy is a duplicate.
+    let second = eventually("the claim to expire", || async {
+        let (_, body) = h.post_json("gh", &d).await;
+        (body["duplicate"] == false).then_some(body)
+    })
+    .await;
+    assert_ne!(second["id"], first["id"]);
+    assert_eq!(h.events("gh").await.len(), 2);
+    let far_future = switchboard::store::now_ms() + 60_000;
+    let swept = h
+        .runtime()
+        .store()
+        .backend()
+        .sweep(far_future, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.claims, 1,
+        "the live claim expires by then and is deleted"
+    );
+    let again = h
+        .runtime()
+        .store()
+        .backend()
+        .sweep(far_future, 0)
+        .await
+        .unwrap();
+    assert_eq!(again.claims, 0);
+}
+
+async fn concurrent_copies_of_one_delivery_store_exactly_one(kind: StoreKind) {
+    let h = Harness::start(&kind, &all_sources()).await;
+    let d = Kind::Stripe.signed("evt_concurrent");
+    let answers = futures_util::future::join_all((0..64).map(|_| h.post_json("stripe", &d))).await;
+    let fresh: Vec<&Value> = answers
+        .iter()
+        .filter(|(_, b)| b["duplicate"] == false)
+        .map(|(_, b)| b)
+        .collect();
+    assert!(answers.iter().all(|(s, _)| *s == 200));
+    assert_eq!(fresh.len(), 1, "exactly one copy is new");
+    let ids: HashSet<&str> = answers
+        .iter()
+        .map(|(_, b)| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "every copy names the one stored event");
+    assert_eq!(h.events("stripe").await.len(), 1);
+}
+
+async fn cron_ticks_are_stored_under_their_schedule_key(kind: StoreKind) {
+    let h = Harness::start(
+        &kind,
+        "[[sources]]\nid = \"tick\"\nprovider = \"cron\"\nschedule = \"* * * * * *\"\ntimezone = \"Europe/Berlin\"\npayload = { job = \"report\" }\n",
+    )
+    .await;
+    let events = eventually("two ticks", || async {
+        let e = h.events("tick").await;
+        (e.len() >= 2).then_some(e)
+    })
+    .await;
+    for e in &events {
+        let at = e["occurred_at_ms"].as_i64().unwrap();
+        assert_eq!(at % 1000, 0, "fires are whole seconds");
+        assert_eq!(e["dedupe_key"], format!("cron:tick:{}", at / 1000));
+        assert_eq!(
+            (e["provider"].as_str(), e["kind"].as_str()),
+            (Some("cron"), Some("tick"))
+        );
+        assert_eq!(e["signature"], "internal");
+        assert_eq!(e["payload"]["job"], "report");
+    }
+    assert!(events[0]["occurred_at_ms"].as_i64() > events[1]["occurred_at_ms"].as_i64());
+    let shown = h.get("/api/v1/sources/tick").await;
+    assert!(shown["last_fire_ms"].as_i64().is_some(), "{shown}");
+    assert_eq!(shown["timezone"], "Europe/Berlin");
+}
+
+async fn cron_catches_up_on_fires_missed_while_down(kind: StoreKind) {
+    for (mode, expect_missed) in [("all", 10), ("latest", 1)] {
+        let config = format!("[[sources]]\nid = \"c\"\nprovider = \"cron\"\nschedule = \"0 * * * * *\"\ncatch_up = \"{mode}\"\n");
+        let mut h = Harness::start(&kind, &config).await;
+        h.stop().await;
+        // Pretend the last fire was ten minutes ago (just after a minute boundary).
+        let down_since = (now_s() / 60 - 10) * 60 * 1000 + 1;
+        let backend = switchboard::store::open_backend(&h.store_url, &Default::default())
+            .await
+            .unwrap();
+        backend
+            .put_state(
+                "c",
+                switchboard::webhooks::LAST_FIRE_KEY,
+                Some(&down_since.to_string()),
+            )
+            .await
+            .unwrap();
+        let restarted_at = now_s() * 1000;
+        h.restart().await;
+        let missed = |events: &[Value]| -> Vec<i64> {
+            events
+                .iter()
+                .filter_map(|e| e["occurred_at_ms"].as_i64())
+                .filter(|at| *at <= restarted_at)
+                .collect()
+        };
+        let caught_up = eventually(&format!("{mode}: catch-up fires"), || async {
+            let m = missed(&h.events("c").await);
+            (m.len() >= expect_missed).then_some(m)
+        })
+        .await;
+        assert_eq!(caught_up.len(), expect_missed, "{mode}: {caught_up:?}");
+        assert!(
+            caught_up
+                .iter()
+                .all(|at| at % 60_000 == 0 && *at > down_since),
+            "{mode}"
+        );
+        // A second restart re-runs nothing: the last fire moved on, and keys dedupe.
+        h.restart().await;
+        let after = missed(&h.events("c").await);
+        assert_eq!(after.len(), expect_missed, "{mode}");
+    }
+}
+
+#[tokio::test]
+async fn postgres_going_away_answers_503_and_recovers() {
+    let Some(base) = postgres_url() else {
+        return skip_postgres("postgres_going_away_answers_503_and_recovers");
+    };
+    let Some((_, rest)) = base.split_once('@') else {
+        return eprintln!("SKIPPED: SWITCHBOARD_TEST_POSTGRES_URL must have the form postgres://user@host:port/db");
+    };
+    let target = rest.split('/').next().unwrap().to_owned();
+    let proxy = Proxy::start(target.clone()).await;
+    let schema_url = support::fresh_postgres_schema(&base).await;
+    let through_proxy = schema_url.replacen(&target, &proxy.addr.to_string(), 1);
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let h = Harness::start_on(through_proxy, &all_sources(), dir).await;
+    assert_eq!(h.post_json("gh", &Kind::Github.signed("up-1")).await.0, 200);
+
+    proxy.down();
+    let resp = eventually("a 503 while the database is away", || async {
+        let resp = h.post("gh", &Kind::Github.signed("down-1")).await;
+        (resp.status() == 503).then_some(resp)
+    })
+    .await;
+    assert!(resp.headers().contains_key("retry-after"));
+
+    proxy.up();
+    eventually("the store to come back", || async {
+        (h.post_json("gh", &Kind::Github.signed("down-1")).await.0 == 200).then_some(())
+    })
+    .await;
+    let ids: Vec<String> = h
+        .events("gh")
+        .await
+        .iter()
+        .map(|e| e["payload"]["delivery"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        ["down-1", "up-1"],
+        "the refused delivery was stored once, on its retry"
+    );
+}
+
+use support::Proxy;
