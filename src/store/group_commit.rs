@@ -75,6 +75,9 @@ impl Store {
             batched_writes: AtomicU64::new(0),
             dropped_audit: AtomicU64::new(0),
         });
+        // A task on the caller's runtime. Tried: a dedicated thread with its own
+        // runtime, to spare the writer the HTTP tasks' run queue; no measurable gain,
+        // and PostgreSQL connections opened there would die with that thread.
         tokio::spawn(writer(Arc::downgrade(&shared), shared.backend.clone(), rx));
         Store { shared }
     }
@@ -139,37 +142,39 @@ async fn writer(
     mut rx: mpsc::Receiver<Job>,
 ) {
     let mut jobs = Vec::with_capacity(MAX_BATCH);
-    let mut writes = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        writes.extend(jobs.iter().map(|j| j.write.clone()));
-        let result = backend.write_batch(&writes, crate::store::now_ms()).await;
+        let mut replies = Vec::with_capacity(jobs.len());
+        let writes: Vec<Write> = jobs
+            .drain(..)
+            .map(|j| {
+                replies.push(j.reply);
+                j.write
+            })
+            .collect();
+        let count = writes.len() as u64;
+        let result = backend.write_batch(writes, crate::store::now_ms()).await;
         if let Some(s) = shared.upgrade() {
             s.batches.fetch_add(1, Ordering::Relaxed);
-            s.batched_writes
-                .fetch_add(writes.len() as u64, Ordering::Relaxed);
+            s.batched_writes.fetch_add(count, Ordering::Relaxed);
         }
         match result {
             Ok(outcomes) => {
-                for (job, outcome) in jobs.drain(..).zip(outcomes) {
-                    if let (Some(reply), Some(o)) = (job.reply, outcome) {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    if let (Some(reply), Some(o)) = (reply, outcome) {
                         let _ = reply.send(Ok(o));
                     }
                 }
             }
             Err(e) => {
-                tracing::warn!(backend = backend.name(), error = %e, writes = writes.len(), "batch not committed");
+                tracing::warn!(backend = backend.name(), error = %e, writes = count, "batch not committed");
                 let text = match e {
                     Error::Store(text) => text,
                     other => other.to_string(),
                 };
-                for job in jobs.drain(..) {
-                    if let Some(reply) = job.reply {
-                        let _ = reply.send(Err(Error::Store(text.clone())));
-                    }
+                for reply in replies.into_iter().flatten() {
+                    let _ = reply.send(Err(Error::Store(text.clone())));
                 }
             }
         }
-        jobs.clear();
-        writes.clear();
     }
 }

@@ -114,7 +114,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Applies `writes` in ONE transaction, evaluating claims against `now_ms`, and
     /// returns one result per write in order (`None` for a [`Write::Reject`]). An error
     /// means nothing of the batch was stored.
-    async fn write_batch(&self, writes: &[Write], now_ms: i64) -> Result<Vec<Option<Appended>>>;
+    async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>>;
 
     /// Lists events per `query`.
     async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>>;

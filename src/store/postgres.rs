@@ -217,7 +217,7 @@ impl Backend for PostgresBackend {
         "postgres"
     }
 
-    async fn write_batch(&self, writes: &[Write], now_ms: i64) -> Result<Vec<Option<Appended>>> {
+    async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>> {
         let mut client = self.client().await?;
         let append = client
             .prepare_cached(APPEND)

@@ -207,7 +207,7 @@ fn decide_inner(
         }
     };
     let c = classify(provider, h, &body)?;
-    Ok(store(spec, req, c.kind, c.dedupe_key, occurred_at_ms))
+    Ok(store(spec, req, c.kind, c.dedupe_key, occurred_at_ms, body))
 }
 
 /// [`signature::check_timestamp`] at millisecond precision (Linear's timestamps are ms).
@@ -302,7 +302,14 @@ fn generic(
             )
         }
     };
-    Ok(store(spec, req, kind, dedupe_key, None))
+    Ok(store(
+        spec,
+        req,
+        kind,
+        dedupe_key,
+        None,
+        payload.unwrap_or(Value::Null),
+    ))
 }
 
 fn store(
@@ -311,6 +318,7 @@ fn store(
     kind: String,
     dedupe_key: String,
     occurred_at_ms: Option<i64>,
+    payload: Value,
 ) -> Decision {
     let headers = redact_headers(req.headers.iter().copied());
     Decision::Store(Box::new(TriggerEvent::new(
@@ -324,6 +332,7 @@ fn store(
         &spec.tenant,
         headers,
         req.body.to_vec(),
+        payload,
         SignatureStatus::Verified,
     )))
 }

@@ -117,6 +117,7 @@ async fn fire(
             &spec.tenant,
             Default::default(),
             rule.payload.clone().into_bytes(),
+            serde_json::from_str(&rule.payload).unwrap_or_default(),
             SignatureStatus::Internal,
         )
     };
