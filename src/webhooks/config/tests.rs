@@ -150,3 +150,14 @@ fn generic_and_cron_sources_resolve_their_rules() {
             .contains("needs `header`")
     );
 }
+
+#[test]
+fn the_shipped_example_config_resolves() {
+    let text = include_str!("../../../examples/switchboard.toml");
+    let c = RuntimeConfig::from_toml(text)
+        .unwrap()
+        .resolve_with(|_| Some("x".into()))
+        .unwrap();
+    assert_eq!(c.sources.len(), 2);
+    assert!(c.store.starts_with("sqlite:"));
+}
