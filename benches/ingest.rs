@@ -18,6 +18,9 @@
 
 #[path = "support/mod.rs"]
 mod support;
+// The test suite's helpers: a fresh PostgreSQL schema per run.
+#[path = "../tests/ingest/support.rs"]
+mod ingest_support;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -63,40 +66,51 @@ fn signature(body: &str) -> String {
 async fn drive(addr: SocketAddr, size: usize, dur: Duration) -> Sample {
     let body = Arc::new(body(size));
     let sig = Arc::new(signature(&body));
-    let counter = Arc::new(AtomicU64::new(0));
     let tag = rand::random::<u32>();
+    measure(dur, |deadline, counter| {
+        let (body, sig) = (body.clone(), sig.clone());
+        async move {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            conn.set_nodelay(true).unwrap();
+            let mut lat = Vec::new();
+            let mut req = Vec::with_capacity(body.len() + 512);
+            let mut buf = vec![0u8; 16 * 1024];
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                req.clear();
+                write!(
+                    req,
+                    "POST /hooks/gh HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
+                         x-github-event: issues\r\nx-github-delivery: {tag:08x}-{n}\r\n\
+                         x-hub-signature-256: {sig}\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                )
+                .unwrap();
+                req.extend_from_slice(body.as_bytes());
+                let t = Instant::now();
+                conn.write_all(&req).await.expect("write");
+                let status = read_response(&mut conn, &mut buf).await;
+                assert_eq!(status, 200, "request {n} was not acknowledged");
+                lat.push(t.elapsed());
+            }
+            lat
+        }
+    })
+    .await
+}
+
+/// Runs [`CONCURRENCY`] clients made by `client(deadline, request counter)` until the
+/// deadline; each returns the latencies of its requests.
+async fn measure<F, Fut>(dur: Duration, client: F) -> Sample
+where
+    F: Fn(Instant, Arc<AtomicU64>) -> Fut,
+    Fut: std::future::Future<Output = Vec<Duration>> + Send + 'static,
+{
+    let counter = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + dur;
     let tasks: Vec<_> = (0..CONCURRENCY)
-        .map(|_| {
-            let (body, sig, counter) = (body.clone(), sig.clone(), counter.clone());
-            tokio::spawn(async move {
-                let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
-                conn.set_nodelay(true).unwrap();
-                let mut lat = Vec::new();
-                let mut req = Vec::with_capacity(body.len() + 512);
-                let mut buf = vec![0u8; 16 * 1024];
-                while Instant::now() < deadline {
-                    let n = counter.fetch_add(1, Ordering::Relaxed);
-                    req.clear();
-                    write!(
-                        req,
-                        "POST /hooks/gh HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
-                         x-github-event: issues\r\nx-github-delivery: {tag:08x}-{n}\r\n\
-                         x-hub-signature-256: {sig}\r\ncontent-length: {}\r\n\r\n",
-                        body.len()
-                    )
-                    .unwrap();
-                    req.extend_from_slice(body.as_bytes());
-                    let t = Instant::now();
-                    conn.write_all(&req).await.expect("write");
-                    let status = read_response(&mut conn, &mut buf).await;
-                    assert_eq!(status, 200, "request {n} was not acknowledged");
-                    lat.push(t.elapsed());
-                }
-                lat
-            })
-        })
+        .map(|_| tokio::spawn(client(deadline, counter.clone())))
         .collect();
     let mut latencies = Vec::new();
     for t in tasks {
@@ -141,48 +155,35 @@ async fn read_response(conn: &mut tokio::net::TcpStream, buf: &mut [u8]) -> u16 
 /// The store alone: `CONCURRENCY` tasks appending through the group commit, no HTTP.
 async fn drive_store(store: switchboard::store::Store, size: usize, dur: Duration) -> Sample {
     let body = Arc::new(body(size));
-    let counter = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + dur;
-    let tasks: Vec<_> = (0..CONCURRENCY)
-        .map(|_| {
-            let (store, body, counter) = (store.clone(), body.clone(), counter.clone());
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                while Instant::now() < deadline {
-                    let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let now = switchboard::store::now_ms();
-                    let ev = switchboard::TriggerEvent::new(
-                        "gh",
-                        "github",
-                        "issues.opened".into(),
-                        now,
-                        None,
-                        format!("1:{n}"),
-                        switchboard::triggers::trace_id_from(None),
-                        "default",
-                        Default::default(),
-                        body.as_bytes().to_vec(),
-                        serde_json::Value::Null,
-                        switchboard::triggers::SignatureStatus::Verified,
-                    );
-                    let t = Instant::now();
-                    store.append(ev, now + 86_400_000).await.expect("append");
-                    lat.push(t.elapsed());
-                }
-                lat
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.extend(t.await.unwrap());
-    }
-    Sample {
-        ops: latencies.len() as u64,
-        elapsed: started.elapsed(),
-        latencies,
-    }
+    measure(dur, |deadline, counter| {
+        let (store, body) = (store.clone(), body.clone());
+        async move {
+            let mut lat = Vec::new();
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let now = switchboard::store::now_ms();
+                let ev = switchboard::TriggerEvent::new(
+                    "gh",
+                    "github",
+                    "issues.opened".into(),
+                    now,
+                    None,
+                    format!("1:{n}"),
+                    switchboard::triggers::trace_id_from(None),
+                    "default",
+                    Default::default(),
+                    body.as_bytes().to_vec(),
+                    serde_json::Value::Null,
+                    switchboard::triggers::SignatureStatus::Verified,
+                );
+                let t = Instant::now();
+                store.append(ev, now + 86_400_000).await.expect("append");
+                lat.push(t.elapsed());
+            }
+            lat
+        }
+    })
+    .await
 }
 
 async fn baseline() -> (SocketAddr, tokio::task::JoinHandle<()>) {
@@ -228,20 +229,6 @@ async fn stored_count(rt: &Runtime) -> u64 {
             _ => return total,
         }
     }
-}
-
-async fn fresh_schema(base: &str) -> String {
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let schema = format!("sb_bench_{:08x}", rand::random::<u32>());
-    client
-        .batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
 }
 
 fn row(name: &str, s: &mut Sample, base: Option<f64>, batches: Option<(u64, u64)>) {
@@ -318,7 +305,11 @@ async fn main() {
             ),
         ];
         if let Some(base_url) = &pg {
-            stores.push(("postgres", fresh_schema(base_url).await, ""));
+            stores.push((
+                "postgres",
+                ingest_support::fresh_postgres_schema(base_url).await,
+                "",
+            ));
         }
         for (name, store, extra) in stores {
             let rt = runtime(&store, extra).await;

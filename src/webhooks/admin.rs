@@ -18,8 +18,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
@@ -27,6 +28,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
+use super::classify::Provider;
 use super::config::Rule;
 use super::server::{Ingress, LiveSource, NOTION_TOKEN_KEY};
 use crate::store::EventQuery;
@@ -36,7 +38,8 @@ pub(crate) const MAX_PAGE: usize = 500;
 /// Page size when `limit` is not given.
 pub(crate) const DEFAULT_PAGE: usize = 50;
 
-pub(crate) fn routes() -> Router<Arc<Ingress>> {
+/// The admin routes, behind the bearer-token check when one is configured.
+pub(crate) fn routes(state: Arc<Ingress>) -> Router<Arc<Ingress>> {
     Router::new()
         .route("/api/v1/sources", get(list_sources))
         .route("/api/v1/sources/{id}", get(one_source))
@@ -47,34 +50,76 @@ pub(crate) fn routes() -> Router<Arc<Ingress>> {
         .route("/api/v1/events", get(events))
         .route("/api/v1/rejections", get(rejections))
         .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state, require_token))
         .route("/healthz", get(|| async { "ok" }))
 }
 
-fn error(status: StatusCode, reason: &str, message: &str) -> Response {
-    (status, Json(json!({"error": reason, "message": message}))).into_response()
+/// An admin API failure, answered as `{"error": reason, "message": …}`.
+struct ApiError {
+    status: StatusCode,
+    reason: &'static str,
+    message: String,
 }
 
-/// Checks the bearer token when one is configured.
-fn authorised(app: &Ingress, headers: &axum::http::HeaderMap) -> Result<(), Refused> {
-    let Some(want) = &app.admin_token else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let ok =
-        given.len() == want.expose().len() && bool::from(given.as_bytes().ct_eq(want.expose()));
-    if ok {
-        Ok(())
-    } else {
-        Err(Box::new(error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "the admin API needs Authorization: Bearer <admin token>",
-        )))
+impl ApiError {
+    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            reason,
+            message: message.into(),
+        }
     }
+}
+
+impl From<crate::Error> for ApiError {
+    fn from(e: crate::Error) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            e.to_string(),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.reason, "message": self.message})),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+/// Refuses a request without the configured bearer token (constant-time compare).
+async fn require_token(State(app): State<Arc<Ingress>>, req: Request, next: Next) -> Response {
+    if let Some(want) = &app.admin_token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let ok =
+            given.len() == want.expose().len() && bool::from(given.as_bytes().ct_eq(want.expose()));
+        if !ok {
+            let msg = "the admin API needs Authorization: Bearer <admin token>";
+            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", msg).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a LiveSource, ApiError> {
+    app.sources.get(id).map(|s| &**s).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_source",
+            "no source with this id is configured",
+        )
+    })
 }
 
 fn describe(src: &LiveSource) -> Value {
@@ -96,13 +141,8 @@ fn describe(src: &LiveSource) -> Value {
             v["catch_up"] = json!(format!("{:?}", c.catch_up).to_lowercase());
             v["ingress_path"] = Value::Null;
         }
-        Rule::Provider(super::classify::Provider::Notion) => {
-            let captured = src
-                .notion_token
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some();
-            v["verification_token_captured"] = json!(captured);
+        Rule::Provider(Provider::Notion) => {
+            v["verification_token_captured"] = json!(src.notion_token().is_some());
         }
         Rule::Provider(_) | Rule::Generic(_) => {
             v["timestamp_tolerance_secs"] = json!(s.tolerance_s);
@@ -111,10 +151,7 @@ fn describe(src: &LiveSource) -> Value {
     v
 }
 
-async fn list_sources(State(app): State<Arc<Ingress>>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
-    }
+async fn list_sources(State(app): State<Arc<Ingress>>) -> Response {
     let list: Vec<Value> = app
         .order
         .iter()
@@ -124,93 +161,37 @@ async fn list_sources(State(app): State<Arc<Ingress>>, headers: axum::http::Head
     Json(json!({ "sources": list })).into_response()
 }
 
-async fn one_source(
-    State(app): State<Arc<Ingress>>,
-    Path(id): Path<String>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
-    }
-    let Some(src) = app.sources.get(&id) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "unknown_source",
-            "no source with this id is configured",
-        );
-    };
+async fn one_source(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
+    let src = find(&app, &id)?;
     let mut v = describe(src);
     match &src.spec.rule {
-        Rule::Provider(super::classify::Provider::Notion) => {
-            v["verification_token"] = json!(src
-                .notion_token
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone());
+        Rule::Provider(Provider::Notion) => v["verification_token"] = json!(src.notion_token()),
+        Rule::Cron(_) => {
+            let last = app
+                .store
+                .backend()
+                .get_state(&id, super::ticker::LAST_FIRE_KEY)
+                .await?;
+            v["last_fire_ms"] = json!(last.and_then(|s| s.parse::<i64>().ok()));
         }
-        Rule::Cron(_) => match app
-            .store
-            .backend()
-            .get_state(&id, super::ticker::LAST_FIRE_KEY)
-            .await
-        {
-            Ok(last) => v["last_fire_ms"] = json!(last.and_then(|s| s.parse::<i64>().ok())),
-            Err(e) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    &e.to_string(),
-                )
-            }
-        },
         _ => {}
     }
-    Json(v).into_response()
+    Ok(Json(v).into_response())
 }
 
-async fn forget_token(
-    State(app): State<Arc<Ingress>>,
-    Path(id): Path<String>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
+async fn forget_token(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
+    let src = find(&app, &id)?;
+    if !matches!(src.spec.rule, Rule::Provider(Provider::Notion)) {
+        let msg = "only Notion sources capture a verification token";
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "not_notion", msg));
     }
-    let Some(src) = app.sources.get(&id) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "unknown_source",
-            "no source with this id is configured",
-        );
-    };
-    if !matches!(
-        src.spec.rule,
-        Rule::Provider(super::classify::Provider::Notion)
-    ) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "not_notion",
-            "only Notion sources capture a verification token",
-        );
-    }
-    if let Err(e) = app
-        .store
+    app.store
         .backend()
         .put_state(&id, NOTION_TOKEN_KEY, None)
-        .await
-    {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            &e.to_string(),
-        );
-    }
-    *src.notion_token.write().unwrap_or_else(|p| p.into_inner()) = None;
-    StatusCode::NO_CONTENT.into_response()
+        .await?;
+    src.set_notion_token(None);
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
-
-/// Boxed so the happy path's `Result` stays small.
-type Refused = Box<Response>;
 
 #[derive(Deserialize)]
 struct Page {
@@ -219,117 +200,75 @@ struct Page {
     after: Option<String>,
 }
 
-fn parse_limit(limit: Option<&str>) -> Result<usize, Refused> {
-    match limit {
-        None => Ok(DEFAULT_PAGE),
-        Some(s) => match s.parse::<usize>() {
-            Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
-            _ => Err(Box::new(error(
-                StatusCode::BAD_REQUEST,
-                "bad_limit",
-                &format!("limit must be an integer from 1 to {MAX_PAGE}"),
-            ))),
-        },
+impl Page {
+    fn limit(&self) -> Result<usize, ApiError> {
+        match self.limit.as_deref() {
+            None => Ok(DEFAULT_PAGE),
+            Some(s) => s
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_limit",
+                        format!("limit must be an integer from 1 to {MAX_PAGE}"),
+                    )
+                }),
+        }
+    }
+
+    fn source(&self) -> Option<&str> {
+        self.source.as_deref().filter(|s| !s.is_empty())
     }
 }
 
-async fn events(
-    State(app): State<Arc<Ingress>>,
-    Query(page): Query<Page>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
-    }
-    let limit = match parse_limit(page.limit.as_deref()) {
-        Ok(n) => n,
-        Err(r) => return *r,
-    };
+async fn events(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -> ApiResult {
+    let limit = page.limit()?;
     let before_seq = match page.after.as_deref() {
         None | Some("") => None,
-        Some(s) => match s.parse::<i64>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "bad_cursor",
-                    "after must be the `next` value of a previous page",
-                )
-            }
-        },
+        Some(s) => Some(s.parse::<i64>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_cursor",
+                "after must be the `next` value of a previous page",
+            )
+        })?),
     };
     let q = EventQuery {
-        source: page.source.filter(|s| !s.is_empty()),
+        source: page.source().map(str::to_owned),
         limit,
         before_seq,
     };
-    match app.store.backend().events(&q).await {
-        Ok(rows) => {
-            let next = if rows.len() == limit {
-                rows.last().map(|r| r.seq.to_string())
-            } else {
-                None
-            };
-            let events: Vec<&crate::triggers::TriggerEvent> =
-                rows.iter().map(|r| &r.event).collect();
-            Json(json!({"events": events, "next": next})).into_response()
-        }
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            &e.to_string(),
-        ),
-    }
+    let rows = app.store.backend().events(&q).await?;
+    let next = if rows.len() == limit {
+        rows.last().map(|r| r.seq.to_string())
+    } else {
+        None
+    };
+    let events: Vec<&crate::triggers::TriggerEvent> = rows.iter().map(|r| &r.event).collect();
+    Ok(Json(json!({"events": events, "next": next})).into_response())
 }
 
-async fn rejections(
-    State(app): State<Arc<Ingress>>,
-    Query(page): Query<Page>,
-    headers: axum::http::HeaderMap,
-) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
-    }
-    let limit = match parse_limit(page.limit.as_deref()) {
-        Ok(n) => n,
-        Err(r) => return *r,
-    };
-    match app
+async fn rejections(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -> ApiResult {
+    let rows = app
         .store
         .backend()
-        .rejections(page.source.as_deref().filter(|s| !s.is_empty()), limit)
-        .await
-    {
-        Ok(rows) => {
-            let rows: Vec<Value> = rows
-                .into_iter()
-                .map(|r| {
-                    let headers: Value = serde_json::from_str(&r.headers_json).unwrap_or(Value::Null);
-                    json!({"source": r.source, "reason": r.reason, "detail": r.detail,
-                           "received_at_ms": r.received_at_ms, "headers": headers, "body_len": r.body_len})
-                })
-                .collect();
-            Json(json!({ "rejections": rows })).into_response()
-        }
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            &e.to_string(),
-        ),
-    }
+        .rejections(page.source(), page.limit()?)
+        .await?;
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|r| {
+            let headers: Value = serde_json::from_str(&r.headers_json).unwrap_or(Value::Null);
+            json!({"source": r.source, "reason": r.reason, "detail": r.detail,
+                   "received_at_ms": r.received_at_ms, "headers": headers, "body_len": r.body_len})
+        })
+        .collect();
+    Ok(Json(json!({ "rejections": rows })).into_response())
 }
 
-async fn metrics(State(app): State<Arc<Ingress>>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(r) = authorised(&app, &headers) {
-        return *r;
-    }
+async fn metrics(State(app): State<Arc<Ingress>>) -> Response {
     let body = app.metrics.render(app.store.stats());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }

@@ -43,7 +43,22 @@ pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
 pub(crate) struct LiveSource {
     pub(crate) spec: SourceSpec,
     bucket: Option<Mutex<TokenBucket>>,
-    pub(crate) notion_token: RwLock<Option<String>>,
+    notion_token: RwLock<Option<String>>,
+}
+
+impl LiveSource {
+    /// The captured Notion verification token, if any.
+    pub(crate) fn notion_token(&self) -> Option<String> {
+        self.notion_token
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces (or clears) the captured token.
+    pub(crate) fn set_notion_token(&self, token: Option<String>) {
+        *self.notion_token.write().unwrap_or_else(|p| p.into_inner()) = token;
+    }
 }
 
 /// Everything the handlers share.
@@ -107,7 +122,7 @@ impl Ingress {
 pub(crate) fn router(state: Arc<Ingress>) -> Router {
     Router::new()
         .route("/hooks/{source_id}", post(hook))
-        .merge(super::admin::routes())
+        .merge(super::admin::routes(state.clone()))
         .with_state(state)
 }
 
@@ -209,11 +224,7 @@ async fn handle(
         body: &bytes,
         now_ms: now,
     };
-    let token = source
-        .notion_token
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let token = source.notion_token();
     match decide(&source.spec, token.as_deref(), &req) {
         Decision::Store(event) => {
             let event_id = event.id.clone();
@@ -251,10 +262,7 @@ async fn handle(
             {
                 return store_unavailable(app, id, &e);
             }
-            *source
-                .notion_token
-                .write()
-                .unwrap_or_else(|p| p.into_inner()) = Some(token);
+            source.set_notion_token(Some(token));
             app.metrics.outcome(id, "handshake");
             tracing::info!(
                 source = id,
