@@ -367,3 +367,33 @@ async fn an_admin_token_guards_the_admin_api_but_not_ingress() {
         200
     );
 }
+
+#[tokio::test]
+async fn a_flood_of_forgeries_is_counted_in_full_but_audited_only_up_to_the_budget() {
+    let h = Harness::sqlite(&all_sources()).await;
+    let forged = Kind::Github.sign("forged", "f", support::now_s());
+    for _ in 0..300 {
+        assert_eq!(h.post("gh", &forged).await.status(), 401);
+    }
+    let m = h.metrics().await;
+    assert!(
+        m.contains(
+            "switchboard_ingress_rejections_total{source=\"gh\",reason=\"bad_signature\"} 300"
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains("switchboard_ingress_audit_skipped_total{source=\"gh\"}"),
+        "{m}"
+    );
+    let rows = support::eventually("the audit rows to land", || async {
+        let v = h.get("/api/v1/rejections?source=gh&limit=500").await;
+        let n = v["rejections"].as_array()?.len();
+        (n >= 200).then_some(n)
+    })
+    .await;
+    assert!(
+        rows < 300,
+        "the audit table holds the budget, not the flood ({rows})"
+    );
+}

@@ -1,8 +1,9 @@
 //! Ingress counters, exposed at `/metrics` in the Prometheus text format.
 //!
 //! Names (prefix `switchboard_ingress_`): `requests_total{source,outcome}` with outcome
-//! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`, `too_large`,
+//! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`,
 //! `store_unavailable`, `unknown_source`; `rejections_total{source,reason}`;
+//! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
 //! commit included); and the group commit's `store_batches_total`,
 //! `store_batched_writes_total` and `store_dropped_audit_total`.
@@ -23,6 +24,7 @@ pub struct IngressMetrics {
     registry: Registry,
     requests: Family<Labels, Counter>,
     rejections: Family<Labels, Counter>,
+    audit_skipped: Family<Labels, Counter>,
     duration: Histogram,
     batches: Counter,
     batched_writes: Counter,
@@ -41,6 +43,7 @@ impl IngressMetrics {
         let mut registry = Registry::with_prefix("switchboard_ingress");
         let requests = Family::<Labels, Counter>::default();
         let rejections = Family::<Labels, Counter>::default();
+        let audit_skipped = Family::<Labels, Counter>::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.0001, 2.0, 16,
@@ -56,6 +59,11 @@ impl IngressMetrics {
             "rejections",
             "Refused deliveries by source and reason",
             rejections.clone(),
+        );
+        registry.register(
+            "audit_skipped",
+            "Refusals not written to the audit table (over the per-source audit budget)",
+            audit_skipped.clone(),
         );
         registry.register(
             "request_duration_seconds",
@@ -81,6 +89,7 @@ impl IngressMetrics {
             registry,
             requests,
             rejections,
+            audit_skipped,
             duration,
             batches,
             batched_writes,
@@ -105,6 +114,14 @@ impl IngressMetrics {
                 ("source", source.to_owned()),
                 ("reason", reason.to_owned()),
             ])
+            .inc();
+    }
+
+    /// Counts a refusal that was not written to the audit table (over the per-source
+    /// audit budget).
+    pub fn audit_skipped(&self, source: &str) {
+        self.audit_skipped
+            .get_or_create(&vec![("source", source.to_owned())])
             .inc();
     }
 

@@ -36,6 +36,14 @@ use crate::store::{now_ms, Appended, Rejected, Store};
 /// restarted database to come back, short next to providers' retry schedules.
 pub(crate) const STORE_RETRY_AFTER_SECS: u64 = 5;
 
+/// Audit rows per source per second (burst [`AUDIT_BURST`]). Refusals beyond it are
+/// still answered and counted (`rejections_total`, `outcome="rejected"`) but not
+/// written, so a flood of forged deliveries cannot fill the disk through the audit
+/// table and starve real events of space.
+pub(crate) const AUDIT_PER_SECOND: f64 = 20.0;
+/// Audit rows a source may write at once.
+pub(crate) const AUDIT_BURST: f64 = 200.0;
+
 /// State key of a captured Notion verification token.
 pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
 
@@ -43,6 +51,7 @@ pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
 pub(crate) struct LiveSource {
     pub(crate) spec: SourceSpec,
     bucket: Option<Mutex<TokenBucket>>,
+    audit_bucket: Mutex<TokenBucket>,
     notion_token: RwLock<Option<String>>,
 }
 
@@ -104,6 +113,7 @@ impl Ingress {
                 Arc::new(LiveSource {
                     spec,
                     bucket,
+                    audit_bucket: Mutex::new(TokenBucket::new(AUDIT_PER_SECOND, AUDIT_BURST, now)),
                     notion_token: RwLock::new(notion_token),
                 }),
             );
@@ -200,7 +210,6 @@ async fn handle(
         _ => axum::body::to_bytes(body, limit).await.ok(),
     };
     let Some(bytes) = bytes else {
-        app.metrics.outcome(id, "too_large");
         let refusal = Refusal {
             status: 413,
             reason: "body_too_large",
@@ -306,15 +315,24 @@ fn refuse(
     app.metrics.outcome(id, "rejected");
     app.metrics.rejection(id, refusal.reason);
     tracing::info!(source = id, reason = refusal.reason, detail = %refusal.detail, "delivery refused");
-    app.store.reject(Rejected {
-        source: id.to_owned(),
-        reason: refusal.reason.to_owned(),
-        detail: refusal.detail.clone(),
-        received_at_ms: now,
-        headers_json: serde_json::to_string(&redact_headers(pairs.iter().copied()))
-            .unwrap_or_default(),
-        body_len,
-    });
+    let audit = source
+        .audit_bucket
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .try_take(now);
+    if audit.is_err() {
+        app.metrics.audit_skipped(id);
+    } else {
+        app.store.reject(Rejected {
+            source: id.to_owned(),
+            reason: refusal.reason.to_owned(),
+            detail: refusal.detail.clone(),
+            received_at_ms: now,
+            headers_json: serde_json::to_string(&redact_headers(pairs.iter().copied()))
+                .unwrap_or_default(),
+            body_len,
+        });
+    }
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut resp = json_error(status, refusal.reason, &refusal.detail);
     if slack && status.is_client_error() {
