@@ -469,3 +469,87 @@ impl Backend for SqliteBackend {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pragma(conn: &Arc<Mutex<Connection>>, name: &str) -> String {
+        let c = conn.lock().unwrap();
+        c.query_row(&format!("PRAGMA {name}"), [], |r| {
+            r.get::<_, rusqlite::types::Value>(0)
+        })
+        .map(|v| match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_new_database_gets_wal_big_pages_and_the_chosen_sync_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, want) in [(Synchronous::Full, "2"), (Synchronous::Normal, "1")] {
+            let path = dir.path().join(format!("{want}.db"));
+            let options = StoreOptions {
+                synchronous: sync,
+                ..Default::default()
+            };
+            let b = SqliteBackend::open(path.to_str().unwrap(), &options)
+                .await
+                .unwrap();
+            assert_eq!(pragma(&b.writer, "journal_mode"), "wal");
+            assert_eq!(pragma(&b.writer, "synchronous"), want);
+            assert_eq!(pragma(&b.writer, "page_size"), PAGE_SIZE.to_string());
+            assert_eq!(pragma(&b.writer, "wal_autocheckpoint"), "0");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_database_from_a_newer_build_is_refused_not_migrated_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("newer.db");
+        let path = path.to_str().unwrap();
+        drop(
+            SqliteBackend::open(path, &StoreOptions::default())
+                .await
+                .unwrap(),
+        );
+        let c = Connection::open(path).unwrap();
+        c.execute("INSERT INTO schema_migrations VALUES (99, 0)", [])
+            .unwrap();
+        drop(c);
+        let err = SqliteBackend::open(path, &StoreOptions::default())
+            .await
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("schema version 99"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn migrations_apply_once_and_reopening_keeps_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("again.db");
+        let path = path.to_str().unwrap();
+        let b = SqliteBackend::open(path, &StoreOptions::default())
+            .await
+            .unwrap();
+        b.put_state("s", "k", Some("v")).await.unwrap();
+        drop(b);
+        let b = SqliteBackend::open(path, &StoreOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(b.get_state("s", "k").await.unwrap().as_deref(), Some("v"));
+        let versions = pragma(&b.reader, "user_version");
+        assert_eq!(
+            versions, "0",
+            "the schema version lives in schema_migrations"
+        );
+        let c = b.reader.lock().unwrap();
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, MIGRATIONS.len() as i64);
+    }
+}
