@@ -2,13 +2,12 @@
 //! for several runtime processes sharing one database.
 //!
 //! Chosen over sqlx for its build time here (about 70 s against 100 s clean) and
-//! because pipelining is explicit: a batch's statements are all sent before the first
-//! answer is awaited, so a group-committed batch of N appends costs about one round
-//! trip plus the commit, not N round trips.
+//! because pipelining is explicit.
 //!
-//! Each append is one statement: a data-modifying CTE claims the key (`ON CONFLICT …
-//! DO UPDATE … WHERE expires_at <= now`, so only an expired claim is taken over) and
-//! inserts the event only if the claim was taken. Two processes racing for one key
+//! A group-committed batch is ONE statement ([`APPEND_BATCH`]): the appends travel as
+//! arrays, and a data-modifying CTE claims every key and inserts the events whose claim
+//! it took, so N appends cost one round trip and one commit (measured: about 1.4× the
+//! events/s of one pipelined statement per append with 1 KiB bodies, 1.2× with 5 KiB). Two processes racing for one key
 //! serialise on the claim row; the loser sees a duplicate. Migrations run under a
 //! transaction-scoped advisory lock, so processes starting together apply each once.
 
@@ -75,22 +74,38 @@ const MIGRATIONS: &[(i64, &str)] = &[(
     );",
 )];
 
-const APPEND: &str = "WITH claim AS (
+/// One statement per batch: the appends arrive as arrays, a data-modifying CTE claims
+/// every key (`ON CONFLICT … DO UPDATE … WHERE expires_at <= now`, so only an expired
+/// claim is taken over), inserts the events whose claim was taken, and answers per
+/// input row whether it was stored and, if not, which event holds the claim (as seen
+/// by the statement's snapshot). Keys are unique within the array: the caller answers
+/// repeats within a batch itself.
+const APPEND_BATCH: &str = "WITH input AS (
+        SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
+            $6::BIGINT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[],
+            $12::TEXT[], $13::BIGINT[])
+        WITH ORDINALITY AS t(id, source, provider, kind, received_at, occurred_at,
+            dedupe_key, trace_id, tenant, headers, body, signature, expires_at, ord)
+    ), claimed AS (
         INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
-        VALUES ($2, $7, $1, $13)
+        SELECT source, dedupe_key, id, expires_at FROM input ORDER BY ord
         ON CONFLICT (source, dedupe_key) DO UPDATE
         SET event_id = EXCLUDED.event_id, expires_at = EXCLUDED.expires_at
         WHERE dedupe_claims.expires_at <= $14
         RETURNING event_id
-    ), ins AS (
+    ), inserted AS (
         INSERT INTO events (id, source, provider, kind, received_at, occurred_at,
             dedupe_key, trace_id, tenant, headers, body, signature)
-        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
-        WHERE EXISTS (SELECT 1 FROM claim)
+        SELECT id, source, provider, kind, received_at, occurred_at, dedupe_key,
+            trace_id, tenant, headers, body, signature
+        FROM input WHERE id IN (SELECT event_id FROM claimed) ORDER BY ord
         RETURNING id
     )
-    SELECT EXISTS (SELECT 1 FROM ins),
-        (SELECT event_id FROM dedupe_claims WHERE source = $2 AND dedupe_key = $7)";
+    SELECT i.ord, n.id IS NOT NULL, c.event_id
+    FROM input i
+    LEFT JOIN inserted n ON n.id = i.id
+    LEFT JOIN dedupe_claims c ON c.source = i.source AND c.dedupe_key = i.dedupe_key
+    ORDER BY i.ord";
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = $1 AND dedupe_key = $2";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -211,6 +226,86 @@ fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
     })
 }
 
+/// A batch's appends as parallel arrays for [`APPEND_BATCH`], plus what the statement
+/// does not carry: rejections, and repeats of a key already in the batch.
+struct Columns<'a> {
+    ids: Vec<&'a str>,
+    sources: Vec<&'a str>,
+    providers: Vec<&'a str>,
+    kinds: Vec<&'a str>,
+    received: Vec<i64>,
+    occurred: Vec<Option<i64>>,
+    keys: Vec<&'a str>,
+    traces: Vec<&'a str>,
+    tenants: Vec<&'a str>,
+    headers: Vec<String>,
+    bodies: Vec<&'a [u8]>,
+    signatures: Vec<&'static str>,
+    expires: Vec<i64>,
+    /// Batch position of each array row.
+    index: Vec<usize>,
+    /// (position, position of the first write with the same key).
+    repeats: Vec<(usize, usize)>,
+    rejections: Vec<&'a Rejected>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(writes: &'a [Write]) -> Columns<'a> {
+        let mut c = Columns {
+            ids: vec![],
+            sources: vec![],
+            providers: vec![],
+            kinds: vec![],
+            received: vec![],
+            occurred: vec![],
+            keys: vec![],
+            traces: vec![],
+            tenants: vec![],
+            headers: vec![],
+            bodies: vec![],
+            signatures: vec![],
+            expires: vec![],
+            index: vec![],
+            repeats: vec![],
+            rejections: vec![],
+        };
+        let mut first = std::collections::HashMap::new();
+        for (at, w) in writes.iter().enumerate() {
+            let (e, expires) = match w {
+                Write::Append {
+                    event,
+                    claim_expires_at_ms,
+                } => (event, *claim_expires_at_ms),
+                Write::Reject(r) => {
+                    c.rejections.push(r);
+                    continue;
+                }
+            };
+            if let Some(&earlier) = first.get(&(e.source.as_str(), e.dedupe_key.as_str())) {
+                c.repeats.push((at, earlier));
+                continue;
+            }
+            first.insert((e.source.as_str(), e.dedupe_key.as_str()), at);
+            c.ids.push(&e.id);
+            c.sources.push(&e.source);
+            c.providers.push(&e.provider);
+            c.kinds.push(&e.kind);
+            c.received.push(e.received_at_ms);
+            c.occurred.push(e.occurred_at_ms);
+            c.keys.push(&e.dedupe_key);
+            c.traces.push(&e.trace_id);
+            c.tenants.push(&e.tenant);
+            c.headers
+                .push(serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into()));
+            c.bodies.push(&e.body);
+            c.signatures.push(e.signature.as_str());
+            c.expires.push(expires);
+            c.index.push(at);
+        }
+        c
+    }
+}
+
 #[async_trait]
 impl Backend for PostgresBackend {
     fn name(&self) -> &'static str {
@@ -220,7 +315,7 @@ impl Backend for PostgresBackend {
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>> {
         let mut client = self.client().await?;
         let append = client
-            .prepare_cached(APPEND)
+            .prepare_cached(APPEND_BATCH)
             .await
             .map_err(pg_err("prepare"))?;
         let reject = client
@@ -228,86 +323,82 @@ impl Backend for PostgresBackend {
             .await
             .map_err(pg_err("prepare"))?;
         let tx = client.transaction().await.map_err(pg_err("begin"))?;
-        let headers: Vec<String> = writes
-            .iter()
-            .map(|w| match w {
-                Write::Append { event, .. } => {
-                    serde_json::to_string(&event.headers).unwrap_or_else(|_| "{}".into())
-                }
-                Write::Reject(_) => String::new(),
-            })
-            .collect();
-        // All statements are issued before any answer is awaited (pipelining); they
-        // still execute in order, so a key repeated within the batch is a duplicate.
-        let pending = writes.iter().zip(&headers).map(|(w, h)| {
-            let (tx, append, reject) = (&tx, &append, &reject);
+        let batch = Columns::of(&writes);
+        // The rejections are pipelined behind the one append statement.
+        let rejections = try_join_all(batch.rejections.iter().map(|r| {
+            let (tx, reject) = (&tx, &reject);
             async move {
-                match w {
-                    Write::Append {
-                        event: e,
-                        claim_expires_at_ms,
-                    } => {
-                        let sig = e.signature.as_str();
-                        let row = tx
-                            .query_one(
-                                append,
-                                &[
-                                    &e.id,
-                                    &e.source,
-                                    &e.provider,
-                                    &e.kind,
-                                    &e.received_at_ms,
-                                    &e.occurred_at_ms,
-                                    &e.dedupe_key,
-                                    &e.trace_id,
-                                    &e.tenant,
-                                    h,
-                                    &e.body,
-                                    &sig,
-                                    claim_expires_at_ms,
-                                    &now_ms,
-                                ],
-                            )
-                            .await?;
-                        let stored: bool = row.get(0);
-                        let holder: Option<String> = row.get(1);
-                        Ok::<_, tokio_postgres::Error>(Some((stored, holder, e)))
-                    }
-                    Write::Reject(r) => {
-                        tx.execute(
-                            reject,
-                            &[
-                                &r.source,
-                                &r.reason,
-                                &r.detail,
-                                &r.received_at_ms,
-                                &r.headers_json,
-                                &r.body_len,
-                            ],
-                        )
-                        .await?;
-                        Ok(None)
-                    }
-                }
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                    &r.source,
+                    &r.reason,
+                    &r.detail,
+                    &r.received_at_ms,
+                    &r.headers_json,
+                    &r.body_len,
+                ];
+                tx.execute(reject, &params).await
             }
-        });
-        let answers = try_join_all(pending).await.map_err(pg_err("write"))?;
-        let mut out = Vec::with_capacity(answers.len());
-        for a in answers {
-            out.push(match a {
-                None => None,
-                Some((true, _, e)) => Some(Appended::Stored(e.id.clone())),
-                Some((false, Some(holder), _)) => Some(Appended::Duplicate(holder)),
-                Some((false, None, e)) => {
-                    // The claim was committed by another process after this statement's
-                    // snapshot was taken: read it now.
-                    let row = tx
-                        .query_one(HOLDER, &[&e.source, &e.dedupe_key])
-                        .await
-                        .map_err(pg_err("write"))?;
-                    Some(Appended::Duplicate(row.get(0)))
+        }));
+        let appends = async {
+            if batch.ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let c = &batch;
+            tx.query(
+                &append,
+                &[
+                    &c.ids,
+                    &c.sources,
+                    &c.providers,
+                    &c.kinds,
+                    &c.received,
+                    &c.occurred,
+                    &c.keys,
+                    &c.traces,
+                    &c.tenants,
+                    &c.headers,
+                    &c.bodies,
+                    &c.signatures,
+                    &c.expires,
+                    &now_ms,
+                ],
+            )
+            .await
+        };
+        let (rows, _) = futures_util::future::try_join(appends, rejections)
+            .await
+            .map_err(pg_err("write"))?;
+        let mut out: Vec<Option<Appended>> = vec![None; writes.len()];
+        for row in rows {
+            let ord: i64 = row.get(0);
+            let at = batch.index[(ord - 1) as usize];
+            let Write::Append { event: e, .. } = &writes[at] else {
+                continue;
+            };
+            let stored: bool = row.get(1);
+            out[at] = Some(if stored {
+                Appended::Stored(e.id.clone())
+            } else {
+                match row.get::<_, Option<String>>(2) {
+                    Some(holder) => Appended::Duplicate(holder),
+                    // Claimed by another process after this statement's snapshot.
+                    None => {
+                        let row = tx
+                            .query_one(HOLDER, &[&e.source, &e.dedupe_key])
+                            .await
+                            .map_err(pg_err("write"))?;
+                        Appended::Duplicate(row.get(0))
+                    }
                 }
             });
+        }
+        for &(later, first) in &batch.repeats {
+            out[later] = match &out[first] {
+                Some(Appended::Stored(id)) | Some(Appended::Duplicate(id)) => {
+                    Some(Appended::Duplicate(id.clone()))
+                }
+                None => None,
+            };
         }
         tx.commit().await.map_err(pg_err("commit"))?;
         Ok(out)
