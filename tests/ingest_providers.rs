@@ -252,3 +252,21 @@ async fn notion_verification_token_is_captured_shown_to_the_operator_and_then_ve
     );
     assert_eq!(h.post_json("notion", &first).await.0, 200);
 }
+
+#[tokio::test]
+async fn concurrent_notion_verification_requests_capture_exactly_one_token() {
+    let h = Harness::sqlite("[[sources]]\nid = \"notion\"\nprovider = \"notion\"\n").await;
+    let requests: Vec<Delivery> = (0..16)
+        .map(|i| Delivery::new(&[], format!(r#"{{"verification_token":"secret_{i}"}}"#)))
+        .collect();
+    let answers =
+        futures_util::future::join_all(requests.iter().map(|d| h.post_json("notion", d))).await;
+    let captured = answers.iter().filter(|(s, _)| *s == 200).count();
+    let refused = answers.iter().filter(|(s, _)| *s == 409).count();
+    assert_eq!((captured, refused), (1, 15), "{answers:?}");
+    let shown = h.get("/api/v1/sources/notion").await["verification_token"].clone();
+    let token = shown.as_str().unwrap().to_owned();
+    // The token shown is the one that verifies.
+    let signed = Kind::Notion.sign(&token, "n-1", now_s());
+    assert_eq!(h.post_json("notion", &signed).await.0, 200);
+}

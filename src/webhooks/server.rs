@@ -53,6 +53,9 @@ pub(crate) struct LiveSource {
     bucket: Option<Mutex<TokenBucket>>,
     audit_bucket: Mutex<TokenBucket>,
     notion_token: RwLock<Option<String>>,
+    /// Serialises Notion token captures in this process, so two concurrent unsigned
+    /// verification requests cannot both be captured (the second gets 409).
+    capture: tokio::sync::Mutex<()>,
 }
 
 impl LiveSource {
@@ -115,6 +118,7 @@ impl Ingress {
                     bucket,
                     audit_bucket: Mutex::new(TokenBucket::new(AUDIT_PER_SECOND, AUDIT_BURST, now)),
                     notion_token: RwLock::new(notion_token),
+                    capture: tokio::sync::Mutex::new(()),
                 }),
             );
         }
@@ -263,6 +267,24 @@ async fn handle(
             (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
         }
         Decision::CaptureNotionToken(token) => {
+            let _capturing = source.capture.lock().await;
+            if source.notion_token().is_some() {
+                // Another request captured one while this one was being judged.
+                let refusal = Refusal {
+                    status: 409,
+                    reason: "verification_token_already_captured",
+                    detail: "a verification token was captured by a concurrent request".into(),
+                };
+                return refuse(
+                    app,
+                    &source,
+                    &pairs,
+                    bytes.len() as i64,
+                    now,
+                    refusal,
+                    slack,
+                );
+            }
             if let Err(e) = app
                 .store
                 .backend()
