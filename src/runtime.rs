@@ -36,9 +36,19 @@ impl Runtime {
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
         let addr = listener.local_addr()?;
+        // Everything fallible comes before the first task is spawned, so a failed start
+        // leaves nothing running.
+        let cron: Vec<_> = config
+            .sources
+            .iter()
+            .filter(|s| matches!(s.rule, Rule::Cron(_)))
+            .cloned()
+            .collect();
+        let ingress =
+            Arc::new(Ingress::new(config.sources, store.clone(), config.admin_token).await?);
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
-        for spec in &config.sources {
+        for spec in &cron {
             if let Rule::Cron(rule) = &spec.rule {
                 let task = crate::webhooks::ticker::run(
                     spec.clone(),
@@ -55,8 +65,6 @@ impl Runtime {
             config.sweep_interval,
             cancel.clone(),
         )));
-        let ingress =
-            Arc::new(Ingress::new(config.sources, store.clone(), config.admin_token).await?);
         let app = router(ingress);
         let stop = cancel.clone();
         let server = tokio::spawn(async move {

@@ -45,6 +45,7 @@ on_both_stores!(
     concurrent_copies_of_one_delivery_store_exactly_one,
     cron_ticks_are_stored_under_their_schedule_key,
     cron_catches_up_on_fires_missed_while_down,
+    two_processes_on_one_store_agree_on_the_notion_token,
 );
 
 async fn events_claims_and_captured_tokens_survive_a_restart(kind: StoreKind) {
@@ -218,6 +219,36 @@ async fn cron_catches_up_on_fires_missed_while_down(kind: StoreKind) {
         let after = missed(&h.events("c").await);
         assert_eq!(after.len(), expect_missed, "{mode}");
     }
+}
+
+async fn two_processes_on_one_store_agree_on_the_notion_token(kind: StoreKind) {
+    let config = "[[sources]]\nid = \"notion\"\nprovider = \"notion\"\n";
+    let a = Harness::start(&kind, config).await;
+    let b = Harness::start_on(a.store_url.clone(), config, a.dir.clone()).await;
+    let capture = |t: &str| Delivery::new(&[], format!(r#"{{"verification_token":"{t}"}}"#));
+    assert_eq!(a.post_json("notion", &capture("secret_one")).await.0, 200);
+    // B never saw the handshake, yet verifies with the token A captured ...
+    let signed = Kind::Notion.sign("secret_one", "n-1", now_s());
+    assert_eq!(b.post_json("notion", &signed).await.0, 200);
+    // ... and refuses a second capture, whichever process it reaches.
+    assert_eq!(b.post_json("notion", &capture("attacker")).await.0, 409);
+    assert_eq!(
+        b.get("/api/v1/sources/notion").await["verification_token"],
+        "secret_one"
+    );
+    // Cleared on A and captured anew on B: A follows.
+    let resp = a
+        .http
+        .delete(a.url("/api/v1/sources/notion/verification_token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(b.post_json("notion", &capture("secret_two")).await.0, 200);
+    let new = Kind::Notion.sign("secret_two", "n-2", now_s());
+    assert_eq!(a.post_json("notion", &new).await.0, 200);
+    let old = Kind::Notion.sign("secret_one", "n-3", now_s());
+    assert_eq!(a.post_json("notion", &old).await.0, 401);
 }
 
 #[tokio::test]

@@ -23,6 +23,11 @@ use crate::triggers::TriggerEvent;
 /// stays in the low milliseconds.
 pub const MAX_BATCH: usize = 512;
 
+/// Most body bytes in one transaction: 64 MiB. A burst of large deliveries (the body
+/// limit is 10 MiB) is split over several transactions rather than sent to PostgreSQL
+/// as one array value near its 1 GB limit, or held in SQLite's page cache at once.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
 /// Writes that may wait for the writer. When the queue is full, [`Store::append`]
 /// refuses at once (ingress answers 503 + Retry-After) rather than queueing without
 /// bound; audit writes are dropped and counted.
@@ -143,38 +148,108 @@ async fn writer(
 ) {
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        let mut replies = Vec::with_capacity(jobs.len());
-        let writes: Vec<Write> = jobs
-            .drain(..)
-            .map(|j| {
-                replies.push(j.reply);
-                j.write
-            })
-            .collect();
-        let count = writes.len() as u64;
-        let result = backend.write_batch(writes, crate::store::now_ms()).await;
-        if let Some(s) = shared.upgrade() {
-            s.batches.fetch_add(1, Ordering::Relaxed);
-            s.batched_writes.fetch_add(count, Ordering::Relaxed);
+        let mut pending = std::mem::take(&mut jobs);
+        while !pending.is_empty() {
+            let rest = pending.split_off(split_point(&pending));
+            commit(&shared, &*backend, pending).await;
+            pending = rest;
         }
-        match result {
-            Ok(outcomes) => {
-                for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                    if let (Some(reply), Some(o)) = (reply, outcome) {
-                        let _ = reply.send(Ok(o));
-                    }
+    }
+}
+
+/// How many of `jobs` fit one transaction: all of them unless their bodies add up to
+/// more than [`MAX_BATCH_BYTES`] (always at least one).
+fn split_point(jobs: &[Job]) -> usize {
+    let mut bytes = 0;
+    for (i, job) in jobs.iter().enumerate() {
+        bytes += match &job.write {
+            Write::Append { event, .. } => event.body.len(),
+            Write::Reject(r) => r.headers_json.len() + r.detail.len(),
+        };
+        if i > 0 && bytes > MAX_BATCH_BYTES {
+            return i;
+        }
+    }
+    jobs.len()
+}
+
+/// Commits one batch and answers every writer in it.
+async fn commit(shared: &std::sync::Weak<Shared>, backend: &dyn Backend, jobs: Vec<Job>) {
+    let mut replies = Vec::with_capacity(jobs.len());
+    let writes: Vec<Write> = jobs
+        .into_iter()
+        .map(|j| {
+            replies.push(j.reply);
+            j.write
+        })
+        .collect();
+    let count = writes.len() as u64;
+    let result = backend.write_batch(writes, crate::store::now_ms()).await;
+    if let Some(s) = shared.upgrade() {
+        s.batches.fetch_add(1, Ordering::Relaxed);
+        s.batched_writes.fetch_add(count, Ordering::Relaxed);
+    }
+    match result {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                if let (Some(reply), Some(o)) = (reply, outcome) {
+                    let _ = reply.send(Ok(o));
                 }
             }
-            Err(e) => {
-                tracing::warn!(backend = backend.name(), error = %e, writes = count, "batch not committed");
-                let text = match e {
-                    Error::Store(text) => text,
-                    other => other.to_string(),
-                };
-                for reply in replies.into_iter().flatten() {
-                    let _ = reply.send(Err(Error::Store(text.clone())));
-                }
+        }
+        Err(e) => {
+            tracing::warn!(backend = backend.name(), error = %e, writes = count, "batch not committed");
+            let text = match e {
+                Error::Store(text) => text,
+                other => other.to_string(),
+            };
+            for reply in replies.into_iter().flatten() {
+                let _ = reply.send(Err(Error::Store(text.clone())));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(body_len: usize) -> Job {
+        let event = crate::triggers::TriggerEvent::new(
+            "s",
+            "github",
+            "k".into(),
+            0,
+            None,
+            "d".into(),
+            "t".into(),
+            "default",
+            Default::default(),
+            vec![0; body_len],
+            serde_json::Value::Null,
+            crate::triggers::SignatureStatus::Verified,
+        );
+        Job {
+            write: Write::Append {
+                event: Box::new(event),
+                claim_expires_at_ms: 0,
+            },
+            reply: None,
+        }
+    }
+
+    #[test]
+    fn batches_are_cut_by_body_bytes_but_never_empty() {
+        let small: Vec<Job> = (0..10).map(|_| job(1024)).collect();
+        assert_eq!(split_point(&small), 10);
+        let ten_mib = 10 * 1024 * 1024;
+        let big: Vec<Job> = (0..10).map(|_| job(ten_mib)).collect();
+        assert_eq!(split_point(&big), MAX_BATCH_BYTES / ten_mib);
+        let huge = vec![job(MAX_BATCH_BYTES * 2), job(1)];
+        assert_eq!(
+            split_point(&huge),
+            1,
+            "one oversized write still goes alone"
+        );
     }
 }

@@ -128,6 +128,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Writes (`Some`) or deletes (`None`) a per-source state value, durably.
     async fn put_state(&self, source: &str, key: &str, value: Option<&str>) -> Result<()>;
 
+    /// Writes `value` unless a value is already stored, atomically (several processes
+    /// may race); returns the value already stored, or `None` when this one was written.
+    async fn put_state_if_absent(
+        &self,
+        source: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>>;
+
     /// Deletes claims that expired at or before `now_ms` and audit rows received before
     /// `rejections_before_ms`.
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept>;

@@ -88,7 +88,7 @@ const APPEND_BATCH: &str = "WITH input AS (
             dedupe_key, trace_id, tenant, headers, body, signature, expires_at, ord)
     ), claimed AS (
         INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
-        SELECT source, dedupe_key, id, expires_at FROM input ORDER BY ord
+        SELECT source, dedupe_key, id, expires_at FROM input ORDER BY source, dedupe_key
         ON CONFLICT (source, dedupe_key) DO UPDATE
         SET event_id = EXCLUDED.event_id, expires_at = EXCLUDED.expires_at
         WHERE dedupe_claims.expires_at <= $14
@@ -473,6 +473,34 @@ impl Backend for PostgresBackend {
             }
         };
         result.map(drop).map_err(pg_err("write state"))
+    }
+
+    async fn put_state_if_absent(
+        &self,
+        source: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>> {
+        let client = self.client().await?;
+        let inserted = client
+            .execute(
+                "INSERT INTO source_state (source, key, value) VALUES ($1, $2, $3)
+                 ON CONFLICT (source, key) DO NOTHING",
+                &[&source, &key, &value],
+            )
+            .await
+            .map_err(pg_err("write state"))?;
+        if inserted == 1 {
+            return Ok(None);
+        }
+        let row = client
+            .query_one(
+                "SELECT value FROM source_state WHERE source = $1 AND key = $2",
+                &[&source, &key],
+            )
+            .await
+            .map_err(pg_err("read state"))?;
+        Ok(Some(row.get(0)))
     }
 
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept> {

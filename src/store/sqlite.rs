@@ -450,6 +450,35 @@ impl Backend for SqliteBackend {
         .await
     }
 
+    async fn put_state_if_absent(
+        &self,
+        source: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>> {
+        let (source, key, value) = (source.to_owned(), key.to_owned(), value.to_owned());
+        Self::with(&self.writer, move |c| {
+            let written = c
+                .execute(
+                    "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (source, key) DO NOTHING",
+                    params![source, key, value],
+                )
+                .map_err(sql_err("write state"))?;
+            if written == 1 {
+                return Ok(None);
+            }
+            c.query_row(
+                "SELECT value FROM source_state WHERE source = ?1 AND key = ?2",
+                params![source, key],
+                |r| r.get(0),
+            )
+            .map(Some)
+            .map_err(sql_err("read state"))
+        })
+        .await
+    }
+
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept> {
         Self::with(&self.writer, move |c| {
             let claims = c

@@ -57,7 +57,7 @@ pub struct RuntimeConfig {
     /// Directory for the default SQLite file. Default `./switchboard-data`.
     pub data_dir: Option<PathBuf>,
     /// `sqlite:PATH` or `postgres://…`. Default `sqlite:{data_dir}/events.db`.
-    pub store: Option<String>,
+    pub store: Option<StoreUrl>,
     /// Tenant stamped on events of sources that name none. Default `default`.
     pub tenant: Option<String>,
     /// Body limit for sources that set none. Default [`DEFAULT_MAX_BODY_BYTES`].
@@ -65,6 +65,13 @@ pub struct RuntimeConfig {
     /// Environment variable holding a bearer token for `/api/*` and `/metrics`. Unset:
     /// the admin API is open, which is fine on the default loopback listener only.
     pub admin_token_env: Option<String>,
+    /// Serve the admin API without a token on a non-loopback listener. Off by default:
+    /// ingress must be reachable by providers, and the admin API on the same listener
+    /// shows stored bodies and a captured Notion token, so a public listener without
+    /// `admin_token_env` is refused at start unless this says it is intended (say,
+    /// behind a proxy that only forwards `/hooks/*`).
+    #[serde(default)]
+    pub allow_open_admin: bool,
     /// SQLite sync mode: `full` (default) or `normal`.
     pub sqlite_synchronous: Option<String>,
     /// SQLite size cap in bytes; past it writes fail and ingress answers 503.
@@ -169,6 +176,32 @@ pub struct SourceConfig {
     pub catch_up: Option<String>,
     /// cron: a JSON-able table sent as each tick's payload. Default `{}`.
     pub payload: Option<toml::Value>,
+}
+
+/// A store URL. Its `Debug` hides any password (a PostgreSQL URL may carry one), so
+/// printing a config never leaks it; it reads as a `&str` everywhere else.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct StoreUrl(String);
+
+impl StoreUrl {
+    /// Wraps a URL.
+    pub fn new(url: impl Into<String>) -> StoreUrl {
+        StoreUrl(url.into())
+    }
+}
+
+impl std::ops::Deref for StoreUrl {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", crate::store::redact_url(&self.0))
+    }
 }
 
 /// A secret's bytes. Debug and Display never show them.
@@ -288,7 +321,7 @@ pub struct ResolvedConfig {
     /// Listener address.
     pub listen: SocketAddr,
     /// Store URL.
-    pub store: String,
+    pub store: StoreUrl,
     /// Store tuning.
     pub store_options: crate::store::StoreOptions,
     /// Admin bearer token, if any.
@@ -332,7 +365,7 @@ impl RuntimeConfig {
             .unwrap_or_else(|| PathBuf::from("switchboard-data"));
         let store = match &self.store {
             Some(s) => s.clone(),
-            None => format!("sqlite:{}", data_dir.join("events.db").display()),
+            None => StoreUrl::new(format!("sqlite:{}", data_dir.join("events.db").display())),
         };
         let synchronous = match self.sqlite_synchronous.as_deref() {
             None | Some("full") => crate::store::sqlite::Synchronous::Full,
@@ -361,6 +394,12 @@ impl RuntimeConfig {
                 },
             )?)),
         };
+        if admin_token.is_none() && !self.listen.ip().is_loopback() && !self.allow_open_admin {
+            return Err(Error::Config(format!(
+                "listen = {} is not a loopback address and no admin_token_env is set: the admin API would be open to anyone who can reach ingress; set admin_token_env, or allow_open_admin = true if a proxy guards /api and /metrics",
+                self.listen
+            )));
+        }
         let tenant = self.tenant.clone().unwrap_or_else(|| "default".into());
         let max_body = self.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         let mut seen = HashSet::new();

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use super::classify::{classify, Provider};
-use super::config::{GenericRule, GenericScheme, Rule, SourceSpec};
+use super::config::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
 use super::redact::redact_headers;
 use super::signature::{self, Headers, Rejection};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
@@ -72,7 +72,8 @@ pub enum Decision {
         body: String,
     },
     /// Notion's first, unsigned request: persist this verification token, answer 200.
-    CaptureNotionToken(String),
+    /// (A [`Secret`]: the token is the key of every later signature.)
+    CaptureNotionToken(Secret),
     /// Refuse.
     Refuse(Refusal),
 }
@@ -212,15 +213,15 @@ fn decide_inner(
 
 /// [`signature::check_timestamp`] at millisecond precision (Linear's timestamps are ms).
 fn check_ms(ts_ms: i64, now_ms: i64, tolerance_s: i64) -> Result<(), Rejection> {
-    let delta = now_ms - ts_ms;
+    let delta = now_ms.saturating_sub(ts_ms);
     if delta > tolerance_s * 1000 {
         Err(Rejection::Stale {
             age_s: delta / 1000,
             tolerance_s,
         })
-    } else if -delta > tolerance_s * 1000 {
+    } else if delta.saturating_neg() > tolerance_s * 1000 {
         Err(Rejection::Future {
-            ahead_s: -delta / 1000,
+            ahead_s: delta.saturating_neg() / 1000,
             tolerance_s,
         })
     } else {
@@ -240,7 +241,7 @@ fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<Decision, Refusa
             detail: "a verification token is already captured for this source; clear it (DELETE /api/v1/sources/{id}/verification_token) to accept a new one".into(),
         });
     }
-    Ok(Decision::CaptureNotionToken(token.to_owned()))
+    Ok(Decision::CaptureNotionToken(Secret::new(token)))
 }
 
 fn generic(
@@ -320,7 +321,26 @@ fn store(
     occurred_at_ms: Option<i64>,
     payload: Value,
 ) -> Decision {
-    let headers = redact_headers(req.headers.iter().copied());
+    // PostgreSQL TEXT cannot hold NUL, and a kind or key with one is no real delivery:
+    // refuse it here rather than fail the whole group-commit batch it would join.
+    if kind.contains('\0') || dedupe_key.contains('\0') {
+        return refuse(
+            400,
+            "malformed",
+            "the kind or dedupe key contains a NUL character",
+        );
+    }
+    let mut headers = redact_headers(req.headers.iter().copied());
+    if let Rule::Generic(GenericRule {
+        scheme: GenericScheme::Header { header, .. },
+        ..
+    }) = &spec.rule
+    {
+        // The configured signature header is blanked whatever its name.
+        if let Some(v) = headers.get_mut(&header.to_ascii_lowercase()) {
+            *v = super::redact::REDACTED.to_owned();
+        }
+    }
     Decision::Store(Box::new(TriggerEvent::new(
         &spec.id,
         spec.rule.provider_name(),

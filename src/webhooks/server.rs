@@ -237,8 +237,11 @@ async fn handle(
         body: &bytes,
         now_ms: now,
     };
-    let token = source.notion_token();
-    match decide(&source.spec, token.as_deref(), &req) {
+    let mut decision = decide(&source.spec, source.notion_token().as_deref(), &req);
+    if let Some(d) = recheck_notion(app, &source, &req, &decision).await {
+        decision = d;
+    }
+    match decision {
         Decision::Store(event) => {
             let event_id = event.id.clone();
             match app
@@ -267,33 +270,36 @@ async fn handle(
             (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
         }
         Decision::CaptureNotionToken(token) => {
+            // The token came out of a JSON string, so it is UTF-8.
+            let token = String::from_utf8_lossy(token.expose()).into_owned();
             let _capturing = source.capture.lock().await;
-            if source.notion_token().is_some() {
-                // Another request captured one while this one was being judged.
-                let refusal = Refusal {
-                    status: 409,
-                    reason: "verification_token_already_captured",
-                    detail: "a verification token was captured by a concurrent request".into(),
-                };
-                return refuse(
-                    app,
-                    &source,
-                    &pairs,
-                    bytes.len() as i64,
-                    now,
-                    refusal,
-                    slack,
-                );
-            }
-            if let Err(e) = app
+            // Atomic in the store too, so of several processes only one captures.
+            match app
                 .store
                 .backend()
-                .put_state(id, NOTION_TOKEN_KEY, Some(&token))
+                .put_state_if_absent(id, NOTION_TOKEN_KEY, &token)
                 .await
             {
-                return store_unavailable(app, id, &e);
+                Err(e) => return store_unavailable(app, id, &e),
+                Ok(Some(existing)) => {
+                    source.set_notion_token(Some(existing));
+                    let refusal = Refusal {
+                        status: 409,
+                        reason: "verification_token_already_captured",
+                        detail: "a verification token is already captured for this source".into(),
+                    };
+                    return refuse(
+                        app,
+                        &source,
+                        &pairs,
+                        bytes.len() as i64,
+                        now,
+                        refusal,
+                        slack,
+                    );
+                }
+                Ok(None) => source.set_notion_token(Some(token)),
             }
-            source.set_notion_token(Some(token));
             app.metrics.outcome(id, "handshake");
             tracing::info!(
                 source = id,
@@ -311,6 +317,39 @@ async fn handle(
             slack,
         ),
     }
+}
+
+/// A Notion delivery refused for want of the right token is judged again if the
+/// stored token differs from this process's copy: another process sharing the store
+/// may have captured, cleared or replaced it.
+async fn recheck_notion(
+    app: &Ingress,
+    source: &LiveSource,
+    req: &Request<'_>,
+    decision: &Decision,
+) -> Option<Decision> {
+    let Decision::Refuse(r) = decision else {
+        return None;
+    };
+    let notion = matches!(source.spec.rule, Rule::Provider(Provider::Notion));
+    let token_related = matches!(
+        r.reason,
+        "bad_signature" | "no_verification_token" | "verification_token_already_captured"
+    );
+    if !notion || !token_related {
+        return None;
+    }
+    let stored = app
+        .store
+        .backend()
+        .get_state(&source.spec.id, NOTION_TOKEN_KEY)
+        .await
+        .ok()?;
+    if stored == source.notion_token() {
+        return None;
+    }
+    source.set_notion_token(stored.clone());
+    Some(decide(&source.spec, stored.as_deref(), req))
 }
 
 fn store_unavailable(app: &Ingress, id: &str, e: &crate::Error) -> Response {

@@ -138,16 +138,17 @@ fn hex_decode(what: &'static str, s: &str) -> Result<Vec<u8>, Rejection> {
 
 /// Checks `ts` (unix seconds) against `now_unix` within `tolerance_s` either way.
 pub fn check_timestamp(ts: i64, now_unix: i64, tolerance_s: i64) -> Result<(), Rejection> {
-    let delta = now_unix - ts;
+    // Saturating: a sender's i64::MIN must read as very old, not overflow.
+    let delta = now_unix.saturating_sub(ts);
     if delta > tolerance_s {
         return Err(Rejection::Stale {
             age_s: delta,
             tolerance_s,
         });
     }
-    if -delta > tolerance_s {
+    if delta.saturating_neg() > tolerance_s {
         return Err(Rejection::Future {
-            ahead_s: -delta,
+            ahead_s: delta.saturating_neg(),
             tolerance_s,
         });
     }

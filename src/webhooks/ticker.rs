@@ -121,9 +121,13 @@ async fn fire(
             SignatureStatus::Internal,
         )
     };
-    if retry(cancel, || store.append(make(), at_ms + spec.retention_ms))
-        .await
-        .is_none()
+    if retry(cancel, || {
+        // The claim runs from now, not from the scheduled time: a tick caught up after
+        // an outage longer than the retention must still deduplicate.
+        store.append(make(), now_ms() + spec.retention_ms)
+    })
+    .await
+    .is_none()
     {
         return false;
     }

@@ -35,7 +35,7 @@ fn defaults_fill_in_listener_store_limits_and_tolerances() {
     )
     .unwrap();
     assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
-    assert_eq!(c.store, "sqlite:switchboard-data/events.db");
+    assert_eq!(&*c.store, "sqlite:switchboard-data/events.db");
     assert_eq!(c.sources[0].secrets.len(), 2);
     assert_eq!(c.sources[0].max_body_bytes, DEFAULT_MAX_BODY_BYTES);
     assert_eq!(
@@ -53,6 +53,16 @@ fn secrets_never_show_in_debug_output_or_errors() {
     let shown = format!("{c:?}");
     assert!(!shown.contains("gh-secret-value"), "{shown}");
     assert!(shown.contains("[redacted]"));
+    let pg = resolve("store = \"postgres://app:hunter2@db/x\"\n").unwrap();
+    let shown = format!(
+        "{pg:?} {:?}",
+        RuntimeConfig::from_toml("store = \"postgres://app:hunter2@db/x\"").unwrap()
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert_eq!(
+        &*pg.store, "postgres://app:hunter2@db/x",
+        "the URL itself is intact"
+    );
 }
 
 #[test]
@@ -160,4 +170,17 @@ fn the_shipped_example_config_resolves() {
         .unwrap();
     assert_eq!(c.sources.len(), 2);
     assert!(c.store.starts_with("sqlite:"));
+}
+
+#[test]
+fn a_public_listener_needs_an_admin_token_or_an_explicit_opt_out() {
+    let open = err("listen = \"0.0.0.0:8787\"\n");
+    assert!(open.contains("admin_token_env"), "{open}");
+    assert!(resolve("listen = \"0.0.0.0:8787\"\nallow_open_admin = true\n").is_ok());
+    let guarded = RuntimeConfig::from_toml("listen = \"0.0.0.0:8787\"\nadmin_token_env = \"GH\"\n")
+        .unwrap()
+        .resolve_with(env)
+        .unwrap();
+    assert!(guarded.admin_token.is_some());
+    assert!(resolve("listen = \"127.0.0.1:0\"\n").is_ok());
 }

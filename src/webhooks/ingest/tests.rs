@@ -189,7 +189,7 @@ fn notion_captures_the_first_unsigned_token_once_then_verifies_with_it() {
     let first = br#"{"verification_token":"secret_tok"}"#;
     assert_eq!(
         run(&s, None, &[], first),
-        Decision::CaptureNotionToken("secret_tok".into())
+        Decision::CaptureNotionToken(crate::webhooks::config::Secret::new("secret_tok"))
     );
     assert_eq!(
         refused(run(&s, Some("secret_tok"), &[], first)),
@@ -264,4 +264,47 @@ fn generic_sources_key_by_header_or_body_hash_and_sign_method_and_path() {
 fn cron_sources_refuse_http_deliveries() {
     let s = spec("provider = \"cron\"\nschedule = \"* * * * *\"");
     assert_eq!(refused(run(&s, None, &[], b"{}")), (405, "not_accepted"));
+}
+
+#[test]
+fn a_nul_in_the_kind_or_key_is_refused_and_a_custom_signature_header_is_blanked() {
+    let s = spec("provider = \"generic_hmac\"\nsecret_env = \"NEW\"\nheader = \"X-Mac\"\nkind_pointer = \"/event\"");
+    let body = br#"{"event":"a\u0000b"}"#;
+    let sig = hex_mac(b"new-secret", &[body]);
+    assert_eq!(
+        refused(run(&s, None, &[("X-Mac", sig.as_str())], body)),
+        (400, "malformed")
+    );
+    let body = br#"{"event":"fine"}"#;
+    let sig = hex_mac(b"new-secret", &[body]);
+    let e = stored(run(&s, None, &[("X-Mac", sig.as_str())], body));
+    assert_eq!(
+        e.headers["x-mac"],
+        crate::webhooks::redact::REDACTED,
+        "named like no secret, still blanked"
+    );
+}
+
+#[test]
+fn extreme_timestamps_are_stale_or_future_not_a_panic() {
+    let s = spec("provider = \"slack\"\nsecret_env = \"NEW\"");
+    for ts in [i64::MIN, i64::MAX] {
+        let ts = ts.to_string();
+        let h = [
+            ("X-Slack-Request-Timestamp", ts.as_str()),
+            ("X-Slack-Signature", "v0=00"),
+        ];
+        assert_eq!(refused(run(&s, None, &h, b"{}")).0, 401, "{ts}");
+    }
+    let s = spec("provider = \"linear\"\nsecret_env = \"NEW\"");
+    let body = format!(
+        r#"{{"type":"Issue","action":"create","webhookTimestamp":{}}}"#,
+        i64::MIN
+    );
+    let sig = hex_mac(b"new-secret", &[body.as_bytes()]);
+    let h = [("Linear-Signature", sig.as_str()), ("Linear-Delivery", "d")];
+    assert_eq!(
+        refused(run(&s, None, &h, body.as_bytes())),
+        (401, "stale_timestamp")
+    );
 }
