@@ -107,25 +107,36 @@ async fn an_expired_claim_lets_the_key_in_again_and_is_swept(kind: StoreKind) {
     assert_ne!(second["id"], first["id"]);
     assert_eq!(h.events("gh").await.len(), 2);
     let far_future = switchboard::store::now_ms() + 60_000;
-    let swept = h
-        .runtime()
-        .store()
-        .backend()
-        .sweep(far_future, 0)
-        .await
-        .unwrap();
+    let hr = &h;
+    let sweep = |before: i64| async move {
+        hr.runtime()
+            .store()
+            .backend()
+            .sweep(far_future, before)
+            .await
+            .unwrap()
+    };
     assert_eq!(
-        swept.claims, 1,
+        sweep(0).await.claims,
+        1,
         "the live claim expires by then and is deleted"
     );
-    let again = h
-        .runtime()
-        .store()
-        .backend()
-        .sweep(far_future, 0)
-        .await
-        .unwrap();
-    assert_eq!(again.claims, 0);
+    assert_eq!(sweep(0).await.claims, 0);
+    // Audit rows go once they are older than the audit retention.
+    h.post("gh", &Kind::Github.sign("wrong", "x", 0)).await;
+    eventually("the audit row", || async {
+        let n = h.get("/api/v1/rejections").await["rejections"]
+            .as_array()?
+            .len();
+        (n == 1).then_some(())
+    })
+    .await;
+    assert_eq!(sweep(0).await.rejections, 0, "younger than the cut-off");
+    assert_eq!(sweep(far_future).await.rejections, 1);
+    assert!(h.get("/api/v1/rejections").await["rejections"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 async fn concurrent_copies_of_one_delivery_store_exactly_one(kind: StoreKind) {
