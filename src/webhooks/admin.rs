@@ -144,6 +144,9 @@ fn describe(src: &LiveSource) -> Value {
         Rule::Provider(Provider::Notion) => {
             v["verification_token_captured"] = json!(src.notion_token().is_some());
         }
+        // Only rules that check a signed timestamp have a tolerance to show.
+        Rule::Provider(Provider::Github) => {}
+        Rule::Generic(g) if matches!(g.scheme, super::config::GenericScheme::Header { .. }) => {}
         Rule::Provider(_) | Rule::Generic(_) => {
             v["timestamp_tolerance_secs"] = json!(s.tolerance_s);
         }
