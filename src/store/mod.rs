@@ -31,8 +31,8 @@ pub mod sqlite;
 
 pub use group_commit::{GroupCommitStats, Store};
 
-/// One write in a group-commit batch.
-#[derive(Debug, Clone)]
+/// One write in a group-commit batch. Moved, never copied, into its transaction.
+#[derive(Debug)]
 pub enum Write {
     /// Claim `(event.source, event.dedupe_key)` until `claim_expires_at_ms` and, if the
     /// claim is new (or the old one expired), append the event.
