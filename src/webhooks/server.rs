@@ -241,6 +241,17 @@ async fn handle(
     if let Some(d) = recheck_notion(app, &source, &req, &decision).await {
         decision = d;
     }
+    let refuse_here = |refusal| {
+        refuse(
+            app,
+            &source,
+            &pairs,
+            bytes.len() as i64,
+            now,
+            refusal,
+            slack,
+        )
+    };
     match decision {
         Decision::Store(event) => {
             let event_id = event.id.clone();
@@ -288,15 +299,7 @@ async fn handle(
                         reason: "verification_token_already_captured",
                         detail: "a verification token is already captured for this source".into(),
                     };
-                    return refuse(
-                        app,
-                        &source,
-                        &pairs,
-                        bytes.len() as i64,
-                        now,
-                        refusal,
-                        slack,
-                    );
+                    return refuse_here(refusal);
                 }
                 Ok(None) => source.set_notion_token(Some(token)),
             }
@@ -307,15 +310,7 @@ async fn handle(
             );
             axum::Json(json!({"captured": "verification_token"})).into_response()
         }
-        Decision::Refuse(refusal) => refuse(
-            app,
-            &source,
-            &pairs,
-            bytes.len() as i64,
-            now,
-            refusal,
-            slack,
-        ),
+        Decision::Refuse(refusal) => refuse_here(refusal),
     }
 }
 
