@@ -54,7 +54,7 @@ pub(crate) async fn run_execute(
         Ok(result) => ExecuteResponse {
             request_id,
             success: true,
-            payload: encode_payload(&result),
+            payload: encode_payload(&result).into(),
             payload_encoding: i32::from(result.encoding()),
             error: String::new(),
             duration_ms,
@@ -64,7 +64,7 @@ pub(crate) async fn run_execute(
             ExecuteResponse {
                 request_id,
                 success: false,
-                payload: Vec::new(),
+                payload: bytes::Bytes::new(),
                 payload_encoding: i32::from(PayloadEncoding::Unspecified),
                 error: format!("{}: {e}", e.code()),
                 duration_ms,
@@ -148,7 +148,7 @@ mod tests {
     fn request(payload: &[u8], encoding: PayloadEncoding) -> ExecuteRequest {
         ExecuteRequest {
             request_id: "req-1".into(),
-            payload: payload.to_vec(),
+            payload: bytes::Bytes::copy_from_slice(payload),
             payload_encoding: i32::from(encoding),
             ..Default::default()
         }
@@ -180,7 +180,7 @@ mod tests {
         .await;
         assert!(resp.success, "{}", resp.error);
         assert_eq!(resp.payload_encoding, i32::from(PayloadEncoding::JsonLines));
-        assert_eq!(resp.payload, b"{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(&resp.payload[..], b"{\"a\":1}\n{\"b\":2}\n");
     }
 
     #[tokio::test]
@@ -189,7 +189,7 @@ mod tests {
         let resp = run_execute(&EchoConnector, request(&bytes, PayloadEncoding::RawBytes)).await;
         assert!(resp.success, "{}", resp.error);
         assert_eq!(resp.payload_encoding, i32::from(PayloadEncoding::RawBytes));
-        assert_eq!(resp.payload, bytes);
+        assert_eq!(resp.payload[..], bytes);
     }
 
     #[tokio::test]

@@ -102,7 +102,7 @@ async fn execute(
     let result = shared
         .execute(
             &arn,
-            bytes,
+            bytes.into(),
             PayloadEncoding::Json,
             body.capability_id.as_deref(),
             Default::default(),

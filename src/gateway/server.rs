@@ -154,7 +154,7 @@ impl Shared {
     pub(crate) async fn execute(
         &self,
         arn: &str,
-        payload: Vec<u8>,
+        payload: bytes::Bytes,
         encoding: PayloadEncoding,
         capability_id: Option<&str>,
         mut context: std::collections::HashMap<String, String>,
@@ -297,7 +297,9 @@ impl Gateway {
         capability_id: Option<&str>,
         timeout: Duration,
     ) -> Result<ExecuteOutcome> {
-        let bytes = serde_json::to_vec(&payload).map_err(|e| Error::Payload(e.to_string()))?;
+        let bytes: bytes::Bytes = serde_json::to_vec(&payload)
+            .map_err(|e| Error::Payload(e.to_string()))?
+            .into();
         let started = Instant::now();
         let resp = self
             .shared
