@@ -53,7 +53,7 @@ fn sample_request(id: u64) -> String {
     let msg = StreamMessage {
         message: Some(Message::ExecuteRequest(ExecuteRequest {
             request_id: format!("{id:016x}"),
-            payload: PAYLOAD.as_bytes().to_vec(),
+            payload: PAYLOAD.as_bytes().to_vec().into(),
             payload_encoding: PayloadEncoding::Json as i32,
             context,
             capability_id: String::new(),

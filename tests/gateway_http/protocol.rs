@@ -104,7 +104,7 @@ async fn an_execute_is_stamped_with_its_arn_and_its_answer_decoded_by_encoding()
             let resp = ExecuteResponse {
                 request_id: req.request_id,
                 success: true,
-                payload: bytes.clone(),
+                payload: bytes.clone().into(),
                 payload_encoding: encoding as i32,
                 duration_ms: 3,
                 ..Default::default()
@@ -129,7 +129,7 @@ async fn an_invoke_reaches_its_target_and_is_answered_under_the_callers_request_
         Message::InvokeRequest(InvokeCapabilityRequest {
             request_id: "caller-7".into(),
             target_address: target.into(),
-            payload: br#"{"x":1}"#.to_vec(),
+            payload: br#"{"x":1}"#.to_vec().into(),
             payload_encoding: PayloadEncoding::Json as i32,
             context: [("trace".to_owned(), "t1".to_owned())].into(),
             ..Default::default()
@@ -148,7 +148,7 @@ async fn an_invoke_reaches_its_target_and_is_answered_under_the_callers_request_
     let resp = ExecuteResponse {
         request_id: req.request_id,
         success: true,
-        payload: br#"{"y":2}"#.to_vec(),
+        payload: br#"{"y":2}"#.to_vec().into(),
         payload_encoding: PayloadEncoding::Json as i32,
         ..Default::default()
     };
@@ -158,7 +158,7 @@ async fn an_invoke_reaches_its_target_and_is_answered_under_the_callers_request_
     };
     assert_eq!(done.request_id, "caller-7");
     assert!(done.success, "{}", done.error);
-    assert_eq!(done.payload, br#"{"y":2}"#);
+    assert_eq!(&done.payload[..], br#"{"y":2}"#);
 
     send_proto(&mut ws, 32, invoke("matrix:acme:raw:nobody")).await;
     let Message::InvokeResponse(missing) = next_message(&mut ws).await else {
