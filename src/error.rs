@@ -10,6 +10,16 @@ use std::time::Duration;
 /// Result alias used throughout switchboard.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Remote error codes that a later retry can cure: the same transient conditions that
+/// [`Error::is_recoverable`] accepts locally, reported by the other end of an invoke.
+const REMOTE_RECOVERABLE: [&str; 5] = [
+    "timeout",
+    "overloaded",
+    "connection_closed",
+    "connect",
+    "store_unavailable",
+];
+
 /// Everything that can go wrong in switchboard.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -99,6 +109,22 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(String),
 
+    /// A bounded queue or limit is full (a registration's execute queue, a socket's
+    /// in-flight cap); nothing was started. Retry later, or raise the named limit.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
+
+    /// The other end of an invoke answered with an error: the target connector failed,
+    /// or the gateway could not deliver the request. `code` is the remote error's
+    /// stable code (e.g. `not_found`, `timeout`, `connector`) when it sent one.
+    #[error("remote error ({code}): {message}")]
+    Remote {
+        /// The remote error's stable code, or `remote` when it named none.
+        code: String,
+        /// The remote error's message.
+        message: String,
+    },
+
     /// The runner or a handle was shut down while the operation was in flight.
     #[error("shut down")]
     Shutdown,
@@ -126,6 +152,8 @@ impl Error {
             Error::Payload(_) => "payload",
             Error::Connector(_) => "connector",
             Error::NotFound(_) => "not_found",
+            Error::Overloaded(_) => "overloaded",
+            Error::Remote { .. } => "remote",
             Error::Shutdown => "shutdown",
             Error::Io(_) => "io",
         }
@@ -142,7 +170,8 @@ impl Error {
                 | Error::Protocol(_)
                 | Error::Io(_)
                 | Error::Store(_)
-        )
+                | Error::Overloaded(_)
+        ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
     }
 
     /// Shorthand for a [`Error::Timeout`].
@@ -173,6 +202,20 @@ mod tests {
             key: "a.b.c".into()
         }
         .is_recoverable());
+    }
+
+    #[test]
+    fn remote_errors_are_recoverable_only_for_transient_codes() {
+        let remote = |code: &str| Error::Remote {
+            code: code.into(),
+            message: "m".into(),
+        };
+        assert!(remote("timeout").is_recoverable());
+        assert!(remote("overloaded").is_recoverable());
+        assert!(!remote("not_found").is_recoverable());
+        assert!(!remote("connector").is_recoverable());
+        assert_eq!(remote("x").code(), "remote");
+        assert!(Error::Overloaded("queue full".into()).is_recoverable());
     }
 
     #[test]
