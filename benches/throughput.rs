@@ -247,12 +247,13 @@ async fn main() {
                 let cfg = ConnectorConfig::builder(gateway.ws_url(), &tenant)
                     .instance_id(format!("echo-{i}"))
                     .max_concurrent_requests(256)
+                    .max_queued_requests(256)
                     .build()
                     .unwrap();
                 Registration::new(cfg, EchoConnector)
             })
             .collect::<Vec<_>>();
-        let options = RunnerOptions::default().with_inbox_capacity(256);
+        let options = RunnerOptions::default();
         let runner = Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
         let run = tokio::spawn({
             let r = runner.clone();

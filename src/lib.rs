@@ -34,7 +34,7 @@ pub mod proto {
 }
 
 pub use config::{ConnectorConfig, ConnectorConfigBuilder, HeartbeatSettings};
-pub use connector::{BaseConnector, EchoConnector};
+pub use connector::{BaseConnector, EchoConnector, ExecuteContext};
 pub use encoding::{decode_payload, encode_payload, Payload};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
@@ -44,6 +44,7 @@ pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,
 };
+pub use mux::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "runtime")]
 pub use runtime::Runtime;
 pub use transport::{GatewayAddress, Transport};

@@ -107,7 +107,7 @@ async fn execute_for_departed_arn_is_dropped_not_rerouted() {
     let handles = runner.registrations();
     let (leaver, stayer) = (&handles[0], &handles[1]);
     let leaver_arn = leaver.arn().unwrap();
-    leaver.remove();
+    leaver.remove().await;
     // The gateway still believes the ARN lives on this socket (the protocol has no
     // unregister), so it sends the execute; the demux must not hand it to the survivor,
     // which is now the only handle on the socket.
@@ -174,15 +174,15 @@ async fn handler_cap_is_a_typed_error_at_admission() {
         vec![],
     )
     .unwrap();
-    runner.add(tagged(url, "acme", "a")).unwrap();
-    runner.add(tagged(url, "acme", "b")).unwrap();
-    let err = runner.add(tagged(url, "acme", "c")).unwrap_err();
+    runner.add(tagged(url, "acme", "a")).await.unwrap();
+    runner.add(tagged(url, "acme", "b")).await.unwrap();
+    let err = runner.add(tagged(url, "acme", "c")).await.unwrap_err();
     assert!(
         matches!(err, Error::HandlerCapReached { cap: 2, .. }),
         "{err}"
     );
     // The cap is per socket: another tenant gets its own.
-    runner.add(tagged(url, "other", "c")).unwrap();
+    runner.add(tagged(url, "other", "c")).await.unwrap();
 }
 
 #[tokio::test]

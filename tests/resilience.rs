@@ -38,10 +38,6 @@ async fn malformed_frames_from_the_gateway_are_dropped_counted_and_survived() {
     let (runner, _join) = start(options, regs).await;
     let socket = gw.socket_ids()[0];
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let oversized = format!(
-        r#"[null,null,"connector:lobby","proto",{{"data":"{}"}}]"#,
-        "A".repeat(100 * 1024)
-    );
     let cases = [
         ("not_json", "this is not json".to_owned()),
         ("bad_shape", r#"[null,null,"connector:lobby"]"#.to_owned()),
@@ -60,7 +56,6 @@ async fn malformed_frames_from_the_gateway_are_dropped_counted_and_survived() {
                 b64(&[0x0a, 0x05])
             ),
         ),
-        ("too_large", oversized),
     ];
     for (_, text) in &cases {
         assert!(gw.send_raw(socket, text.clone()));
@@ -78,6 +73,35 @@ async fn malformed_frames_from_the_gateway_are_dropped_counted_and_survived() {
         "malformed input must not cost the connection"
     );
     assert_both_answer(&gw, &runner).await;
+}
+
+#[tokio::test]
+async fn an_oversized_message_is_refused_unread_counted_and_the_socket_reconnects() {
+    let gw = TestGateway::start().await;
+    let regs = vec![tagged(&gw.ws_url(), "acme", "a")];
+    let options = RunnerOptions::default().with_max_frame_bytes(64 * 1024);
+    let (runner, _join) = start(options, regs).await;
+    let h = runner.registrations()[0].clone();
+    let socket = gw.socket_ids()[0];
+    let oversized = format!(
+        r#"[null,null,"connector:lobby","proto",{{"data":"{}"}}]"#,
+        "A".repeat(100 * 1024)
+    );
+    assert!(gw.send_raw(socket, oversized));
+    eventually("a too_large drop and a reconnect", || async {
+        let m = h.metrics();
+        m.frames_dropped.get("too_large") == Some(&1) && m.disconnects == 1
+    })
+    .await;
+    eventually("re-registration", || async {
+        h.metrics().registrations >= 2 && h.arn().is_some()
+    })
+    .await;
+    let out = gw
+        .execute(&h.arn().unwrap(), json!({"after": "reconnect"}))
+        .await
+        .unwrap();
+    assert_eq!(out.payload["echo"], json!({"after": "reconnect"}));
 }
 
 /// Blocks every execute until the test releases permits.
@@ -101,13 +125,14 @@ async fn a_slow_connector_does_not_stall_the_others_on_its_socket() {
     let slow_cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
         .instance_id("slow")
         .max_concurrent_requests(1)
+        .max_queued_requests(2)
         .build()
         .unwrap();
     let regs = vec![
         Registration::new(slow_cfg, Stuck(gate.clone())),
         tagged(&gw.ws_url(), "acme", "fast"),
     ];
-    let (runner, _join) = start(RunnerOptions::default().with_inbox_capacity(2), regs).await;
+    let (runner, _join) = start(RunnerOptions::default(), regs).await;
     let slow = runner
         .registrations()
         .into_iter()

@@ -3,15 +3,23 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchboard::phoenix::{ChannelState, Frame, LOBBY_TOPIC};
+use switchboard::phoenix::{ChannelState, Frame, InboundFrame, LOBBY_TOPIC};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    // The borrowed decoder (the connector's hot path) must never panic either, and
+    // where both decode a proto payload they agree on the message.
+    let borrowed = InboundFrame::decode(text);
+    if let Ok(b) = &borrowed {
+        let _ = b.reply();
+        let _ = b.proto();
+    }
     let Ok(frame) = Frame::decode(text) else { return };
+    let Ok(borrowed) = borrowed else { return };
     let again = Frame::decode(&frame.encode()).expect("re-encoded frame decodes");
     assert_eq!(again, frame);
-    let _ = frame.proto();
+    assert_eq!(frame.proto().ok(), borrowed.proto().ok());
     let mut channel = ChannelState::new(LOBBY_TOPIC);
     channel.join();
-    let _ = channel.handle(frame);
+    let _ = channel.handle(&borrowed);
 });

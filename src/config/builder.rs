@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::{
     ConnectorConfig, ConnectorScope, HeartbeatSettings, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_REGISTER_TIMEOUT,
+    DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_QUEUED_REQUESTS,
+    DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
 use crate::error::{Error, Result};
 use crate::mux::backoff::BackoffPolicy;
@@ -31,6 +32,9 @@ pub struct ConnectorConfigBuilder {
     register_timeout: Duration,
     connect_timeout: Duration,
     max_concurrent_requests: usize,
+    max_queued_requests: usize,
+    execute_timeout: Duration,
+    metrics_interval: Duration,
 }
 
 impl fmt::Debug for ConnectorConfigBuilder {
@@ -64,6 +68,9 @@ impl ConnectorConfigBuilder {
             register_timeout: DEFAULT_REGISTER_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
+            execute_timeout: DEFAULT_EXECUTE_TIMEOUT,
+            metrics_interval: DEFAULT_METRICS_INTERVAL,
         }
     }
 
@@ -145,6 +152,29 @@ impl ConnectorConfigBuilder {
         self
     }
 
+    /// Sets how many executes wait for a permit before further ones are refused as
+    /// overloaded. Default: [`DEFAULT_MAX_QUEUED_REQUESTS`]; 0 refuses at once whenever
+    /// every permit is taken.
+    pub fn max_queued_requests(mut self, n: usize) -> Self {
+        self.max_queued_requests = n;
+        self
+    }
+
+    /// Sets the longest an execute may run before it is cancelled and answered with a
+    /// timeout error (the gateway's `timeout_ms` applies when shorter). Default:
+    /// [`DEFAULT_EXECUTE_TIMEOUT`].
+    pub fn execute_timeout(mut self, timeout: Duration) -> Self {
+        self.execute_timeout = timeout;
+        self
+    }
+
+    /// Sets how often a `metrics_report` is sent; zero turns reports off. Default:
+    /// [`DEFAULT_METRICS_INTERVAL`].
+    pub fn metrics_interval(mut self, interval: Duration) -> Self {
+        self.metrics_interval = interval;
+        self
+    }
+
     /// Validates and builds the configuration. Errors are [`Error::Config`] (or
     /// [`Error::InvalidAddress`] for the gateway URL) naming the field and the fix.
     pub fn build(self) -> Result<ConnectorConfig> {
@@ -174,6 +204,7 @@ impl ConnectorConfigBuilder {
         for (name, d) in [
             ("register_timeout", self.register_timeout),
             ("connect_timeout", self.connect_timeout),
+            ("execute_timeout", self.execute_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::Config(format!(
@@ -197,6 +228,9 @@ impl ConnectorConfigBuilder {
             register_timeout: self.register_timeout,
             connect_timeout: self.connect_timeout,
             max_concurrent_requests: self.max_concurrent_requests,
+            max_queued_requests: self.max_queued_requests,
+            execute_timeout: self.execute_timeout,
+            metrics_interval: self.metrics_interval,
         })
     }
 }

@@ -27,6 +27,18 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for [`ConnectorConfig::max_concurrent_requests`]: enough parallelism for
 /// I/O-bound connectors while bounding memory if the gateway floods one registration.
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
+/// Default for [`ConnectorConfig::max_queued_requests`]: as many waiting as running, so
+/// a short burst is absorbed, while a registration that falls behind is refused within
+/// one round trip instead of letting the gateway's callers time out.
+pub const DEFAULT_MAX_QUEUED_REQUESTS: usize = 64;
+/// Default for [`ConnectorConfig::execute_timeout`]: twice the reference gateway's 30 s
+/// execute deadline, so the gateway's own deadline (sent as `timeout_ms`) normally
+/// decides; this bound stops a hung connector call from holding its permit forever
+/// when a gateway states no deadline.
+pub const DEFAULT_EXECUTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default for [`ConnectorConfig::metrics_interval`]: often enough for a dashboard,
+/// rare enough to cost nothing (one small frame per registration per interval).
+pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Liveness timing of a socket (PROTOCOL.md §4, "Liveness").
 ///
@@ -141,8 +153,17 @@ pub struct ConnectorConfig {
     /// How long to wait for the connection to open (default 10 s).
     pub connect_timeout: Duration,
     /// How many execute requests this registration runs at once (default 64); further
-    /// requests wait for a permit.
+    /// requests wait in its queue.
     pub max_concurrent_requests: usize,
+    /// How many executes wait for a permit (default 64); beyond it an execute is
+    /// answered at once with an `overloaded` error.
+    pub max_queued_requests: usize,
+    /// The longest one execute may run (default 60 s, or the gateway's `timeout_ms`
+    /// when shorter); then its future is dropped and a timeout error is answered.
+    pub execute_timeout: Duration,
+    /// How often this registration sends a `metrics_report` (default 30 s); zero for
+    /// never.
+    pub metrics_interval: Duration,
 }
 
 impl fmt::Debug for ConnectorConfig {
@@ -164,6 +185,9 @@ impl fmt::Debug for ConnectorConfig {
             .field("register_timeout", &self.register_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("max_queued_requests", &self.max_queued_requests)
+            .field("execute_timeout", &self.execute_timeout)
+            .field("metrics_interval", &self.metrics_interval)
             .finish()
     }
 }

@@ -3,13 +3,12 @@
 //! connector code runs on the request path, and its failure handling deserves its own
 //! tests.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 use futures_util::FutureExt;
 
-use crate::connector::BaseConnector;
+use crate::connector::{BaseConnector, ExecuteContext};
 use crate::encoding::{decode_wire_payload, encode_payload, Payload};
 use crate::error::{Error, Result};
 use crate::proto::{ExecuteRequest, ExecuteResponse, PayloadEncoding};
@@ -32,23 +31,17 @@ use crate::proto::{ExecuteRequest, ExecuteResponse, PayloadEncoding};
 pub(crate) async fn run_execute(
     connector: &dyn BaseConnector,
     req: ExecuteRequest,
+    ctx: &ExecuteContext,
 ) -> ExecuteResponse {
     let started = Instant::now();
     let ExecuteRequest {
         request_id,
         payload,
         payload_encoding,
-        context,
+        context: _,
         capability_id,
     } = req;
-    let outcome = execute_decoded(
-        connector,
-        &payload,
-        payload_encoding,
-        &context,
-        &capability_id,
-    )
-    .await;
+    let outcome = execute_decoded(connector, &payload, payload_encoding, ctx, &capability_id).await;
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     match outcome {
         Ok(result) => ExecuteResponse {
@@ -77,7 +70,7 @@ async fn execute_decoded(
     connector: &dyn BaseConnector,
     bytes: &[u8],
     encoding: i32,
-    context: &HashMap<String, String>,
+    context: &ExecuteContext,
     capability_id: &str,
 ) -> Result<Payload> {
     let payload = decode_wire_payload(bytes, encoding)?;
@@ -139,10 +132,17 @@ mod tests {
             &self,
             _: Payload,
             capability_id: Option<&str>,
-            context: &HashMap<String, String>,
+            context: &ExecuteContext,
         ) -> Result<Payload> {
             Ok(json!({"capability": capability_id, "arn": context.get("connector_arn")}).into())
         }
+    }
+
+    /// Runs an execute with a detached context built from the request, as the runner
+    /// builds an attached one.
+    async fn run(connector: &dyn BaseConnector, req: ExecuteRequest) -> ExecuteResponse {
+        let ctx = ExecuteContext::detached(req.request_id.clone(), req.context.clone());
+        run_execute(connector, req, &ctx).await
     }
 
     fn request(payload: &[u8], encoding: PayloadEncoding) -> ExecuteRequest {
@@ -156,7 +156,7 @@ mod tests {
 
     #[tokio::test]
     async fn json_payload_is_echoed_with_request_id_and_encoding() {
-        let resp = run_execute(
+        let resp = run(
             &EchoConnector,
             request(br#"{"hello":"world"}"#, PayloadEncoding::Json),
         )
@@ -173,7 +173,7 @@ mod tests {
 
     #[tokio::test]
     async fn json_lines_payload_is_echoed_as_json_lines() {
-        let resp = run_execute(
+        let resp = run(
             &EchoConnector,
             request(b"{\"a\":1}\n{\"b\":2}\n", PayloadEncoding::JsonLines),
         )
@@ -186,7 +186,7 @@ mod tests {
     #[tokio::test]
     async fn raw_bytes_are_echoed_byte_for_byte() {
         let bytes = [0u8, 1, 254, 255];
-        let resp = run_execute(&EchoConnector, request(&bytes, PayloadEncoding::RawBytes)).await;
+        let resp = run(&EchoConnector, request(&bytes, PayloadEncoding::RawBytes)).await;
         assert!(resp.success, "{}", resp.error);
         assert_eq!(resp.payload_encoding, i32::from(PayloadEncoding::RawBytes));
         assert_eq!(resp.payload[..], bytes);
@@ -194,7 +194,7 @@ mod tests {
 
     #[tokio::test]
     async fn msgpack_gives_an_unsupported_encoding_error_response() {
-        let resp = run_execute(&EchoConnector, request(b"\x81", PayloadEncoding::Msgpack)).await;
+        let resp = run(&EchoConnector, request(b"\x81", PayloadEncoding::Msgpack)).await;
         assert!(!resp.success);
         assert_eq!(resp.request_id, "req-1");
         assert!(
@@ -214,7 +214,7 @@ mod tests {
     async fn unknown_encoding_number_gives_an_error_response() {
         let mut req = request(b"{}", PayloadEncoding::Json);
         req.payload_encoding = 99;
-        let resp = run_execute(&EchoConnector, req).await;
+        let resp = run(&EchoConnector, req).await;
         assert!(!resp.success);
         assert!(
             resp.error.starts_with("unsupported_encoding: "),
@@ -225,7 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn bad_json_gives_a_payload_error_response_with_position() {
-        let resp = run_execute(&EchoConnector, request(b"{\"a\": }", PayloadEncoding::Json)).await;
+        let resp = run(&EchoConnector, request(b"{\"a\": }", PayloadEncoding::Json)).await;
         assert!(!resp.success);
         assert!(resp.error.starts_with("payload: "), "{}", resp.error);
         assert!(resp.error.contains("column"), "{}", resp.error);
@@ -233,7 +233,7 @@ mod tests {
 
     #[tokio::test]
     async fn connector_error_becomes_an_error_response() {
-        let resp = run_execute(&Failing, request(b"{}", PayloadEncoding::Json)).await;
+        let resp = run(&Failing, request(b"{}", PayloadEncoding::Json)).await;
         assert!(!resp.success);
         assert!(resp.error.starts_with("connector: "), "{}", resp.error);
         assert!(resp.error.contains("upstream said no"), "{}", resp.error);
@@ -241,7 +241,7 @@ mod tests {
 
     #[tokio::test]
     async fn connector_panic_becomes_an_error_response() {
-        let resp = run_execute(&Panicking, request(b"{}", PayloadEncoding::Json)).await;
+        let resp = run(&Panicking, request(b"{}", PayloadEncoding::Json)).await;
         assert!(!resp.success);
         assert_eq!(resp.request_id, "req-1");
         assert!(resp.error.starts_with("connector: "), "{}", resp.error);
@@ -254,11 +254,11 @@ mod tests {
         req.capability_id = "search".into();
         req.context
             .insert("connector_arn".into(), "matrix:t:x:i".into());
-        let resp = run_execute(&Introspect, req).await;
+        let resp = run(&Introspect, req).await;
         let got: Value = serde_json::from_slice(&resp.payload).unwrap();
         assert_eq!(got, json!({"capability": "search", "arn": "matrix:t:x:i"}));
 
-        let resp = run_execute(&Introspect, request(b"", PayloadEncoding::Json)).await;
+        let resp = run(&Introspect, request(b"", PayloadEncoding::Json)).await;
         let got: Value = serde_json::from_slice(&resp.payload).unwrap();
         assert_eq!(got["capability"], Value::Null);
     }
@@ -266,6 +266,7 @@ mod tests {
     #[test]
     fn run_execute_future_is_send_so_handles_can_spawn_it() {
         fn assert_send<T: Send>(_: T) {}
-        assert_send(run_execute(&EchoConnector, ExecuteRequest::default()));
+        let ctx = ExecuteContext::detached("r", Default::default());
+        assert_send(run_execute(&EchoConnector, ExecuteRequest::default(), &ctx));
     }
 }

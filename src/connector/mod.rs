@@ -15,12 +15,15 @@ use crate::encoding::Payload;
 use crate::error::Result;
 use crate::proto::{
     ConnectorBehavior, ConnectorCapabilities, InstanceMetadata, PayloadEncoding,
-    RegisterConnectorRequest, TaskTypeSchema,
+    RegisterConnectorRequest, TaskTypeSchema, WebSocketCloseRequest, WebSocketFrame,
+    WebSocketOpenRequest,
 };
 
+mod context;
 mod echo;
 mod execute;
 
+pub use context::ExecuteContext;
 pub use echo::EchoConnector;
 #[cfg(feature = "websocket")]
 pub(crate) use execute::run_execute;
@@ -53,14 +56,20 @@ pub trait BaseConnector: Send + Sync + 'static {
     /// caller receives it as an error response.
     async fn execute(&self, payload: Payload, capability_id: Option<&str>) -> Result<Payload>;
 
-    /// Like [`execute`](Self::execute) but also receives the request context (for
-    /// instance `connector_arn` and caller-supplied keys). The runner calls this one;
-    /// override it only if you need the context, the default forwards to `execute`.
+    /// Like [`execute`](Self::execute) but also receives the [`ExecuteContext`]: the
+    /// request's context entries (`connector_arn`, the gateway's `timeout_ms`,
+    /// caller-supplied keys) and [`ExecuteContext::invoke`] to call other connectors
+    /// while answering. The runner calls this one; override it only if you need the
+    /// context, the default forwards to `execute`.
+    ///
+    /// The future is dropped when the execute times out
+    /// ([`ConnectorConfig::execute_timeout`], or the gateway's shorter deadline) or its
+    /// registration is removed, so keep cleanup in `Drop` guards.
     async fn execute_with_context(
         &self,
         payload: Payload,
         capability_id: Option<&str>,
-        context: &HashMap<String, String>,
+        context: &ExecuteContext,
     ) -> Result<Payload> {
         let _ = context;
         self.execute(payload, capability_id).await
@@ -93,6 +102,36 @@ pub trait BaseConnector: Send + Sync + 'static {
     /// input and output, so gateways and UIs can list and validate them. Default: none.
     fn capabilities(&self) -> Vec<TaskTypeSchema> {
         Vec::new()
+    }
+
+    /// The connector's own figures, merged into every `metrics_report` as
+    /// `custom_metrics` (queue depths, cache hit rates, ...). Called on the socket's
+    /// task once per `metrics_interval`, so it must return at once. Default: none.
+    fn custom_metrics(&self) -> HashMap<String, f64> {
+        HashMap::new()
+    }
+
+    /// The gateway asks to open a proxied WebSocket stream through this connector;
+    /// `Ok` accepts it (frames then arrive at [`ws_frame`](Self::ws_frame)). Called on
+    /// the socket's task, so it must decide at once. Default: refused with an error
+    /// that says this connector serves no proxied streams.
+    fn ws_open(&self, request: &WebSocketOpenRequest) -> Result<()> {
+        Err(crate::Error::NotFound(format!(
+            "connector {:?} serves no proxied WebSocket streams (path {:?}); implement BaseConnector::ws_open to accept them",
+            self.connector_type(),
+            request.path
+        )))
+    }
+
+    /// A frame of a proxied stream this connector accepted. Called on the socket's
+    /// task: hand the frame to your own task if it needs work. Default: ignored.
+    fn ws_frame(&self, frame: &WebSocketFrame) {
+        let _ = frame;
+    }
+
+    /// The gateway closed a proxied stream. Default: ignored.
+    fn ws_close(&self, request: &WebSocketCloseRequest) {
+        let _ = request;
     }
 }
 

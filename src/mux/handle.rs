@@ -1,46 +1,40 @@
-//! One registration's task: register when the socket's link comes up, wait for the
-//! answer under a deadline, keep the ARN and session token, and serve execute requests
-//! concurrently under the registration's own limit.
+//! [`RegistrationHandle`]: the user's view of one registration.
 //!
-//! The handle never touches the socket: it reads its inbox (filled by the demux),
-//! watches the link state, and queues outbound messages. A slow connector therefore
-//! fills only its own inbox and permits; other registrations on the socket carry on.
+//! The registration itself lives in its socket's connection core, owned by the
+//! socket's driver task. The handle holds what the driver publishes (ARN, status, last
+//! error, counters) and talks to the driver through the socket's one bounded command
+//! queue (remove, invoke).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Semaphore};
-use tokio::time::{sleep_until, Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{oneshot, watch};
 
-use super::backoff::Backoff;
+use super::driver::Command;
+use super::invoke::{InvokeOptions, InvokeResponse};
+use super::invoker::Invoker;
 use super::metrics::{snapshot, ConnectorMetrics, HandleMetrics};
-use super::routing::HandleId;
-use super::shared::{kind, Link, SocketShared};
-use super::socket::wrap;
-use crate::config::ConnectorConfig;
-use crate::connector::{register_request, run_execute, BaseConnector};
+use crate::encoding::Payload;
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
-use crate::proto::{
-    stream_message::Message, RegisterConnectorResponse, RegistrationStatus, StreamMessage,
-};
+use crate::proto::{stream_message::Message, RegistrationStatus, WebSocketFrame};
 
-/// What a registration knows about itself, shared with its [`RegistrationHandle`].
+/// What the driver publishes about a registration.
 #[derive(Debug, Default)]
 struct Session {
-    session_token: Option<String>,
     status: Option<RegistrationStatus>,
     last_error: Option<String>,
 }
 
+/// State shared by a registration's handle(s) and its socket's driver.
 #[derive(Debug)]
 pub(crate) struct HandleState {
     session: Mutex<Session>,
     /// The ARN of the current successful registration; `None` while unregistered.
     arn: watch::Sender<Option<String>>,
     pub(crate) metrics: Arc<HandleMetrics>,
+    removed: AtomicBool,
 }
 
 impl HandleState {
@@ -49,23 +43,54 @@ impl HandleState {
             session: Mutex::default(),
             arn: watch::channel(None).0,
             metrics,
+            removed: AtomicBool::new(false),
         })
     }
 
     fn session(&self) -> std::sync::MutexGuard<'_, Session> {
         self.session.lock().expect("session lock poisoned")
     }
+
+    pub(crate) fn registered(&self, arn: String, status: i32) {
+        {
+            let mut s = self.session();
+            s.status = RegistrationStatus::try_from(status).ok();
+            s.last_error = None;
+        }
+        self.arn.send_replace(Some(arn));
+    }
+
+    pub(crate) fn register_failed(&self, error: String) {
+        self.session().last_error = Some(error);
+    }
+
+    pub(crate) fn unregistered(&self) {
+        self.arn.send_replace(None);
+    }
+
+    pub(crate) fn approval(&self, status: i32) {
+        self.session().status = RegistrationStatus::try_from(status).ok();
+    }
+
+    /// The registration is gone for good (removed, or its socket's driver ended).
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Relaxed);
+        self.arn.send_replace(None);
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Relaxed)
+    }
 }
 
-/// The user's view of one registration: its identity, ARN, status and metrics, and a
-/// way to remove it. Cheap to clone.
+/// The user's view of one registration: its identity, ARN, status and metrics, a way
+/// to invoke other connectors from outside an execute, and a way to remove it. Cheap
+/// to clone.
 #[derive(Clone)]
 pub struct RegistrationHandle {
     pub(crate) key: RegistrationKey,
-    pub(crate) id: HandleId,
     pub(crate) state: Arc<HandleState>,
-    pub(crate) socket: Arc<SocketShared>,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) invoker: Invoker,
 }
 
 impl std::fmt::Debug for RegistrationHandle {
@@ -100,7 +125,7 @@ impl RegistrationHandle {
 
     /// A copy of this registration's counters.
     pub fn metrics(&self) -> ConnectorMetrics {
-        snapshot(&self.state.metrics, &self.socket.metrics)
+        snapshot(&self.state.metrics, &self.invoker.link.metrics)
     }
 
     /// Waits until the registration holds an ARN (registered on the current link), at
@@ -122,180 +147,65 @@ impl RegistrationHandle {
         }
     }
 
-    /// Removes the registration: it stops routing at once (a late execute for its ARN is
-    /// dropped, never handed to another registration) and its task ends.
-    pub fn remove(&self) {
-        self.socket.remove(self.id);
-        self.cancel.cancel();
-    }
-}
-
-/// Everything a handle task needs; built at admission, run when the runner starts.
-pub(crate) struct HandleTask {
-    pub(crate) handle: RegistrationHandle,
-    pub(crate) config: ConnectorConfig,
-    pub(crate) connector: Arc<dyn BaseConnector>,
-    pub(crate) inbox: mpsc::Receiver<super::shared::InboxItem>,
-}
-
-/// Where the handle's registration stands on the current link.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Phase {
-    /// No link: nothing to do until it comes up.
-    Down,
-    /// Register sent; fail it at the deadline.
-    Registering(Instant),
-    /// Refused or timed out; send the next register at the instant.
-    RetryAt(Instant),
-    /// Registered on this link.
-    Registered,
-}
-
-impl Phase {
-    fn deadline(self) -> Option<Instant> {
-        match self {
-            Phase::Registering(t) | Phase::RetryAt(t) => Some(t),
-            Phase::Down | Phase::Registered => None,
-        }
-    }
-}
-
-impl HandleTask {
-    /// Runs until the handle is removed, the runner shuts down, or the inbox closes.
-    pub(crate) async fn run(mut self) {
-        let cancel = self.handle.cancel.clone();
-        let mut link_rx = self.handle.socket.link.subscribe();
-        let permits = Arc::new(Semaphore::new(self.config.max_concurrent_requests));
-        let mut backoff = Backoff::new(self.config.reconnect.clone());
-        let mut phase = Phase::Down;
-        let link = *link_rx.borrow_and_update();
-        if link.up {
-            phase = self.send_register().await;
-        }
-        loop {
-            let deadline = phase.deadline();
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                changed = link_rx.changed() => {
-                    if changed.is_err() { break }
-                    let link: Link = *link_rx.borrow_and_update();
-                    self.handle.state.arn.send_replace(None);
-                    phase = if link.up { self.send_register().await } else { Phase::Down };
-                }
-                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    phase = match phase {
-                        Phase::Registering(_) => {
-                            self.register_failed("no register_response before the register timeout".into());
-                            Phase::RetryAt(Instant::now() + backoff.next_delay(rand::random::<f64>()))
-                        }
-                        _ => self.send_register().await,
-                    };
-                }
-                msg = self.inbox.recv() => {
-                    let Some(msg) = msg else { break };
-                    match msg.message {
-                        Some(Message::RegisterResponse(resp)) => {
-                            phase = self.on_register_response(resp, phase, &mut backoff);
-                        }
-                        Some(Message::ExecuteRequest(req)) => {
-                            let permit = tokio::select! {
-                                p = permits.clone().acquire_owned() => p.expect("semaphore never closed"),
-                                _ = cancel.cancelled() => break,
-                            };
-                            self.handle.state.metrics.requests_received.fetch_add(1, Relaxed);
-                            let connector = self.connector.clone();
-                            let metrics = self.handle.state.metrics.clone();
-                            let socket = self.handle.socket.clone();
-                            tokio::spawn(async move {
-                                let bytes_in = req.payload.len();
-                                let resp = run_execute(connector.as_ref(), req).await;
-                                metrics.record_execute(resp.success, bytes_in, resp.payload.len(), resp.duration_ms.max(0) as u64);
-                                drop(permit);
-                                let msg = wrap(Message::ExecuteResponse(resp));
-                                if !socket.send_direct(&msg).await {
-                                    let _ = socket.outbound.send(msg).await;
-                                }
-                            });
-                        }
-                        Some(Message::ApprovalNotification(note)) => {
-                            tracing::info!(key = %self.handle.key, status = ?note.status(), message = %note.message, "approval notification");
-                            self.handle.state.session().status = Some(note.status());
-                        }
-                        other => {
-                            let msg = StreamMessage { message: other };
-                            tracing::debug!(key = %self.handle.key, kind = kind(&msg), "ignoring message this SDK version does not act on");
-                        }
-                    }
-                }
-            }
-        }
-        self.handle.state.arn.send_replace(None);
-        self.handle.socket.remove(self.handle.id);
-    }
-
-    async fn send_register(&mut self) -> Phase {
-        let token = self.handle.state.session().session_token.clone();
-        let req = register_request(&self.config, self.connector.as_ref(), token.as_deref());
-        let deadline = Instant::now() + self.config.register_timeout;
-        if self
-            .handle
-            .socket
-            .outbound
-            .send(wrap(Message::RegisterRequest(req)))
+    /// Invokes `capability_id` of `target` (an ARN, or a dot key
+    /// `tenant.type.instance`) through the gateway, as this registration, and waits for
+    /// the answer at most [`InvokeOptions::timeout`]. A target that failed comes back
+    /// as [`Error::Remote`] with the remote code; an invoke in flight when the socket
+    /// dies fails at once with a recoverable [`Error::ConnectionClosed`]; dropping the
+    /// future cancels the wait (a late answer is dropped and counted).
+    pub async fn invoke(
+        &self,
+        target: &str,
+        capability_id: &str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> Result<InvokeResponse> {
+        self.invoker
+            .invoke(target, capability_id, payload, options)
             .await
-            .is_err()
-        {
-            return Phase::Down;
-        }
-        Phase::Registering(deadline)
     }
 
-    fn on_register_response(
-        &mut self,
-        resp: RegisterConnectorResponse,
-        phase: Phase,
-        backoff: &mut Backoff,
-    ) -> Phase {
-        if !resp.success {
-            // A stale session token is a common cause; fall back to the configured
-            // credentials on the next attempt.
-            self.handle.state.session().session_token = None;
-            self.register_failed(resp.error);
-            return match phase {
-                Phase::Down => Phase::Down,
-                _ => Phase::RetryAt(Instant::now() + backoff.next_delay(rand::random::<f64>())),
-            };
-        }
-        {
-            let mut s = self.handle.state.session();
-            if !resp.session_token.is_empty() {
-                s.session_token = Some(resp.session_token.clone());
-            }
-            s.status = Some(resp.status());
-            s.last_error = None;
-        }
-        self.handle
-            .socket
-            .set_arn(self.handle.id, &resp.connector_arn);
-        self.handle.socket.registered_on_link.store(true, Relaxed);
-        self.handle
-            .state
-            .metrics
-            .registrations
-            .fetch_add(1, Relaxed);
-        backoff.reset();
-        tracing::info!(key = %self.handle.key, arn = %resp.connector_arn, "registered");
-        self.handle.state.arn.send_replace(Some(resp.connector_arn));
-        Phase::Registered
+    /// Sends an invoke the gateway executes without answering; returns once it is
+    /// queued on the socket. For notifications whose outcome the caller does not need.
+    pub async fn invoke_fire_and_forget(
+        &self,
+        target: &str,
+        capability_id: &str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> Result<()> {
+        self.invoker
+            .invoke_fire_and_forget(target, capability_id, payload, options)
+            .await
     }
 
-    fn register_failed(&self, error: String) {
-        tracing::warn!(key = %self.handle.key, error = %error, "register failed");
-        self.handle
-            .state
-            .metrics
-            .register_failures
-            .fetch_add(1, Relaxed);
-        self.handle.state.session().last_error = Some(error);
+    /// Sends a frame of a proxied WebSocket stream (one the connector accepted in
+    /// `BaseConnector::ws_open`) back to the gateway. Dropped and counted while the
+    /// socket is down.
+    pub async fn send_ws_frame(&self, frame: WebSocketFrame) -> Result<()> {
+        self.invoker
+            .link
+            .commands
+            .send(Command::Send(Message::WsFrame(frame)))
+            .await
+            .map_err(|_| Error::Shutdown)
+    }
+
+    /// Removes the registration and returns once it is gone: it stops routing at once
+    /// (a late execute for its ARN is dropped, never handed to another registration),
+    /// its executes in flight are cancelled (dropped, not answered), and when it was
+    /// the last one on its socket the socket closes cleanly. The protocol has no
+    /// deregister message; the gateway forgets the registration when its socket closes
+    /// or when it times out the executes it still sends.
+    pub async fn remove(&self) {
+        let (reply, done) = oneshot::channel();
+        let command = Command::Remove {
+            handle: self.invoker.handle,
+            reply,
+        };
+        if self.invoker.link.commands.send(command).await.is_ok() {
+            let _ = done.await;
+        }
+        self.state.mark_removed();
     }
 }

@@ -26,6 +26,11 @@ pub(crate) struct HandleMetrics {
     pub(crate) max_duration_ms: AtomicU64,
     pub(crate) registrations: AtomicU64,
     pub(crate) register_failures: AtomicU64,
+    pub(crate) requests_timed_out: AtomicU64,
+    /// Wall-clock time of the last execute request, Unix milliseconds.
+    pub(crate) last_request_at_ms: AtomicU64,
+    pub(crate) invokes_sent: AtomicU64,
+    pub(crate) invokes_failed: AtomicU64,
 }
 
 impl HandleMetrics {
@@ -53,6 +58,7 @@ pub(crate) struct SocketMetrics {
     pub(crate) heartbeat_rtt_ms: AtomicU64,
     pub(crate) frames_in: AtomicU64,
     pub(crate) frames_out: AtomicU64,
+    pub(crate) invokes_timed_out: AtomicU64,
     dropped: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -99,6 +105,13 @@ pub struct ConnectorMetrics {
     pub registrations: u64,
     /// Registers refused by the gateway or timed out.
     pub register_failures: u64,
+    /// Executes answered with a timeout error (the connector did not answer before
+    /// `execute_timeout` or the gateway's deadline).
+    pub requests_timed_out: u64,
+    /// Invokes this registration sent.
+    pub invokes_sent: u64,
+    /// Invokes that ended in an error (remote error, timeout, disconnect).
+    pub invokes_failed: u64,
     /// Times the socket connected and joined.
     pub connects: u64,
     /// Times the socket's connection was lost.
@@ -134,6 +147,9 @@ pub(crate) fn snapshot(h: &HandleMetrics, s: &SocketMetrics) -> ConnectorMetrics
         },
         registrations: h.registrations.load(Relaxed),
         register_failures: h.register_failures.load(Relaxed),
+        requests_timed_out: h.requests_timed_out.load(Relaxed),
+        invokes_sent: h.invokes_sent.load(Relaxed),
+        invokes_failed: h.invokes_failed.load(Relaxed),
         connects: s.connects.load(Relaxed),
         disconnects: s.disconnects.load(Relaxed),
         reconnect_attempts: s

@@ -1,25 +1,31 @@
 //! The multiplexer: many registrations of one tenant over one socket.
 //!
-//! Decision cores without I/O: [`routing`] decides which handle gets each inbound frame
-//! (PROTOCOL.md §5) and [`backoff`] computes reconnect delays. The async shell around
-//! them: `socket` owns a connection, `handle` runs one registration, and
-//! [`MultiConnectorRunner`] groups registrations into sockets by tenant.
+//! Decision cores without I/O: [`routing`] decides which registration gets each
+//! inbound frame (PROTOCOL.md §5), [`backoff`] computes reconnect delays, and `core`
+//! is the whole connection of one socket as a state machine (channel, registrations,
+//! executes, invokes, deadlines). The async shell around them: `driver` is the one
+//! task per socket that drives a core, `handle` is the user's view of a registration,
+//! and [`MultiConnectorRunner`] groups registrations into sockets by tenant.
 
 pub mod backoff;
 #[cfg(feature = "websocket")]
+mod core;
+#[cfg(feature = "websocket")]
+mod driver;
+#[cfg(feature = "websocket")]
 mod handle;
+pub(crate) mod invoke;
+#[cfg(feature = "websocket")]
+pub(crate) mod invoker;
 #[cfg(feature = "websocket")]
 mod metrics;
 pub mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
-#[cfg(feature = "websocket")]
-mod shared;
-#[cfg(feature = "websocket")]
-mod socket;
 
 #[cfg(feature = "websocket")]
 pub use handle::RegistrationHandle;
+pub use invoke::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "websocket")]
 pub use metrics::ConnectorMetrics;
 #[cfg(feature = "websocket")]

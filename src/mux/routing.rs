@@ -28,11 +28,15 @@ pub type HandleId = u64;
 /// The context key of `execute_request` / `invoke_request` that names the addressee.
 const CONNECTOR_ARN_KEY: &str = "connector_arn";
 
-/// Where one inbound message goes.
+/// Where one inbound message goes. `P` is what the caller tracked with a pending
+/// request (see [`RoutingTable::track_request`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Route {
-    /// Deliver to this handle's inbound queue.
+pub enum Route<P = ()> {
+    /// Deliver to this handle.
     Handle(HandleId),
+    /// The response to a pending request of this handle; the value tracked with the
+    /// request is handed back, and the request is no longer pending.
+    Response(HandleId, P),
     /// A `heartbeat_request`: the socket answers it itself.
     AnswerHeartbeat,
     /// A `heartbeat_response`: the socket consumes it as a liveness signal.
@@ -113,27 +117,30 @@ struct Entry {
 ///    routed to a handle reports success, call [`RoutingTable::set_arn`] with its
 ///    `connector_arn`, so that `execute_request`s addressed to it find it.
 /// 4. Before sending a request whose response must come back (an `invoke_request`),
-///    [`RoutingTable::track_request`]; `route` removes the entry when the response
-///    arrives. On timeout or cancellation call [`RoutingTable::forget_request`].
-/// 5. When a handle goes away, [`RoutingTable::remove`]: fail the request ids it
+///    [`RoutingTable::track_request`] with the value to get back (the connection core
+///    tracks its waiter and deadline); `route` removes the entry and returns
+///    [`Route::Response`] when the response arrives. On timeout or cancellation call
+///    [`RoutingTable::forget_request`].
+/// 5. When a handle goes away, [`RoutingTable::remove`]: fail the requests it
 ///    returns. The handle's ARN is forgotten, so later executes for it are dropped.
 /// 6. When the socket disconnects, [`RoutingTable::disconnect`]: fail every returned
 ///    request. Admissions and ARNs stay; the handles re-register on the new
 ///    connection and `set_arn` replaces the ARN if the gateway assigns a new one.
 ///
-/// The pending map is thus pruned on response, timeout/cancellation, handle removal
-/// and disconnect, and cannot leak.
+/// This pending map is the socket's only record of outstanding requests (the
+/// connection core keeps no second one), pruned on response, timeout/cancellation,
+/// handle removal and disconnect, so it cannot leak.
 #[derive(Debug)]
-pub struct RoutingTable {
+pub struct RoutingTable<P = ()> {
     tenant: String,
     max_handlers: usize,
     handles: HashMap<HandleId, Entry>,
     by_dot: HashMap<String, HandleId>,
     by_arn: HashMap<String, HandleId>,
-    pending: HashMap<String, HandleId>,
+    pending: HashMap<String, (HandleId, P)>,
 }
 
-impl RoutingTable {
+impl<P> RoutingTable<P> {
     /// An empty table for a socket of `tenant` that carries at most `max_handlers`
     /// handles (the `max_handlers_per_socket` option).
     pub fn new(tenant: impl Into<String>, max_handlers: usize) -> Self {
@@ -184,9 +191,10 @@ impl RoutingTable {
         Ok(())
     }
 
-    /// Remove a handle; returns the request ids it had pending (sorted, so the caller
-    /// fails them), and forgets its dot key and ARN. Unknown ids return nothing.
-    pub fn remove(&mut self, id: HandleId) -> Vec<String> {
+    /// Remove a handle; returns the requests it had pending (sorted by id, so the
+    /// caller fails them in a stable order), and forgets its dot key and ARN. Unknown
+    /// ids return nothing.
+    pub fn remove(&mut self, id: HandleId) -> Vec<(String, P)> {
         let Some(entry) = self.handles.remove(&id) else {
             return Vec::new();
         };
@@ -194,17 +202,18 @@ impl RoutingTable {
         if let Some(arn) = entry.arn {
             self.by_arn.remove(&arn);
         }
-        let mut ids: Vec<String> = Vec::new();
-        self.pending.retain(|request_id, owner| {
-            if *owner == id {
-                ids.push(request_id.clone());
-                false
-            } else {
-                true
-            }
-        });
-        ids.sort();
-        ids
+        let ids: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, (owner, _))| *owner == id)
+            .map(|(request_id, _)| request_id.clone())
+            .collect();
+        let mut out: Vec<(String, P)> = ids
+            .into_iter()
+            .filter_map(|rid| self.pending.remove(&rid).map(|(_, v)| (rid, v)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Record the ARN the gateway assigned (from a successful `register_response`);
@@ -234,38 +243,39 @@ impl RoutingTable {
     }
 
     /// Track an outbound request (e.g. `invoke_request`) whose response must come back
-    /// to `id`.
+    /// to `id`, with `value` to hand back when it does.
     ///
-    /// Returns `false` and tracks nothing when `request_id` is empty, `id` is not
+    /// Gives `value` back and tracks nothing when `request_id` is empty, `id` is not
     /// admitted, or the id is already pending (it stays with its first owner: request
     /// ids must be unique per socket).
-    pub fn track_request(&mut self, request_id: String, id: HandleId) -> bool {
+    pub fn track_request(&mut self, request_id: String, id: HandleId, value: P) -> Result<(), P> {
         if request_id.is_empty()
             || !self.handles.contains_key(&id)
             || self.pending.contains_key(&request_id)
         {
-            return false;
+            return Err(value);
         }
-        self.pending.insert(request_id, id);
-        true
+        self.pending.insert(request_id, (id, value));
+        Ok(())
     }
 
-    /// Forget a pending request on timeout/cancellation; returns whether it was there.
-    pub fn forget_request(&mut self, request_id: &str) -> bool {
-        self.pending.remove(request_id).is_some()
+    /// Forget a pending request on timeout/cancellation; returns its value if it was
+    /// there.
+    pub fn forget_request(&mut self, request_id: &str) -> Option<P> {
+        self.pending.remove(request_id).map(|(_, v)| v)
     }
 
     /// Socket disconnected: drop all pending requests; returns them grouped by handle
     /// (handles ascending, ids sorted) so each can be failed. ARNs and admissions stay
     /// (handles re-register on reconnect).
-    pub fn disconnect(&mut self) -> Vec<(HandleId, Vec<String>)> {
-        let mut grouped: HashMap<HandleId, Vec<String>> = HashMap::new();
-        for (request_id, id) in self.pending.drain() {
-            grouped.entry(id).or_default().push(request_id);
+    pub fn disconnect(&mut self) -> Vec<(HandleId, Vec<(String, P)>)> {
+        let mut grouped: HashMap<HandleId, Vec<(String, P)>> = HashMap::new();
+        for (request_id, (id, v)) in self.pending.drain() {
+            grouped.entry(id).or_default().push((request_id, v));
         }
-        let mut out: Vec<(HandleId, Vec<String>)> = grouped.into_iter().collect();
-        for (_, ids) in &mut out {
-            ids.sort();
+        let mut out: Vec<(HandleId, Vec<(String, P)>)> = grouped.into_iter().collect();
+        for (_, reqs) in &mut out {
+            reqs.sort_by(|a, b| a.0.cmp(&b.0));
         }
         out.sort_by_key(|(id, _)| *id);
         out
@@ -273,7 +283,7 @@ impl RoutingTable {
 
     /// Route one inbound message (PROTOCOL.md §5). A matched response is removed from
     /// the pending map.
-    pub fn route(&mut self, msg: &StreamMessage) -> Route {
+    pub fn route(&mut self, msg: &StreamMessage) -> Route<P> {
         let Some(message) = &msg.message else {
             return Route::Drop(DropReason::Empty);
         };
@@ -340,7 +350,7 @@ impl RoutingTable {
         }
     }
 
-    fn only_handle_or(&self, reason: DropReason) -> Route {
+    fn only_handle_or(&self, reason: DropReason) -> Route<P> {
         match self.only_handle() {
             Some(id) => Route::Handle(id),
             None => Route::Drop(reason),
@@ -349,7 +359,7 @@ impl RoutingTable {
 
     /// Dot key rebuilt from the ARN; else the unique handle with the ARN's instance id
     /// (the gateway may canonicalise the type); else the only handle; else drop.
-    fn route_register_response(&self, arn: &str) -> Route {
+    fn route_register_response(&self, arn: &str) -> Route<P> {
         let parsed = match Arn::parse(arn) {
             Ok(parsed) => parsed,
             Err(_) => return self.only_handle_or(DropReason::MalformedArn),
@@ -370,7 +380,7 @@ impl RoutingTable {
 
     /// Exact ARN from the request context; a present but unknown ARN is never given
     /// to the only handle.
-    fn route_by_arn(&self, arn: Option<&String>) -> Route {
+    fn route_by_arn(&self, arn: Option<&String>) -> Route<P> {
         match arn.map(String::as_str) {
             Some(arn) if !arn.is_empty() => match self.by_arn.get(arn) {
                 Some(&id) => Route::Handle(id),
@@ -380,17 +390,17 @@ impl RoutingTable {
         }
     }
 
-    fn route_by_request_id(&mut self, request_id: &str) -> Route {
+    fn route_by_request_id(&mut self, request_id: &str) -> Route<P> {
         if request_id.is_empty() {
             return self.only_handle_or(DropReason::Unaddressed);
         }
         match self.pending.remove(request_id) {
-            Some(id) => Route::Handle(id),
+            Some((id, v)) => Route::Response(id, v),
             None => Route::Drop(DropReason::UnknownRequestId),
         }
     }
 
-    fn route_by_gateway_id(&self, gateway_id: &str) -> Route {
+    fn route_by_gateway_id(&self, gateway_id: &str) -> Route<P> {
         if gateway_id.is_empty() {
             return self.only_handle_or(DropReason::Unaddressed);
         }

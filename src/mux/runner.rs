@@ -1,28 +1,29 @@
 //! [`MultiConnectorRunner`]: runs any number of registrations, one socket per tenant.
 //!
 //! Registrations are grouped by sanitised tenant and gateway URL; each group shares
-//! one socket task and one routing table, and each registration gets one handle task.
-//! Sockets are never shared across tenants: the gateway binds a socket to the tenant of
-//! its first registration. The socket's connection settings (timeouts, heartbeats,
-//! backoff) come from the first registration of the group.
+//! one socket, driven by one task that owns the socket's connection core. Sockets are
+//! never shared across tenants: the gateway binds a socket to the tenant of its first
+//! registration. The socket's connection settings (timeouts, heartbeats, backoff) come
+//! from the first registration of the group. A socket whose last registration is
+//! removed closes, and the next registration of its tenant opens a new one.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::handle::{HandleState, HandleTask, RegistrationHandle};
-use super::metrics::{ConnectorMetrics, HandleMetrics};
-use super::shared::SocketShared;
-use super::socket::{self, SocketOptions};
+use super::core::{CoreOptions, RegistrationSpec};
+use super::driver::{self, now, Command, Core, RegUser, SocketOptions};
+use super::handle::{HandleState, RegistrationHandle};
+use super::invoker::{Invoker, SocketLink};
+use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
 use crate::config::ConnectorConfig;
-use crate::connector::BaseConnector;
+use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::sanitize;
-use crate::proto::StreamMessage;
 
 /// How long `run` waits for tasks to finish after shutdown before returning anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -36,15 +37,14 @@ pub struct RunnerOptions {
     /// state for each; past a few hundred, one slow socket affects too many
     /// registrations, so the runner refuses at admission rather than degrade silently.
     pub max_handlers_per_socket: usize,
-    /// Capacity of each registration's inbox (default 64). When full, further executes
-    /// for that registration are answered at once with an `overloaded` error and other
-    /// frames are dropped and counted; the socket never blocks on one registration.
-    pub inbox_capacity: usize,
-    /// Capacity of each socket's outbound queue (default 1024). When full, senders
-    /// await: backpressure on the connectors' responses, never loss.
-    pub outbound_capacity: usize,
-    /// Largest inbound text frame accepted (default 16 MiB); larger frames are dropped
-    /// and counted while the socket stays up.
+    /// Capacity of each socket's command queue (default 1024): invokes, removals and
+    /// admissions from the handles to the socket's task. When full, senders await:
+    /// backpressure on callers, never loss.
+    pub command_queue_capacity: usize,
+    /// Largest inbound WebSocket message (default 16 MiB). The WebSocket layer refuses
+    /// a larger one from its header, before buffering it, and the socket reconnects
+    /// (counted as `too_large`): a peer cannot make a connector hold more than this per
+    /// socket.
     pub max_frame_bytes: usize,
 }
 
@@ -52,8 +52,7 @@ impl Default for RunnerOptions {
     fn default() -> Self {
         RunnerOptions {
             max_handlers_per_socket: 512,
-            inbox_capacity: 64,
-            outbound_capacity: 1024,
+            command_queue_capacity: 1024,
             max_frame_bytes: 16 * 1024 * 1024,
         }
     }
@@ -66,9 +65,9 @@ impl RunnerOptions {
         self
     }
 
-    /// Sets [`RunnerOptions::inbox_capacity`].
-    pub fn with_inbox_capacity(mut self, n: usize) -> Self {
-        self.inbox_capacity = n.max(1);
+    /// Sets [`RunnerOptions::command_queue_capacity`] (at least 1).
+    pub fn with_command_queue_capacity(mut self, n: usize) -> Self {
+        self.command_queue_capacity = n.max(1);
         self
     }
 
@@ -116,18 +115,34 @@ impl ShutdownHandle {
 }
 
 struct SocketEntry {
-    shared: Arc<SocketShared>,
-    opts: SocketOptions,
-    /// Present until the socket task is spawned.
-    outbound_rx: Option<mpsc::Receiver<StreamMessage>>,
+    /// Unique per runner, so an ending socket task forgets only its own entry.
+    id: u64,
+    link: Arc<SocketLink>,
+    /// Until the runner runs (or, for a socket opened later, until it is spawned).
+    unstarted: Option<Unstarted>,
 }
+
+struct Unstarted {
+    core: Core,
+    commands: mpsc::Receiver<Command>,
+    opts: SocketOptions,
+}
+
+type SocketKey = (String, String);
 
 #[derive(Default)]
 struct State {
-    sockets: HashMap<(String, String), SocketEntry>,
+    sockets: HashMap<SocketKey, SocketEntry>,
     handles: Vec<RegistrationHandle>,
-    not_started: Vec<HandleTask>,
     running: bool,
+    next_socket: u64,
+}
+
+struct Inner {
+    options: RunnerOptions,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    state: Mutex<State>,
 }
 
 /// Runs many registrations over one WebSocket per tenant.
@@ -146,10 +161,45 @@ struct State {
 /// # }
 /// ```
 pub struct MultiConnectorRunner {
-    options: RunnerOptions,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-    state: Mutex<State>,
+    inner: Arc<Inner>,
+}
+
+/// A registration made ready for a core: its spec, the driver's data, and the parts
+/// of its handle.
+struct Prepared {
+    spec: RegistrationSpec,
+    user: RegUser,
+    tenant: String,
+    url: String,
+    config: ConnectorConfig,
+}
+
+fn prepare(registration: Registration) -> Result<Prepared> {
+    let Registration { config, connector } = registration;
+    let url = config.address()?.websocket_url()?;
+    let metrics = Arc::new(HandleMetrics::default());
+    let spec = RegistrationSpec {
+        key: config.key(connector.connector_type()),
+        register: register_request(&config, connector.as_ref(), None),
+        register_timeout: config.register_timeout,
+        retry: config.reconnect.clone(),
+        max_concurrent: config.max_concurrent_requests,
+        max_queued: config.max_queued_requests,
+        execute_timeout: config.execute_timeout,
+        metrics_interval: config.metrics_interval,
+        metrics: metrics.clone(),
+    };
+    let user = RegUser {
+        connector,
+        state: HandleState::new(metrics),
+    };
+    Ok(Prepared {
+        spec,
+        user,
+        tenant: sanitize(&config.tenant_id),
+        url,
+        config,
+    })
 }
 
 impl MultiConnectorRunner {
@@ -160,89 +210,63 @@ impl MultiConnectorRunner {
         registrations: impl IntoIterator<Item = Registration>,
     ) -> Result<Self> {
         let runner = MultiConnectorRunner {
-            options,
-            cancel: CancellationToken::new(),
-            tracker: TaskTracker::new(),
-            state: Mutex::default(),
+            inner: Arc::new(Inner {
+                options,
+                cancel: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+                state: Mutex::default(),
+            }),
         };
         for r in registrations {
-            runner.add(r)?;
+            let p = prepare(r)?;
+            let mut state = runner.inner.state();
+            runner.inner.admit_unstarted(&mut state, p)?;
         }
         Ok(runner)
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("runner lock poisoned")
-    }
-
     /// Admits one more registration. Before `run` it waits to start; while running it
-    /// starts at once (opening its tenant's socket if it is the first).
-    pub fn add(&self, registration: Registration) -> Result<RegistrationHandle> {
-        let Registration { config, connector } = registration;
-        let url = config.address()?.websocket_url()?;
-        let key = config.key(connector.connector_type());
-        let tenant = sanitize(&config.tenant_id);
-        let mut state = self.state();
-        let entry = state
-            .sockets
-            .entry((tenant.clone(), url.clone()))
-            .or_insert_with(|| {
-                let (shared, outbound_rx) = SocketShared::new(
-                    tenant,
-                    self.options.max_handlers_per_socket,
-                    self.options.outbound_capacity,
-                );
-                let opts = SocketOptions {
-                    url,
-                    connect_timeout: config.connect_timeout,
-                    heartbeat: config.heartbeat.clone(),
-                    reconnect: config.reconnect.clone(),
-                    max_frame_bytes: self.options.max_frame_bytes,
-                };
-                SocketEntry {
-                    shared,
-                    opts,
-                    outbound_rx: Some(outbound_rx),
+    /// starts at once (opening its tenant's socket if it is the first). Admission
+    /// errors (handler cap, duplicate key, bad address) are typed.
+    pub async fn add(&self, registration: Registration) -> Result<RegistrationHandle> {
+        // A socket whose task is ending (its last registration was just removed) can
+        // refuse the command; then a fresh socket is opened for this registration.
+        for _ in 0..2 {
+            let p = prepare(registration.clone())?;
+            let (link, id, key, spec, user) = {
+                let mut state = self.inner.state();
+                let key = (p.tenant.clone(), p.url.clone());
+                match state.sockets.get(&key) {
+                    Some(entry) if entry.unstarted.is_none() => {
+                        let (link, id) = (entry.link.clone(), entry.id);
+                        (link, id, key, p.spec, p.user)
+                    }
+                    _ => return self.inner.admit_unstarted(&mut state, p),
                 }
-            });
-        let metrics = Arc::new(HandleMetrics::default());
-        let (tx, inbox) = mpsc::channel(self.options.inbox_capacity);
-        let id = entry.shared.admit(key.clone(), tx, metrics.clone())?;
-        let handle = RegistrationHandle {
-            key,
-            id,
-            state: HandleState::new(metrics),
-            socket: entry.shared.clone(),
-            cancel: self.cancel.child_token(),
-        };
-        let task = HandleTask {
-            handle: handle.clone(),
-            config,
-            connector,
-            inbox,
-        };
-        state.handles.push(handle.clone());
-        if state.running {
-            self.start_sockets(&mut state);
-            self.tracker.spawn(task.run());
-        } else {
-            state.not_started.push(task);
-        }
-        Ok(handle)
-    }
-
-    fn start_sockets(&self, state: &mut State) {
-        for entry in state.sockets.values_mut() {
-            if let Some(rx) = entry.outbound_rx.take() {
-                let fut = socket::run(
-                    entry.shared.clone(),
-                    entry.opts.clone(),
-                    rx,
-                    self.cancel.clone(),
-                );
-                self.tracker.spawn(fut);
+            };
+            let state_arc = user.state.clone();
+            let handle_key = spec.key.clone();
+            let (reply, answer) = oneshot::channel();
+            let sent = link.commands.send(Command::Add { spec, user, reply }).await;
+            if sent.is_ok() {
+                if let Ok(admitted) = answer.await {
+                    let hid = admitted?;
+                    let handle = RegistrationHandle {
+                        key: handle_key,
+                        invoker: Invoker {
+                            handle: hid,
+                            link,
+                            metrics: state_arc.metrics.clone(),
+                        },
+                        state: state_arc,
+                    };
+                    self.inner.state().handles.push(handle.clone());
+                    return Ok(handle);
+                }
             }
+            self.inner.forget_socket(&key, id);
         }
+        Err(Error::Shutdown)
     }
 
     /// Connects every socket and serves until [`ShutdownHandle::shutdown`]; then closes
@@ -250,21 +274,18 @@ impl MultiConnectorRunner {
     /// seconds).
     pub async fn run(&self) -> Result<()> {
         {
-            let mut state = self.state();
+            let mut state = self.inner.state();
             if state.running {
                 return Err(Error::Config(
                     "MultiConnectorRunner::run called twice".into(),
                 ));
             }
             state.running = true;
-            self.start_sockets(&mut state);
-            for task in std::mem::take(&mut state.not_started) {
-                self.tracker.spawn(task.run());
-            }
+            self.inner.start_sockets(&mut state);
         }
-        self.cancel.cancelled().await;
-        self.tracker.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
+        self.inner.cancel.cancelled().await;
+        self.inner.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.inner.tracker.wait())
             .await
             .is_err()
         {
@@ -275,19 +296,19 @@ impl MultiConnectorRunner {
 
     /// A handle that stops the runner.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
-        ShutdownHandle(self.cancel.clone())
+        ShutdownHandle(self.inner.cancel.clone())
     }
 
     /// Every admitted registration, removed ones excluded.
     pub fn registrations(&self) -> Vec<RegistrationHandle> {
-        let mut state = self.state();
-        state.handles.retain(|h| !h.cancel.is_cancelled());
+        let mut state = self.inner.state();
+        state.handles.retain(|h| !h.state.is_removed());
         state.handles.clone()
     }
 
-    /// Number of sockets (one per tenant and gateway URL).
+    /// Number of open sockets (one per tenant and gateway URL that has registrations).
     pub fn socket_count(&self) -> usize {
-        self.state().sockets.len()
+        self.inner.state().sockets.len()
     }
 
     /// Metrics of every registration, keyed by dot key.
@@ -306,5 +327,116 @@ impl MultiConnectorRunner {
             h.wait_registered(left).await?;
         }
         Ok(())
+    }
+}
+
+impl Inner {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("runner lock poisoned")
+    }
+
+    /// Admits into a socket whose core this thread can reach: one not started yet, or
+    /// a new one (started at once when the runner runs).
+    fn admit_unstarted(
+        self: &Arc<Self>,
+        state: &mut State,
+        p: Prepared,
+    ) -> Result<RegistrationHandle> {
+        let key = (p.tenant.clone(), p.url.clone());
+        if !state.sockets.contains_key(&key) {
+            let entry = self.new_socket(state, &p);
+            state.sockets.insert(key.clone(), entry);
+        }
+        let entry = state.sockets.get_mut(&key).expect("inserted above");
+        let unstarted = entry
+            .unstarted
+            .as_mut()
+            .expect("only unstarted sockets are admitted into here");
+        let (handle_key, hstate) = (p.spec.key.clone(), p.user.state.clone());
+        let admitted = unstarted.core.add(now(), p.spec, p.user);
+        let hid = match admitted {
+            Ok(hid) => hid,
+            Err(e) => {
+                if unstarted.core.len() == 0 {
+                    state.sockets.remove(&key);
+                }
+                return Err(e);
+            }
+        };
+        let handle = RegistrationHandle {
+            key: handle_key,
+            invoker: Invoker {
+                handle: hid,
+                link: entry.link.clone(),
+                metrics: hstate.metrics.clone(),
+            },
+            state: hstate,
+        };
+        state.handles.push(handle.clone());
+        if state.running {
+            self.start_sockets(state);
+        }
+        Ok(handle)
+    }
+
+    fn new_socket(&self, state: &mut State, p: &Prepared) -> SocketEntry {
+        let metrics = Arc::new(SocketMetrics::default());
+        let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
+        let core_opts = CoreOptions {
+            tenant: p.tenant.clone(),
+            heartbeat: p.config.heartbeat.clone(),
+            join_timeout: p.config.connect_timeout,
+            max_handlers: self.options.max_handlers_per_socket,
+            max_frame_bytes: self.options.max_frame_bytes,
+            seed: rand::random(),
+        };
+        let opts = SocketOptions {
+            url: p.url.clone(),
+            connect_timeout: p.config.connect_timeout,
+            reconnect: p.config.reconnect.clone(),
+            max_frame_bytes: self.options.max_frame_bytes,
+        };
+        state.next_socket += 1;
+        SocketEntry {
+            id: state.next_socket,
+            link: Arc::new(SocketLink::new(tx, metrics.clone())),
+            unstarted: Some(Unstarted {
+                core: Core::new(core_opts, metrics),
+                commands,
+                opts,
+            }),
+        }
+    }
+
+    fn start_sockets(self: &Arc<Self>, state: &mut State) {
+        for (key, entry) in state.sockets.iter_mut() {
+            let Some(u) = entry.unstarted.take() else {
+                continue;
+            };
+            let weak: Weak<Inner> = Arc::downgrade(self);
+            let (key, id) = (key.clone(), entry.id);
+            let on_exit = move || {
+                if let Some(inner) = weak.upgrade() {
+                    inner.forget_socket(&key, id);
+                }
+            };
+            let fut = driver::run(
+                u.core,
+                entry.link.clone(),
+                u.commands,
+                u.opts,
+                self.cancel.child_token(),
+                on_exit,
+            );
+            self.tracker.spawn(fut);
+        }
+    }
+
+    /// Forgets a socket whose task ended, unless a newer socket took its key.
+    fn forget_socket(&self, key: &SocketKey, id: u64) {
+        let mut state = self.state();
+        if state.sockets.get(key).is_some_and(|e| e.id == id) {
+            state.sockets.remove(key);
+        }
     }
 }

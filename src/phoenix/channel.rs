@@ -17,6 +17,7 @@ use super::frame::{
     encode_proto, Frame, EVENT_CLOSE, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_PROTO,
     EVENT_REPLY, PHOENIX_TOPIC,
 };
+use super::inbound::InboundFrame;
 use crate::proto::StreamMessage;
 
 /// Where the channel's join stands.
@@ -39,8 +40,9 @@ pub enum ChannelEvent {
     JoinRefused(String),
     /// The outstanding Phoenix heartbeat was answered.
     HeartbeatAck,
-    /// A `"proto"` data frame for the current join; decode it with [`Frame::proto`].
-    Data(Frame),
+    /// A `"proto"` data frame for the current join; decode its payload with
+    /// [`InboundFrame::proto`].
+    Data,
     /// The join is gone (`phx_error`, `phx_close`, or `unmatched topic`): rejoin.
     Lost(String),
     /// A frame the channel has no use for (a reply to a data push, a frame for an
@@ -137,11 +139,11 @@ impl ChannelState {
     }
 
     /// Interprets one inbound frame.
-    pub fn handle(&mut self, frame: Frame) -> ChannelEvent {
+    pub fn handle(&mut self, frame: &InboundFrame<'_>) -> ChannelEvent {
         if frame.topic == PHOENIX_TOPIC {
             if frame.event == EVENT_REPLY
                 && frame.msg_ref.is_some()
-                && frame.msg_ref == self.heartbeat_ref
+                && frame.msg_ref.as_deref() == self.heartbeat_ref.as_deref()
             {
                 self.heartbeat_ref = None;
                 return ChannelEvent::HeartbeatAck;
@@ -153,32 +155,33 @@ impl ChannelState {
         }
         // A frame stamped with an earlier join belongs to a channel that no longer
         // exists (e.g. the phx_close the server sends for the join we replaced).
-        if frame.join_ref.is_some() && frame.join_ref != self.join_ref {
+        if frame.join_ref.is_some() && frame.join_ref.as_deref() != self.join_ref.as_deref() {
             return ChannelEvent::Ignored("frame for an earlier join");
         }
-        match frame.event.as_str() {
-            EVENT_PROTO if self.state == JoinState::Joined => ChannelEvent::Data(frame),
+        match frame.event.as_ref() {
+            EVENT_PROTO if self.state == JoinState::Joined => ChannelEvent::Data,
             EVENT_PROTO => ChannelEvent::Ignored("data frame before the join completed"),
-            EVENT_REPLY => self.handle_reply(&frame),
+            EVENT_REPLY => self.handle_reply(frame),
             EVENT_ERROR => self.lost("phx_error: the channel crashed on the server"),
             EVENT_CLOSE => self.lost("phx_close: the server closed the channel"),
             _ => ChannelEvent::Ignored("unknown event"),
         }
     }
 
-    fn handle_reply(&mut self, frame: &Frame) -> ChannelEvent {
-        let status = frame.reply_status().unwrap_or("");
-        let is_join_reply = self.state == JoinState::Joining && frame.msg_ref == self.join_ref;
+    fn handle_reply(&mut self, frame: &InboundFrame<'_>) -> ChannelEvent {
+        let (status, reason) = frame.reply();
+        let is_join_reply = self.state == JoinState::Joining
+            && frame.msg_ref.as_deref() == self.join_ref.as_deref();
         if is_join_reply {
             if status == "ok" {
                 self.state = JoinState::Joined;
                 return ChannelEvent::Joined;
             }
             self.state = JoinState::Closed;
-            let reason = frame.reply_reason().unwrap_or("join refused").to_owned();
+            let reason = reason.as_deref().unwrap_or("join refused").to_owned();
             return ChannelEvent::JoinRefused(reason);
         }
-        if status == "error" && frame.reply_reason() == Some("unmatched topic") {
+        if status == "error" && reason.as_deref() == Some("unmatched topic") {
             return self.lost("unmatched topic: the server no longer knows our join");
         }
         ChannelEvent::Ignored("reply to a data push")
@@ -195,6 +198,17 @@ impl ChannelState {
 mod tests {
     use super::*;
     use crate::phoenix::LOBBY_TOPIC;
+
+    /// Feeds an owned frame through its text, as the socket does.
+    trait HandleOwned {
+        fn feed(&mut self, frame: Frame) -> ChannelEvent;
+    }
+    impl HandleOwned for ChannelState {
+        fn feed(&mut self, frame: Frame) -> ChannelEvent {
+            let text = frame.encode();
+            self.handle(&InboundFrame::decode(&text).expect("valid frame"))
+        }
+    }
 
     fn reply(
         join_ref: Option<&str>,
@@ -221,7 +235,7 @@ mod tests {
         let j = ch.join();
         let r = j.msg_ref.clone().unwrap();
         assert_eq!(
-            ch.handle(reply(Some(&r), &r, LOBBY_TOPIC, "ok", None)),
+            ch.feed(reply(Some(&r), &r, LOBBY_TOPIC, "ok", None)),
             ChannelEvent::Joined
         );
         ch
@@ -238,7 +252,7 @@ mod tests {
         let mut ch = ChannelState::new(LOBBY_TOPIC);
         let j = ch.join();
         let r = j.msg_ref.unwrap();
-        let ev = ch.handle(reply(
+        let ev = ch.feed(reply(
             Some(&r),
             &r,
             LOBBY_TOPIC,
@@ -267,7 +281,7 @@ mod tests {
         );
         let r = hb.msg_ref.unwrap();
         assert_eq!(
-            ch.handle(reply(None, &r, PHOENIX_TOPIC, "ok", None)),
+            ch.feed(reply(None, &r, PHOENIX_TOPIC, "ok", None)),
             ChannelEvent::HeartbeatAck
         );
         assert!(ch.heartbeat().is_some());
@@ -278,7 +292,7 @@ mod tests {
         let mut ch = joined();
         ch.heartbeat().unwrap();
         assert!(matches!(
-            ch.handle(reply(None, "999", PHOENIX_TOPIC, "ok", None)),
+            ch.feed(reply(None, "999", PHOENIX_TOPIC, "ok", None)),
             ChannelEvent::Ignored(_)
         ));
         assert!(ch.heartbeat().is_none());
@@ -291,7 +305,7 @@ mod tests {
         let text = ch.encode_data(&StreamMessage::default());
         let f = Frame::decode(&text).unwrap();
         assert_eq!(f.join_ref.as_deref(), Some(jr.as_str()));
-        assert!(matches!(ch.handle(f), ChannelEvent::Data(_)));
+        assert!(matches!(ch.feed(f), ChannelEvent::Data));
     }
 
     #[test]
@@ -300,7 +314,7 @@ mod tests {
         let old = ch.join_ref().unwrap().to_owned();
         let j = ch.join();
         let new = j.msg_ref.unwrap();
-        ch.handle(reply(Some(&new), &new, LOBBY_TOPIC, "ok", None));
+        ch.feed(reply(Some(&new), &new, LOBBY_TOPIC, "ok", None));
         let stale = Frame::new(
             Some(old),
             Some("1".into()),
@@ -308,7 +322,7 @@ mod tests {
             EVENT_CLOSE,
             json!({}),
         );
-        assert!(matches!(ch.handle(stale), ChannelEvent::Ignored(_)));
+        assert!(matches!(ch.feed(stale), ChannelEvent::Ignored(_)));
         let current = Frame::new(
             Some(new),
             Some("1".into()),
@@ -316,14 +330,14 @@ mod tests {
             EVENT_CLOSE,
             json!({}),
         );
-        assert!(matches!(ch.handle(current), ChannelEvent::Lost(_)));
+        assert!(matches!(ch.feed(current), ChannelEvent::Lost(_)));
         assert_eq!(ch.state(), JoinState::Closed);
     }
 
     #[test]
     fn unmatched_topic_reply_means_the_join_is_gone() {
         let mut ch = joined();
-        let ev = ch.handle(reply(
+        let ev = ch.feed(reply(
             None,
             "5",
             LOBBY_TOPIC,
@@ -339,11 +353,11 @@ mod tests {
         let jr = ch.join_ref().map(str::to_owned);
         let unknown = Frame::new(jr.clone(), None, LOBBY_TOPIC, "presence_diff", json!({}));
         assert!(matches!(
-            ch.handle(unknown),
+            ch.feed(unknown),
             ChannelEvent::Ignored("unknown event")
         ));
         let err = Frame::new(jr, None, LOBBY_TOPIC, EVENT_ERROR, json!({}));
-        assert!(matches!(ch.handle(err), ChannelEvent::Lost(_)));
+        assert!(matches!(ch.feed(err), ChannelEvent::Lost(_)));
     }
 
     #[test]
@@ -357,6 +371,6 @@ mod tests {
             EVENT_PROTO,
             json!({"data": ""}),
         );
-        assert!(matches!(ch.handle(f), ChannelEvent::Ignored(_)));
+        assert!(matches!(ch.feed(f), ChannelEvent::Ignored(_)));
     }
 }

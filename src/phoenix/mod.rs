@@ -7,6 +7,8 @@
 
 pub mod channel;
 pub mod frame;
+pub mod inbound;
 
 pub use channel::{ChannelEvent, ChannelState, JoinState};
 pub use frame::{decode_proto, encode_proto, Frame, FrameError, LOBBY_TOPIC, PHOENIX_TOPIC};
+pub use inbound::{decode_proto_bytes, InboundFrame};

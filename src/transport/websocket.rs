@@ -2,7 +2,7 @@
 //! provider), the WebSocket handshake, all under one deadline.
 //!
 //! This module only opens connections; framing lives in [`crate::phoenix`] and the
-//! connection's life (join, heartbeats, demux) in `crate::mux::socket`.
+//! connection's life (join, heartbeats, demux) in `crate::mux::driver` and `crate::mux::core`.
 
 use std::time::Duration;
 
@@ -14,13 +14,6 @@ use crate::error::{Error, Result};
 
 /// The client's WebSocket stream.
 pub(crate) type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-/// The largest message the WebSocket layer accepts before it fails the connection.
-///
-/// Deliberately far above the protocol-level limit that the socket task applies per
-/// frame (`SocketOptions::max_frame_bytes`): an oversized frame must be dropped and
-/// counted while the socket stays up, and only the socket task can do that.
-const TRANSPORT_MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 /// Read buffer per connection. 128 KiB (tungstenite's default) would cost 2.5 GiB for
 /// 20,000 idle sockets; 16 KiB still reads a typical burst of frames in one syscall.
@@ -38,12 +31,18 @@ fn ensure_crypto_provider() {
 }
 
 /// Connects to `url` (a `ws://` or `wss://` URL) within `timeout`.
-pub(crate) async fn connect(url: &str, timeout: Duration) -> Result<WsStream> {
+///
+/// `max_message` bounds every inbound message and frame at the WebSocket layer, so
+/// tungstenite refuses an oversized one from its header instead of buffering it: a
+/// peer cannot make the connector hold more than that per socket. The refusal fails
+/// the connection (a stream cannot skip a frame it has not read); the driver counts it
+/// as `too_large` and reconnects.
+pub(crate) async fn connect(url: &str, timeout: Duration, max_message: usize) -> Result<WsStream> {
     ensure_crypto_provider();
     let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
-        .max_message_size(Some(TRANSPORT_MAX_MESSAGE))
-        .max_frame_size(Some(TRANSPORT_MAX_MESSAGE));
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message));
     let dial = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
     match tokio::time::timeout(timeout, dial).await {
         Ok(Ok((ws, _response))) => Ok(ws),

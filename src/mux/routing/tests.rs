@@ -78,7 +78,7 @@ fn approval(gateway_id: &str) -> StreamMessage {
 
 /// A table with one handle `A` (instance `a`).
 fn one() -> RoutingTable {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     t.admit(A, key("a")).unwrap();
     t
 }
@@ -94,7 +94,7 @@ fn two() -> RoutingTable {
 
 #[test]
 fn admission_beyond_the_cap_is_refused_with_the_tenant_and_cap() {
-    let mut t = RoutingTable::new("t", 1);
+    let mut t = RoutingTable::<()>::new("t", 1);
     t.admit(A, key("a")).unwrap();
     match t.admit(B, key("b")) {
         Err(Error::HandlerCapReached { tenant, cap }) => {
@@ -127,7 +127,7 @@ fn admitting_an_admitted_handle_id_is_a_duplicate() {
 
 #[test]
 fn a_removed_key_can_be_admitted_again_and_frees_a_slot() {
-    let mut t = RoutingTable::new("t", 1);
+    let mut t = RoutingTable::<()>::new("t", 1);
     t.admit(A, key("a")).unwrap();
     t.remove(A);
     assert!(t.is_empty());
@@ -152,7 +152,7 @@ fn register_response_is_routed_by_the_dot_key_rebuilt_from_its_arn() {
 
 #[test]
 fn register_response_with_a_canonicalised_type_is_routed_by_instance_id() {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     t.admit(A, RegistrationKey::new("t", "vendor-echo", "a"))
         .unwrap();
     t.admit(B, RegistrationKey::new("t", "vendor-echo", "b"))
@@ -165,7 +165,7 @@ fn register_response_with_a_canonicalised_type_is_routed_by_instance_id() {
 
 #[test]
 fn register_response_with_an_ambiguous_instance_id_is_not_guessed() {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     t.admit(A, RegistrationKey::new("t", "x", "same")).unwrap();
     t.admit(B, RegistrationKey::new("t", "y", "same")).unwrap();
     assert_eq!(
@@ -214,7 +214,7 @@ fn register_response_with_an_empty_arn_goes_to_the_only_handle() {
 
 #[test]
 fn register_response_on_an_empty_socket_is_dropped() {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     assert_eq!(
         t.route(&register_response("matrix:t:echo:a")),
         Route::Drop(DropReason::UnknownArn)
@@ -234,7 +234,7 @@ fn execute_is_routed_by_the_exact_connector_arn() {
 
 #[test]
 fn execute_matches_the_assigned_arn_even_when_the_type_was_canonicalised() {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     t.admit(A, RegistrationKey::new("t", "vendor-echo", "a"))
         .unwrap();
     t.admit(B, key("b")).unwrap();
@@ -362,8 +362,8 @@ fn set_arn_with_an_empty_arn_clears_it() {
 #[test]
 fn response_is_routed_by_its_pending_request_id_and_removed() {
     let mut t = two();
-    assert!(t.track_request("r1".into(), B));
-    assert_eq!(t.route(&invoke_response("r1")), Route::Handle(B));
+    assert!(t.track_request("r1".into(), B, ()).is_ok());
+    assert_eq!(t.route(&invoke_response("r1")), Route::Response(B, ()));
     assert_eq!(t.pending_len(), 0);
     assert_eq!(
         t.route(&invoke_response("r1")),
@@ -374,8 +374,8 @@ fn response_is_routed_by_its_pending_request_id_and_removed() {
 #[test]
 fn execute_response_is_routed_by_its_pending_request_id() {
     let mut t = two();
-    t.track_request("e1".into(), A);
-    assert_eq!(t.route(&execute_response("e1")), Route::Handle(A));
+    t.track_request("e1".into(), A, ()).unwrap();
+    assert_eq!(t.route(&execute_response("e1")), Route::Response(A, ()));
     assert_eq!(t.pending_len(), 0);
 }
 
@@ -410,9 +410,9 @@ fn response_with_an_empty_request_id_goes_to_the_only_handle_else_is_dropped() {
 #[test]
 fn forgotten_request_is_no_longer_routed() {
     let mut t = two();
-    t.track_request("r1".into(), A);
-    assert!(t.forget_request("r1"));
-    assert!(!t.forget_request("r1"));
+    t.track_request("r1".into(), A, ()).unwrap();
+    assert!(t.forget_request("r1").is_some());
+    assert!(t.forget_request("r1").is_none());
     assert_eq!(
         t.route(&invoke_response("r1")),
         Route::Drop(DropReason::UnknownRequestId)
@@ -422,32 +422,35 @@ fn forgotten_request_is_no_longer_routed() {
 #[test]
 fn track_request_refuses_empty_ids_unknown_handles_and_duplicates() {
     let mut t = two();
-    assert!(!t.track_request(String::new(), A));
-    assert!(!t.track_request("r".into(), 99));
-    assert!(t.track_request("r".into(), A));
-    assert!(!t.track_request("r".into(), B));
-    assert_eq!(t.route(&invoke_response("r")), Route::Handle(A));
+    assert!(t.track_request(String::new(), A, ()).is_err());
+    assert!(t.track_request("r".into(), 99, ()).is_err());
+    assert!(t.track_request("r".into(), A, ()).is_ok());
+    assert!(t.track_request("r".into(), B, ()).is_err());
+    assert_eq!(t.route(&invoke_response("r")), Route::Response(A, ()));
 }
 
 #[test]
 fn remove_returns_the_handles_pending_ids_and_keeps_the_others() {
     let mut t = two();
-    t.track_request("a2".into(), A);
-    t.track_request("a1".into(), A);
-    t.track_request("b1".into(), B);
-    assert_eq!(t.remove(A), vec!["a1".to_owned(), "a2".to_owned()]);
+    t.track_request("a2".into(), A, ()).unwrap();
+    t.track_request("a1".into(), A, ()).unwrap();
+    t.track_request("b1".into(), B, ()).unwrap();
+    assert_eq!(
+        t.remove(A),
+        vec![("a1".to_owned(), ()), ("a2".to_owned(), ())]
+    );
     assert_eq!(t.pending_len(), 1);
     assert_eq!(
         t.route(&invoke_response("a1")),
         Route::Drop(DropReason::UnknownRequestId)
     );
-    assert_eq!(t.route(&invoke_response("b1")), Route::Handle(B));
+    assert_eq!(t.route(&invoke_response("b1")), Route::Response(B, ()));
 }
 
 #[test]
 fn remove_of_an_unknown_handle_returns_nothing() {
     let mut t = one();
-    t.track_request("a1".into(), A);
+    t.track_request("a1".into(), A, ()).unwrap();
     assert!(t.remove(99).is_empty());
     assert_eq!((t.len(), t.pending_len()), (1, 1));
 }
@@ -456,14 +459,14 @@ fn remove_of_an_unknown_handle_returns_nothing() {
 fn disconnect_empties_pending_grouped_by_handle_and_keeps_admissions_and_arns() {
     let mut t = two();
     t.set_arn(A, "matrix:t:echo:a");
-    t.track_request("b1".into(), B);
-    t.track_request("a1".into(), A);
-    t.track_request("a2".into(), A);
+    t.track_request("b1".into(), B, ()).unwrap();
+    t.track_request("a1".into(), A, ()).unwrap();
+    t.track_request("a2".into(), A, ()).unwrap();
     assert_eq!(
         t.disconnect(),
         vec![
-            (A, vec!["a1".to_owned(), "a2".to_owned()]),
-            (B, vec!["b1".to_owned()]),
+            (A, vec![("a1".to_owned(), ()), ("a2".to_owned(), ())]),
+            (B, vec![("b1".to_owned(), ())]),
         ]
     );
     assert_eq!(t.pending_len(), 0);
@@ -525,7 +528,7 @@ fn gateway_id_of_a_removed_handle_is_dropped() {
 
 #[test]
 fn heartbeats_are_handled_by_the_socket_regardless_of_handles() {
-    let mut t = RoutingTable::new("t", 8);
+    let mut t = RoutingTable::<()>::new("t", 8);
     let req = msg(Message::HeartbeatRequest(HeartbeatRequest::default()));
     let resp = msg(Message::HeartbeatResponse(HeartbeatResponse::default()));
     assert_eq!(t.route(&req), Route::AnswerHeartbeat);
@@ -553,7 +556,7 @@ fn other_messages_are_dropped_among_several_handles_or_none() {
     let frame = msg(Message::WsFrame(WebSocketFrame::default()));
     assert_eq!(two().route(&frame), Route::Drop(DropReason::Unaddressed));
     assert_eq!(
-        RoutingTable::new("t", 8).route(&frame),
+        RoutingTable::<()>::new("t", 8).route(&frame),
         Route::Drop(DropReason::Unaddressed)
     );
 }

@@ -1,0 +1,3 @@
+//! Unit tests of the connection core: plain `#[test]`s with an explicit clock.
+
+mod support;
