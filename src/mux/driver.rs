@@ -68,7 +68,7 @@ pub(crate) type Core = Connection<Waiter, RegUser>;
 pub(crate) enum Command {
     /// Admit a registration; the reply carries its handle id or the admission error.
     Add {
-        spec: RegistrationSpec,
+        spec: Box<RegistrationSpec>,
         user: RegUser,
         reply: oneshot::Sender<Result<HandleId>>,
     },
@@ -86,7 +86,7 @@ pub(crate) enum Command {
     /// The caller of an invoke stopped waiting.
     CancelInvoke(String),
     /// A message a connector sends outside an execute (WebSocket proxy traffic).
-    Send(Message),
+    Send(Box<Message>),
 }
 
 /// Settings of one socket's connection.
@@ -265,7 +265,7 @@ impl Driver {
         let now = now();
         match cmd {
             Command::Add { spec, user, reply } => {
-                let _ = reply.send(self.core.add(now, spec, user));
+                let _ = reply.send(self.core.add(now, *spec, user));
             }
             Command::Remove { handle, reply } => {
                 if let Some(user) = self.core.remove(now, handle) {
@@ -283,7 +283,7 @@ impl Driver {
                 }
             }
             Command::CancelInvoke(id) => self.core.cancel_invoke(&id),
-            Command::Send(message) => self.core.send(message),
+            Command::Send(message) => self.core.send(*message),
         }
     }
 
@@ -333,7 +333,7 @@ impl Driver {
                         u.state.approval(status);
                     }
                 }
-                Event::Deliver { handle, message } => self.deliver(handle, message),
+                Event::Deliver { handle, message } => self.deliver(handle, *message),
                 Event::MetricsDue(handle) => {
                     let custom = self
                         .core

@@ -186,7 +186,7 @@ impl RegistrationHandle {
         self.invoker
             .link
             .commands
-            .send(Command::Send(Message::WsFrame(frame)))
+            .send(Command::Send(Box::new(Message::WsFrame(frame))))
             .await
             .map_err(|_| Error::Shutdown)
     }

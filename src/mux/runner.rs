@@ -247,7 +247,14 @@ impl MultiConnectorRunner {
             let state_arc = user.state.clone();
             let handle_key = spec.key.clone();
             let (reply, answer) = oneshot::channel();
-            let sent = link.commands.send(Command::Add { spec, user, reply }).await;
+            let sent = link
+                .commands
+                .send(Command::Add {
+                    spec: Box::new(spec),
+                    user,
+                    reply,
+                })
+                .await;
             if sent.is_ok() {
                 if let Ok(admitted) = answer.await {
                     let hid = admitted?;

@@ -122,7 +122,10 @@ pub(crate) enum Event<W> {
     },
     /// A message for the registration that its connector's hooks handle (WebSocket
     /// proxy messages, `credentials_issued`).
-    Deliver { handle: HandleId, message: Message },
+    Deliver {
+        handle: HandleId,
+        message: Box<Message>,
+    },
     /// The registration's metrics report is due: gather the connector's custom
     /// figures and call [`Connection::send_metrics_report`].
     MetricsDue(HandleId),
@@ -470,9 +473,10 @@ impl<W, U> Connection<W, U> {
             m @ (Message::WsOpenRequest(_)
             | Message::WsFrame(_)
             | Message::WsCloseRequest(_)
-            | Message::CredentialsIssued(_)) => {
-                self.events.push_back(Event::Deliver { handle, message: m })
-            }
+            | Message::CredentialsIssued(_)) => self.events.push_back(Event::Deliver {
+                handle,
+                message: Box::new(m),
+            }),
             other => {
                 tracing::debug!(tenant = %self.opts.tenant, kind = kind(&other), "ignoring a message a connector does not act on");
                 self.metrics.drop_frame("unexpected_message");
