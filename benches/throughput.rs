@@ -26,7 +26,8 @@ use switchboard::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
 use switchboard::{
-    ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions,
+    ConnectorConfig, EchoConnector, InvokeOptions, MultiConnectorRunner, Payload, Registration,
+    RegistrationHandle, RunnerOptions,
 };
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -170,33 +171,24 @@ async fn drive_echo(addr: std::net::SocketAddr, in_flight: usize, dur: Duration)
     }
 }
 
-async fn drive_switchboard(
-    gateway: Arc<Gateway>,
-    arns: Arc<Vec<String>>,
-    in_flight: usize,
-    dur: Duration,
-) -> Sample {
+/// Keeps `in_flight` operations outstanding for `dur`; `op(i)` runs the i-th one.
+async fn drive<F, Fut>(in_flight: usize, dur: Duration, op: F) -> Sample
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
     let stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..in_flight {
-        let (gateway, arns, stop) = (gateway.clone(), arns.clone(), stop.clone());
+        let (op, stop) = (op.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let payload: serde_json::Value = serde_json::from_str(PAYLOAD).unwrap();
             let mut lat = Vec::new();
             let mut i = w;
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                let out = gateway
-                    .execute_with(
-                        &arns[i % arns.len()],
-                        payload.clone(),
-                        None,
-                        Duration::from_secs(10),
-                    )
-                    .await
-                    .expect("execute");
-                assert!(out.success);
+                op(i).await;
                 lat.push(t0.elapsed());
                 i += in_flight;
             }
@@ -214,6 +206,121 @@ async fn drive_switchboard(
         elapsed: start.elapsed(),
         latencies,
     }
+}
+
+/// Executes from the gateway over the registrations `arns`, round-robin.
+async fn drive_switchboard(
+    gateway: Arc<Gateway>,
+    arns: Arc<Vec<String>>,
+    in_flight: usize,
+    dur: Duration,
+) -> Sample {
+    let payload: serde_json::Value = serde_json::from_str(PAYLOAD).unwrap();
+    drive(in_flight, dur, move |i| {
+        let (gateway, arn, payload) = (
+            gateway.clone(),
+            arns[i % arns.len()].clone(),
+            payload.clone(),
+        );
+        async move {
+            let out = gateway
+                .execute_with(&arn, payload, None, Duration::from_secs(10))
+                .await
+                .expect("execute");
+            assert!(out.success);
+        }
+    })
+    .await
+}
+
+/// Invokes from `caller` to `target` (connector -> gateway -> connector and back).
+async fn drive_invoke(
+    caller: RegistrationHandle,
+    target: String,
+    in_flight: usize,
+    dur: Duration,
+) -> Sample {
+    let payload: serde_json::Value = serde_json::from_str(PAYLOAD).unwrap();
+    drive(in_flight, dur, move |_| {
+        let (caller, target, payload) = (caller.clone(), target.clone(), payload.clone());
+        async move {
+            caller
+                .invoke(
+                    &target,
+                    "echo",
+                    Payload::Json(payload),
+                    InvokeOptions::default(),
+                )
+                .await
+                .expect("invoke");
+        }
+    })
+    .await
+}
+
+/// Invoke round trips beside execute round trips on the same runner and gateway.
+async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
+    let registrations = ["caller", "target"]
+        .iter()
+        .map(|i| {
+            let cfg = ConnectorConfig::builder(gateway.ws_url(), "benchinvoke")
+                .instance_id(*i)
+                .max_concurrent_requests(256)
+                .max_queued_requests(256)
+                .build()
+                .unwrap();
+            Registration::new(cfg, EchoConnector)
+        })
+        .collect::<Vec<_>>();
+    let runner =
+        Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), registrations).unwrap());
+    let run = tokio::spawn({
+        let r = runner.clone();
+        async move { r.run().await }
+    });
+    runner
+        .wait_registered(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let by = |i: &str| {
+        runner
+            .registrations()
+            .into_iter()
+            .find(|h| h.key().instance_id() == i)
+            .unwrap()
+    };
+    let (caller, target) = (by("caller"), by("target"));
+    let target_arn = target.arn().unwrap();
+    println!();
+    println!("| in flight | execute rt/s | invoke rt/s | invoke p50 µs | invoke p99 µs | invoke / execute |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let _ = drive_invoke(
+        caller.clone(),
+        target_arn.clone(),
+        16,
+        Duration::from_millis(200),
+    )
+    .await;
+    for in_flight in [64, 256] {
+        let exec = drive_switchboard(
+            gateway.clone(),
+            Arc::new(vec![target_arn.clone()]),
+            in_flight,
+            dur,
+        )
+        .await;
+        let mut inv = drive_invoke(caller.clone(), target_arn.clone(), in_flight, dur).await;
+        println!(
+            "| {in_flight} | {:.0} | {:.0} | {} | {} | {:.2} |",
+            exec.rate(),
+            inv.rate(),
+            us(inv.p(0.50)),
+            us(inv.p(0.99)),
+            inv.rate() / exec.rate()
+        );
+    }
+    runner.shutdown_handle().shutdown();
+    let _ = run.await;
 }
 
 #[tokio::main]
@@ -293,4 +400,5 @@ async fn main() {
         runner.shutdown_handle().shutdown();
         let _ = run.await;
     }
+    invoke_table(gateway, dur).await;
 }
