@@ -35,9 +35,14 @@ impl Sample {
 
 /// How long each configuration runs, from `SWITCHBOARD_BENCH_SECS` (default 2).
 pub fn run_for() -> Duration {
+    run_for_or(2.0)
+}
+
+/// How long each configuration runs, from `SWITCHBOARD_BENCH_SECS`, else `default_secs`.
+pub fn run_for_or(default_secs: f64) -> Duration {
     let secs = std::env::var("SWITCHBOARD_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(2.0);
+        .unwrap_or(default_secs);
     Duration::from_secs_f64(secs)
 }
