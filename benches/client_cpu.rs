@@ -387,13 +387,14 @@ impl SwitchboardClient {
                 let cfg = ConnectorConfig::builder(child.ws_url.clone(), &tenant)
                     .instance_id(format!("echo-{i}"))
                     .max_concurrent_requests(max_in_flight)
+                    // As many waiting as the whole load: nothing is refused as overloaded.
+                    .max_queued_requests(max_in_flight)
                     .build()
                     .unwrap();
                 Registration::new(cfg, EchoConnector)
             })
             .collect::<Vec<_>>();
-        // An inbox as large as the whole load: nothing can be refused as overloaded.
-        let options = RunnerOptions::default().with_inbox_capacity(max_in_flight);
+        let options = RunnerOptions::default();
         let runner = Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
         let run = tokio::spawn({
             let r = runner.clone();
