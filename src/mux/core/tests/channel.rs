@@ -1,0 +1,152 @@
+//! Losing the channel (`phx_error`, `phx_close`), losing the socket, and binary
+//! frames.
+
+use bytes::Bytes;
+
+use super::support::*;
+use super::wire::*;
+use crate::proto::{stream_message::Message, HeartbeatRequest, WebSocketFrame};
+
+/// A joined core with two registrations and the current join ref.
+fn two() -> (Harness, String) {
+    let h = joined([spec("a"), spec("b")]);
+    let jr = h.join_ref.clone().expect("joined");
+    (h, jr)
+}
+
+#[test]
+fn phx_error_for_the_current_join_unregisters_every_registration() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_error");
+    assert_eq!(unregistered(&h.events()), h.handles);
+}
+
+#[test]
+fn phx_close_for_the_current_join_unregisters_every_registration() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_close");
+    assert_eq!(unregistered(&h.events()), h.handles);
+}
+
+#[test]
+fn a_lost_channel_is_rejoined_on_the_same_socket_with_a_new_join_ref() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_error");
+    let new = h.expect_rejoin();
+    assert_ne!(new, jr);
+}
+
+#[test]
+fn a_lost_channel_does_not_ask_for_a_reconnect() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_close");
+    assert!(reconnect_reason(&h.events()).is_none());
+}
+
+#[test]
+fn registrations_re_register_after_the_rejoin_reply() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_error");
+    h.expect_rejoin();
+    h.reply_join("ok");
+    assert_eq!(registers(&h.sent()), ["a", "b"]);
+}
+
+#[test]
+fn a_lost_channel_cancels_running_executes() {
+    let (mut h, jr) = two();
+    h.deliver(execute("r1", &arn("a")));
+    let exec = starts(&h.events())[0].0;
+    h.lobby_event(&jr, "phx_error");
+    assert_eq!(cancels(&h.events()), [exec]);
+}
+
+#[test]
+fn phx_close_for_an_earlier_join_is_ignored() {
+    let (mut h, old) = two();
+    h.lobby_event(&old, "phx_error");
+    h.expect_rejoin();
+    h.reply_join("ok");
+    h.answer_registers();
+    h.lobby_event(&old, "phx_close");
+    assert!(h.events().is_empty());
+    assert!(h.frames().is_empty());
+}
+
+#[test]
+fn an_execute_request_in_a_binary_frame_starts_an_execute() {
+    let mut h = joined([spec("a")]);
+    h.binary(binary_of(execute("r1", &arn("a"))));
+    assert_eq!(started(&h.events()), ["r1"]);
+}
+
+#[test]
+fn a_garbage_binary_frame_is_dropped_and_counted() {
+    let mut h = joined([spec("a")]);
+    // Field 1, length 5, and no bytes after it.
+    h.binary(Bytes::from_static(&[0x0a, 0x05]));
+    assert!(h.events().is_empty());
+    assert_eq!(h.dropped("bad_protobuf"), 1);
+}
+
+#[test]
+fn a_binary_frame_before_the_join_completes_is_dropped_and_counted() {
+    let mut h = Harness::new([spec("a")]);
+    h.connect();
+    h.binary(binary_of(execute("r1", "")));
+    assert!(h.events().is_empty());
+    assert_eq!(h.dropped("binary_before_join"), 1);
+}
+
+#[test]
+fn transmits_not_written_before_a_disconnect_are_dropped_and_counted() {
+    let mut h = joined([spec("a")]);
+    h.deliver(Message::HeartbeatRequest(HeartbeatRequest::default()));
+    h.conn.handle_disconnected(h.now());
+    assert!(h.frames().is_empty());
+    assert_eq!(h.dropped("outbound_while_disconnected"), 1);
+}
+
+#[test]
+fn messages_sent_while_down_are_dropped_and_counted() {
+    let mut h = joined([spec("a")]);
+    h.conn.handle_disconnected(h.now());
+    h.conn.send(Message::WsFrame(WebSocketFrame::default()));
+    assert!(h.frames().is_empty());
+    assert_eq!(h.dropped("outbound_while_disconnected"), 1);
+}
+
+#[test]
+fn a_disconnect_unregisters_every_registration() {
+    let (mut h, _) = two();
+    h.conn.handle_disconnected(h.now());
+    assert_eq!(unregistered(&h.events()), h.handles);
+}
+
+#[test]
+fn a_disconnect_cancels_running_executes() {
+    let mut h = joined([spec("a")]);
+    h.deliver(execute("r1", &arn("a")));
+    let exec = starts(&h.events())[0].0;
+    h.conn.handle_disconnected(h.now());
+    assert_eq!(cancels(&h.events()), [exec]);
+}
+
+#[test]
+fn after_a_reconnect_and_join_the_registrations_re_register() {
+    let (mut h, _) = two();
+    h.conn.handle_disconnected(h.now());
+    h.events();
+    h.connect();
+    h.reply_join("ok");
+    assert_eq!(registers(&h.sent()), ["a", "b"]);
+}
+
+#[test]
+fn frames_while_down_are_ignored() {
+    let mut h = joined([spec("a")]);
+    h.conn.handle_disconnected(h.now());
+    h.events();
+    h.deliver(execute("r1", ""));
+    assert!(h.events().is_empty());
+}
