@@ -662,10 +662,18 @@ impl<W, U> Connection<W, U> {
         self.regs.get(&handle).map(|r| &r.spec.key)
     }
 
+    /// Schedules the registration's next metrics report, replacing a pending one; none
+    /// when its interval is zero.
     fn schedule_metrics(&mut self, now: Now, h: HandleId) {
         let Some(reg) = self.regs.get_mut(&h) else {
             return;
         };
+        if let Some(t) = reg.metrics_timer.take() {
+            self.timers.remove(t);
+        }
+        if reg.spec.metrics_interval.is_zero() {
+            return;
+        }
         let at = now.instant + reg.spec.metrics_interval;
         reg.metrics_timer = Some(self.timers.insert(at, Timer::Metrics(h)));
     }

@@ -90,3 +90,18 @@ fn with_a_zero_metrics_interval_no_report_is_ever_due() {
     let h = joined([spec("a")]);
     assert_eq!(h.conn.poll_timeout(), Some(h.in_(PHOENIX_INTERVAL)));
 }
+#[test]
+fn with_a_zero_metrics_interval_sending_a_report_schedules_none() {
+    let mut h = joined([spec("a")]);
+    report(&mut h, HashMap::new());
+    assert_eq!(h.conn.poll_timeout(), Some(h.in_(PHOENIX_INTERVAL)));
+}
+
+#[test]
+fn a_report_sent_before_it_is_due_does_not_make_two_due() {
+    let mut h = joined([spec("a").metrics_interval(INTERVAL)]);
+    h.tick(INTERVAL / 2);
+    report(&mut h, HashMap::new());
+    h.tick(INTERVAL);
+    assert_eq!(metrics_due(&h.events()), h.handles);
+}
