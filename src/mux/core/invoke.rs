@@ -131,6 +131,14 @@ impl<W, U> Connection<W, U> {
         });
     }
 
+    pub(super) fn invoke_failed(&mut self, pending: Pending<W>, error: Error) {
+        self.timers.remove(pending.timer);
+        self.events.push_back(Event::InvokeDone {
+            waiter: pending.waiter,
+            result: Err(error),
+        });
+    }
+
     pub(super) fn invoke_timed_out(&mut self, request_id: &str) {
         if let Some(p) = self.routes.forget_request(request_id) {
             self.metrics

@@ -422,8 +422,18 @@ impl<W, U> Connection<W, U> {
         let handle = match route {
             Route::Handle(h) => h,
             Route::Response(_, pending) => {
-                if let Message::InvokeResponse(resp) = message {
-                    self.invoke_answered(pending, resp);
+                match message {
+                    Message::InvokeResponse(resp) => self.invoke_answered(pending, resp),
+                    // An execute_response under an invoke's request id: the peer
+                    // confused the two. The invoke will get no proper answer; fail it
+                    // now rather than leave its caller to its deadline.
+                    other => self.invoke_failed(
+                        pending,
+                        Error::Protocol(format!(
+                            "the gateway answered an invoke with a {}",
+                            kind(&other)
+                        )),
+                    ),
                 }
                 return;
             }

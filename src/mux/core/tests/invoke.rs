@@ -237,3 +237,25 @@ fn a_refused_duplicate_leaves_the_first_invoke_pending() {
         "{events:?}"
     );
 }
+
+#[test]
+fn an_execute_response_under_an_invokes_id_fails_the_invoke_with_a_protocol_error() {
+    let mut h = pending();
+    h.deliver(Message::ExecuteResponse(crate::proto::ExecuteResponse {
+        request_id: "i1".into(),
+        success: true,
+        ..Default::default()
+    }));
+    let events = h.events();
+    assert!(
+        matches!(
+            events.as_slice(),
+            [Event::InvokeDone {
+                waiter: WAITER,
+                result: Err(Error::Protocol(_))
+            }]
+        ),
+        "{events:?}"
+    );
+    assert_eq!(h.conn.routes.pending_len(), 0);
+}
