@@ -393,9 +393,18 @@ impl<W, U> Connection<W, U> {
     /// its registrations and executes died with it; rejoin on the same socket. Pending
     /// invokes stay: the gateway may still answer them on the new join, and each has
     /// its deadline.
+    ///
+    /// A channel lost again before its rejoin was answered counts as a failed rejoin:
+    /// the connection is torn down and redialled with backoff, so a gateway whose
+    /// channel keeps crashing is not rejoined in a tight loop.
     fn channel_lost(&mut self, now: Now, why: String) {
-        let (Link::Joined(since) | Link::Joining { since, .. }) = self.link else {
-            return;
+        let since = match self.link {
+            Link::Joined(since) => since,
+            Link::Joining { .. } => {
+                self.reconnect(format!("rejoin failed: {why}"));
+                return;
+            }
+            Link::Down => return,
         };
         tracing::warn!(tenant = %self.opts.tenant, reason = %why, "channel lost; rejoining");
         self.metrics.drop_frame("channel_lost");

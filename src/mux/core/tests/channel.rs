@@ -44,6 +44,18 @@ fn a_lost_channel_does_not_ask_for_a_reconnect() {
 }
 
 #[test]
+fn a_channel_lost_again_before_the_rejoin_is_answered_asks_for_a_reconnect() {
+    let (mut h, jr) = two();
+    h.lobby_event(&jr, "phx_error");
+    let new = h.expect_rejoin();
+    h.events();
+    h.lobby_event(&new, "phx_error");
+    let events = h.events();
+    let why = reconnect_reason(&events).expect("a reconnect");
+    assert!(why.starts_with("rejoin failed"), "{why}");
+}
+
+#[test]
 fn registrations_re_register_after_the_rejoin_reply() {
     let (mut h, jr) = two();
     h.lobby_event(&jr, "phx_error");
