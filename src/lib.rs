@@ -4,8 +4,12 @@
 //! author implements [`BaseConnector`]; [`MultiConnectorRunner`] runs any number of
 //! registrations, and all registrations of one tenant share ONE Phoenix-channels
 //! WebSocket whose inbound frames a demux routes to the right registration by ARN,
-//! request id or gateway id (PROTOCOL.md §5). The `gateway` feature adds the other side
-//! of the wire: a reference gateway with an HTTP API and an in-process test kit.
+//! request id or gateway id (PROTOCOL.md §5). Each socket is one sans-IO connection core
+//! driven by one task, which also polls the connectors' execute futures, so nothing a
+//! registration does can stall its neighbours. The execute channel runs both ways: a
+//! connector calls another through the gateway with [`ExecuteContext::invoke`] (inside
+//! an execute) or [`RegistrationHandle::invoke`]. The `gateway` feature adds the other
+//! side of the wire: a reference gateway with an HTTP API and an in-process test kit.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod config;
