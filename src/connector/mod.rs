@@ -361,6 +361,19 @@ mod tests {
     }
 
     #[test]
+    fn proxied_streams_are_refused_by_default_with_an_error_naming_the_hook() {
+        let req = WebSocketOpenRequest {
+            connection_id: "c1".into(),
+            path: "/live".into(),
+            ..Default::default()
+        };
+        let err = EchoConnector.ws_open(&req).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("ws_open") && text.contains("/live"), "{text}");
+        assert!(EchoConnector.custom_metrics().is_empty());
+    }
+
+    #[test]
     fn non_tool_connectors_get_no_tool_schemas() {
         assert!(tool_schemas(&EchoConnector).is_none());
     }
