@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{eventually, start, tagged, DEADLINE};
+use common::{eventually, find, start, tagged, DEADLINE};
 use serde_json::json;
 use switchboard::gateway::TestGateway;
 use switchboard::proto::ConnectorScope;
 use switchboard::{
-    BaseConnector, ConnectorConfig, Error, ExecuteContext, InvokeOptions, Payload, Registration,
-    RegistrationHandle, RunnerOptions,
+    BaseConnector, ConnectorConfig, Error, ExecuteContext, InvokeOptions, MultiConnectorRunner,
+    Payload, Registration, RegistrationHandle, RunnerOptions,
 };
 use tokio::sync::Semaphore;
 
@@ -80,12 +80,24 @@ fn registration(
     Registration::new(cfg, connector)
 }
 
-fn find(runner: &switchboard::MultiConnectorRunner, instance: &str) -> RegistrationHandle {
-    runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == instance)
-        .expect("registered")
+/// A runner with registrations `caller` (tagged) and `hung` (never answers until the
+/// returned gate is opened), both of tenant acme.
+async fn caller_and_hung(
+    gw: &TestGateway,
+) -> (
+    Arc<MultiConnectorRunner>,
+    RegistrationHandle,
+    RegistrationHandle,
+    Arc<Semaphore>,
+) {
+    let gate = Arc::new(Semaphore::new(0));
+    let regs = vec![
+        tagged(&gw.ws_url(), "acme", "caller"),
+        registration(&gw.ws_url(), "acme", "hung", Hung(gate.clone())),
+    ];
+    let (runner, _join) = start(RunnerOptions::default(), regs).await;
+    let (caller, hung) = (find(&runner, "caller"), find(&runner, "hung"));
+    (runner, caller, hung, gate)
 }
 
 #[tokio::test]
@@ -208,14 +220,8 @@ async fn a_target_of_another_tenant_is_refused_unless_it_registered_global() {
 #[tokio::test]
 async fn an_unanswered_invoke_times_out_and_leaves_nothing_pending() {
     let gw = TestGateway::start().await;
-    let gate = Arc::new(Semaphore::new(0));
-    let regs = vec![
-        tagged(&gw.ws_url(), "acme", "caller"),
-        registration(&gw.ws_url(), "acme", "hung", Hung(gate.clone())),
-    ];
-    let (runner, _join) = start(RunnerOptions::default(), regs).await;
-    let caller = find(&runner, "caller");
-    let hung = find(&runner, "hung").arn().unwrap();
+    let (_runner, caller, hung, gate) = caller_and_hung(&gw).await;
+    let hung = hung.arn().unwrap();
     let err = caller
         .invoke(
             &hung,
@@ -251,14 +257,7 @@ async fn an_unanswered_invoke_times_out_and_leaves_nothing_pending() {
 #[tokio::test]
 async fn a_cancelled_invoke_leaves_no_pending_entry_and_its_late_answer_is_dropped() {
     let gw = TestGateway::start().await;
-    let gate = Arc::new(Semaphore::new(0));
-    let regs = vec![
-        tagged(&gw.ws_url(), "acme", "caller"),
-        registration(&gw.ws_url(), "acme", "hung", Hung(gate.clone())),
-    ];
-    let (runner, _join) = start(RunnerOptions::default(), regs).await;
-    let caller = find(&runner, "caller");
-    let hung = find(&runner, "hung");
+    let (_runner, caller, hung, gate) = caller_and_hung(&gw).await;
     let hung_arn = hung.arn().unwrap();
     let call = caller.invoke(
         &hung_arn,

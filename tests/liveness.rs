@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{eventually, start, tagged, DEADLINE};
+use common::{eventually, find, start, tagged, DEADLINE};
 use serde_json::json;
 use switchboard::gateway::TestGateway;
 use switchboard::{BaseConnector, ConnectorConfig, Payload, Registration, RunnerOptions};
@@ -62,16 +62,8 @@ async fn a_saturated_registration_reregisters_after_a_gateway_restart_and_its_ne
         switchboard::BackoffPolicy::new(Duration::from_millis(10), Duration::from_millis(50));
     let regs = vec![gated(&gw.ws_url(), "slow", &gate, 2, DEADLINE * 3), fast];
     let (runner, _join) = start(RunnerOptions::default(), regs).await;
-    let slow = runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == "slow")
-        .unwrap();
-    let fast = runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == "fast")
-        .unwrap();
+    let slow = find(&runner, "slow");
+    let fast = find(&runner, "fast");
     // Saturate: two running, two queued.
     let slow_arn = slow.arn().unwrap();
     let mut pending = Vec::new();
@@ -161,14 +153,7 @@ async fn removing_the_last_registration_closes_its_socket() {
     ];
     let (runner, _join) = start(RunnerOptions::default(), regs).await;
     assert_eq!(runner.socket_count(), 2);
-    let by = |i: &str| {
-        runner
-            .registrations()
-            .into_iter()
-            .find(|h| h.key().instance_id() == i)
-            .unwrap()
-    };
-    let (a, b) = (by("a"), by("b"));
+    let (a, b) = (find(&runner, "a"), find(&runner, "b"));
     a.remove().await;
     assert_eq!(runner.socket_count(), 2, "b still holds the acme socket");
     assert!(a.arn().is_none());
@@ -197,11 +182,7 @@ async fn removing_a_registration_cancels_its_executes_without_answering_them() {
         tagged(&gw.ws_url(), "acme", "stay"),
     ];
     let (runner, _join) = start(RunnerOptions::default(), regs).await;
-    let slow = runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == "slow")
-        .unwrap();
+    let slow = find(&runner, "slow");
     let arn = slow.arn().unwrap();
     let call = gw.execute_with(&arn, json!({}), None, Duration::from_millis(500));
     tokio::pin!(call);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use common::{eventually, start, tagged, DEADLINE};
+use common::{eventually, find, start, tagged, DEADLINE};
 use serde_json::json;
 use switchboard::gateway::TestGateway;
 use switchboard::{
@@ -133,16 +133,8 @@ async fn a_slow_connector_does_not_stall_the_others_on_its_socket() {
         tagged(&gw.ws_url(), "acme", "fast"),
     ];
     let (runner, _join) = start(RunnerOptions::default(), regs).await;
-    let slow = runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == "slow")
-        .unwrap();
-    let fast = runner
-        .registrations()
-        .into_iter()
-        .find(|h| h.key().instance_id() == "fast")
-        .unwrap();
+    let slow = find(&runner, "slow");
+    let fast = find(&runner, "fast");
     let slow_arn = slow.arn().unwrap();
 
     // Flood the slow registration: one executes, two wait in its inbox, the rest are

@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard::{
-    BaseConnector, ConnectorConfig, MultiConnectorRunner, Payload, Registration, RunnerOptions,
+    BaseConnector, ConnectorConfig, MultiConnectorRunner, Payload, Registration,
+    RegistrationHandle, RunnerOptions,
 };
 
 /// Upper bound for anything a test waits on; a hang fails instead of blocking CI.
@@ -40,6 +41,15 @@ pub fn tagged(url: &str, tenant: &str, instance: &str) -> Registration {
         .build()
         .expect("valid config");
     Registration::new(cfg, Tagged(instance.to_owned()))
+}
+
+/// The registration of `runner` with this instance id; panics when there is none.
+pub fn find(runner: &MultiConnectorRunner, instance: &str) -> RegistrationHandle {
+    runner
+        .registrations()
+        .into_iter()
+        .find(|h| h.key().instance_id() == instance)
+        .unwrap_or_else(|| panic!("no registration {instance}"))
 }
 
 /// Starts `runner.run()` in the background; returns the runner and its join handle.

@@ -183,6 +183,32 @@ impl<W, U> Connection<W, U> {
         }
     }
 
+    /// Cancels every execute `which` selects: running ones through
+    /// [`Event::CancelExecute`], queued ones silently.
+    pub(super) fn cancel_executes(&mut self, which: impl Fn(&Exec) -> bool) {
+        let ids: Vec<ExecId> = self
+            .executes
+            .iter()
+            .filter(|(_, e)| which(e))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let Some(e) = self.executes.remove(&id) else {
+                continue;
+            };
+            self.timers.remove(e.timer);
+            if e.running {
+                self.events.push_back(Event::CancelExecute(id));
+                if let Some(reg) = self.regs.get_mut(&e.handle) {
+                    reg.running = reg.running.saturating_sub(1);
+                }
+            }
+        }
+        for reg in self.regs.values_mut() {
+            reg.queue.retain(|(id, _)| self.executes.contains_key(id));
+        }
+    }
+
     fn answer_error(&mut self, request_id: String, as_invoke: bool, error: String) {
         if as_invoke {
             self.push(Message::InvokeResponse(InvokeCapabilityResponse {

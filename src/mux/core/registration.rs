@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::timers::TimerId;
-use super::{Connection, Event, ExecId, Now};
+use super::timers::{Timer, TimerId};
+use super::{Connection, Event, ExecId, Link, Now};
+use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::mux::backoff::{Backoff, BackoffPolicy};
 use crate::mux::metrics::{HandleMetrics, SocketMetrics};
@@ -132,7 +133,7 @@ impl<W, U> Connection<W, U> {
     /// Sends the registration's register request (with its session token, when it has
     /// one) and arms the register deadline.
     pub(super) fn send_register(&mut self, now: Now, h: HandleId) {
-        if !matches!(self.link, super::Link::Joined(_)) {
+        if !matches!(self.link, Link::Joined(_)) {
             self.set_phase(h, Phase::Down);
             return;
         }
@@ -171,7 +172,7 @@ impl<W, U> Connection<W, U> {
         reg.backoff.reset();
         reg.spec.metrics.registrations.fetch_add(1, Relaxed);
         self.routes.set_arn(h, &resp.connector_arn);
-        if let super::Link::Joined(c) | super::Link::Joining { since: c, .. } = &mut self.link {
+        if let Link::Joined(c) | Link::Joining { since: c, .. } = &mut self.link {
             c.registered = true;
         }
         tracing::info!(key = %reg.spec.key, arn = %resp.connector_arn, "registered");
@@ -196,5 +197,135 @@ impl<W, U> Connection<W, U> {
         self.set_phase(h, Phase::RetryAt { at, timer: None });
         self.events
             .push_back(Event::RegisterFailed { handle: h, error });
+    }
+}
+
+/// Registration commands and timers.
+impl<W, U> Connection<W, U> {
+    /// Admits a registration under its dot key; registers it at once when the channel
+    /// is joined. Fails with a typed error at the handler cap or for a duplicate key.
+    pub(crate) fn add(&mut self, now: Now, spec: RegistrationSpec, user: U) -> Result<HandleId> {
+        let id = self.next_handle;
+        self.routes.admit(id, spec.key.clone())?;
+        self.next_handle += 1;
+        let reg = Reg::new(spec, user, now.instant);
+        let interval = reg.spec.metrics_interval;
+        self.regs.insert(id, reg);
+        if !interval.is_zero() {
+            self.schedule_metrics(now, id);
+        }
+        if matches!(self.link, Link::Joined(_)) {
+            self.send_register(now, id);
+        }
+        Ok(id)
+    }
+
+    /// Removes a registration: it stops routing at once (a late execute for its ARN is
+    /// dropped, never handed to another registration), its executes are cancelled
+    /// (dropped, not answered), its pending invokes fail with [`Error::Shutdown`], and
+    /// when it was the last one, [`Event::Close`] asks the driver to close the socket.
+    /// The protocol has no deregister message: the gateway forgets the registration
+    /// when the socket closes. Returns the driver's data of the registration.
+    pub(crate) fn remove(&mut self, _now: Now, handle: HandleId) -> Option<U> {
+        let reg = self.regs.remove(&handle)?;
+        for t in [reg.phase_timer(), reg.metrics_timer].into_iter().flatten() {
+            self.timers.remove(t);
+        }
+        for (_, pending) in self.routes.remove(handle) {
+            self.timers.remove(pending.timer);
+            self.events.push_back(Event::InvokeDone {
+                waiter: pending.waiter,
+                result: Err(Error::Shutdown),
+            });
+        }
+        self.cancel_executes(|e| e.handle == handle);
+        if self.regs.is_empty() {
+            self.events.push_back(Event::Close);
+        }
+        Some(reg.user)
+    }
+
+    /// The key a registration was admitted under.
+    pub(crate) fn key(&self, handle: HandleId) -> Option<&RegistrationKey> {
+        self.regs.get(&handle).map(|r| &r.spec.key)
+    }
+
+    /// Schedules the registration's next metrics report, replacing a pending one; none
+    /// when its interval is zero.
+    pub(super) fn schedule_metrics(&mut self, now: Now, h: HandleId) {
+        let Some(reg) = self.regs.get_mut(&h) else {
+            return;
+        };
+        if let Some(t) = reg.metrics_timer.take() {
+            self.timers.remove(t);
+        }
+        if reg.spec.metrics_interval.is_zero() {
+            return;
+        }
+        let at = now.instant + reg.spec.metrics_interval;
+        reg.metrics_timer = Some(self.timers.insert(at, Timer::Metrics(h)));
+    }
+
+    /// Sends the registration's `metrics_report` (its counters, the socket's, and the
+    /// connector's `custom` figures) if it is registered, and schedules the next one.
+    pub(crate) fn send_metrics_report(
+        &mut self,
+        now: Now,
+        handle: HandleId,
+        custom: HashMap<String, f64>,
+    ) {
+        let Some(reg) = self.regs.get(&handle) else {
+            return;
+        };
+        let report = (reg.phase == Phase::Registered)
+            .then(|| self.routes.arn_of(handle).map(str::to_owned))
+            .flatten()
+            .map(|arn| reg.metrics_report(now, arn, &self.metrics, custom));
+        if let Some(report) = report {
+            self.push(Message::MetricsReport(report));
+        }
+        self.schedule_metrics(now, handle);
+    }
+
+    pub(super) fn set_phase(&mut self, h: HandleId, phase: Phase) {
+        let Some(reg) = self.regs.get_mut(&h) else {
+            return;
+        };
+        if let Some(t) = reg.phase_timer() {
+            self.timers.remove(t);
+        }
+        reg.phase = match phase {
+            Phase::Registering { at, .. } => Phase::Registering {
+                at,
+                timer: Some(self.timers.insert(at, Timer::Register(h))),
+            },
+            Phase::RetryAt { at, .. } => Phase::RetryAt {
+                at,
+                timer: Some(self.timers.insert(at, Timer::Register(h))),
+            },
+            other => other,
+        };
+    }
+
+    /// Registrations' timer: a register deadline passed, or a retry is due.
+    pub(super) fn register_timer(&mut self, now: Now, h: HandleId) {
+        let Some(reg) = self.regs.get_mut(&h) else {
+            return;
+        };
+        match reg.phase {
+            Phase::Registering { .. } => {
+                reg.phase = Phase::Down;
+                self.register_failed(
+                    now,
+                    h,
+                    "no register_response before the register timeout".into(),
+                );
+            }
+            Phase::RetryAt { .. } => {
+                reg.phase = Phase::Down;
+                self.send_register(now, h);
+            }
+            Phase::Down | Phase::Registered => {}
+        }
     }
 }
