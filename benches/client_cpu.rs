@@ -54,9 +54,7 @@ use switchboard::proto::{
     stream_message::Message, ConnectorCapabilities, ExecuteResponse, RegisterConnectorRequest,
     StreamMessage,
 };
-use switchboard::{
-    ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions,
-};
+use switchboard::MultiConnectorRunner;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
@@ -382,28 +380,9 @@ impl SwitchboardClient {
     async fn start(child: &mut GatewayChild, regs: usize) -> SwitchboardClient {
         let tenant = format!("sb-{regs}");
         let max_in_flight = *IN_FLIGHT.iter().max().unwrap();
-        let registrations = (0..regs)
-            .map(|i| {
-                let cfg = ConnectorConfig::builder(child.ws_url.clone(), &tenant)
-                    .instance_id(format!("echo-{i}"))
-                    .max_concurrent_requests(max_in_flight)
-                    // As many waiting as the whole load: nothing is refused as overloaded.
-                    .max_queued_requests(max_in_flight)
-                    .build()
-                    .unwrap();
-                Registration::new(cfg, EchoConnector)
-            })
-            .collect::<Vec<_>>();
-        let options = RunnerOptions::default();
-        let runner = Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
-        let run = tokio::spawn({
-            let r = runner.clone();
-            async move { r.run().await }
-        });
-        runner
-            .wait_registered(Duration::from_secs(60))
-            .await
-            .unwrap();
+        let names = (0..regs).map(|i| format!("echo-{i}"));
+        let (runner, run) =
+            support::echo_runner(&child.ws_url, &tenant, names, max_in_flight).await;
         child.wait(&tenant, regs).await;
         SwitchboardClient {
             tenant,

@@ -19,16 +19,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use support::{run_for, us, Sample};
+use support::{echo_runner, run_for, us, Sample};
 use switchboard::gateway::{Gateway, GatewayConfig};
 use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
 use switchboard::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
-use switchboard::{
-    ConnectorConfig, EchoConnector, InvokeOptions, MultiConnectorRunner, Payload, Registration,
-    RegistrationHandle, RunnerOptions,
-};
+use switchboard::{InvokeOptions, Payload, RegistrationHandle};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as Ws;
@@ -260,28 +257,8 @@ async fn drive_invoke(
 
 /// Invoke round trips beside execute round trips on the same runner and gateway.
 async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
-    let registrations = ["caller", "target"]
-        .iter()
-        .map(|i| {
-            let cfg = ConnectorConfig::builder(gateway.ws_url(), "benchinvoke")
-                .instance_id(*i)
-                .max_concurrent_requests(256)
-                .max_queued_requests(256)
-                .build()
-                .unwrap();
-            Registration::new(cfg, EchoConnector)
-        })
-        .collect::<Vec<_>>();
-    let runner =
-        Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), registrations).unwrap());
-    let run = tokio::spawn({
-        let r = runner.clone();
-        async move { r.run().await }
-    });
-    runner
-        .wait_registered(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let names = ["caller", "target"].map(String::from);
+    let (runner, run) = echo_runner(&gateway.ws_url(), "benchinvoke", names, 256).await;
     let by = |i: &str| {
         runner
             .registrations()
@@ -349,27 +326,8 @@ async fn main() {
     }
     for regs in [1usize, 64, 512] {
         let tenant = format!("bench{regs}");
-        let registrations = (0..regs)
-            .map(|i| {
-                let cfg = ConnectorConfig::builder(gateway.ws_url(), &tenant)
-                    .instance_id(format!("echo-{i}"))
-                    .max_concurrent_requests(256)
-                    .max_queued_requests(256)
-                    .build()
-                    .unwrap();
-                Registration::new(cfg, EchoConnector)
-            })
-            .collect::<Vec<_>>();
-        let options = RunnerOptions::default();
-        let runner = Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
-        let run = tokio::spawn({
-            let r = runner.clone();
-            async move { r.run().await }
-        });
-        runner
-            .wait_registered(Duration::from_secs(30))
-            .await
-            .unwrap();
+        let names = (0..regs).map(|i| format!("echo-{i}"));
+        let (runner, run) = echo_runner(&gateway.ws_url(), &tenant, names, 256).await;
         let arns: Arc<Vec<String>> = Arc::new(
             runner
                 .registrations()

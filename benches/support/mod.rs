@@ -46,3 +46,41 @@ pub fn run_for_or(default_secs: f64) -> Duration {
         .unwrap_or(default_secs);
     Duration::from_secs_f64(secs)
 }
+
+/// A running runner of echo registrations of `tenant` at `url`, one per instance id,
+/// each running and queueing up to `limit` executes so that no request of the bench is
+/// refused as overloaded; returns once all are registered.
+pub async fn echo_runner(
+    url: &str,
+    tenant: &str,
+    instances: impl IntoIterator<Item = String>,
+    limit: usize,
+) -> (
+    std::sync::Arc<switchboard::MultiConnectorRunner>,
+    tokio::task::JoinHandle<switchboard::Result<()>>,
+) {
+    use switchboard::{ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration};
+    let registrations = instances
+        .into_iter()
+        .map(|i| {
+            let cfg = ConnectorConfig::builder(url, tenant)
+                .instance_id(i)
+                .max_concurrent_requests(limit)
+                .max_queued_requests(limit)
+                .build()
+                .unwrap();
+            Registration::new(cfg, EchoConnector)
+        })
+        .collect::<Vec<_>>();
+    let options = switchboard::RunnerOptions::default();
+    let runner = std::sync::Arc::new(MultiConnectorRunner::new(options, registrations).unwrap());
+    let run = tokio::spawn({
+        let r = runner.clone();
+        async move { r.run().await }
+    });
+    runner
+        .wait_registered(Duration::from_secs(60))
+        .await
+        .unwrap();
+    (runner, run)
+}
