@@ -1,16 +1,22 @@
 //! The reference gateway, driven from outside: its HTTP API with a real HTTP client
 //! (here), and its server side of the Phoenix and connector protocols with a raw
 //! WebSocket client speaking frames built with `switchboard::phoenix`
-//! (`gateway_http/phoenix.rs`, `gateway_http/protocol.rs`).
+//! (`gateway_http/phoenix.rs`, `gateway_http/protocol.rs`), metrics reports and
+//! deadlines (`gateway_http/reports.rs`), binary frames and the test hooks
+//! (`gateway_http/hooks.rs`).
 #![cfg(feature = "gateway")]
 
 mod common;
+#[path = "gateway_http/hooks.rs"]
+mod hooks;
 #[path = "gateway_http/phoenix.rs"]
 mod phoenix;
 #[path = "gateway_http/protocol.rs"]
 mod protocol;
 #[path = "gateway_http/raw.rs"]
 mod raw;
+#[path = "gateway_http/reports.rs"]
+mod reports;
 
 use async_trait::async_trait;
 use common::{start, tagged};

@@ -13,14 +13,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::server::{outcome, Shared};
+use super::server::{outcome, ExecuteCall, Shared};
 use crate::error::Error;
 use crate::proto::PayloadEncoding;
-
-/// The WebSocket layer's own message limit: far above `max_frame_bytes`, so that an
-/// oversized frame reaches the socket task to be dropped and counted, and the socket
-/// stays up.
-const TRANSPORT_MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -32,10 +27,17 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// Upgrades to the Phoenix socket. Both WebSocket limits are `max_frame_bytes`, so the
+/// WebSocket layer refuses an oversized message from its frame headers instead of
+/// buffering it first; the socket task is tracked for [`super::Gateway::shutdown`].
 async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
-    ws.max_message_size(TRANSPORT_MAX_MESSAGE)
-        .max_frame_size(TRANSPORT_MAX_MESSAGE)
-        .on_upgrade(move |socket| super::socket::run(shared, socket))
+    let limit = shared.config.max_frame_bytes;
+    ws.max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| {
+            let tasks = shared.tasks.clone();
+            tasks.track_future(super::socket::run(shared, socket))
+        })
 }
 
 async fn list(State(shared): State<Arc<Shared>>) -> Response {
@@ -94,21 +96,17 @@ async fn execute(
             )
         }
     };
-    let timeout = body
-        .timeout_ms
-        .map(Duration::from_millis)
-        .unwrap_or(shared.config.default_execute_timeout);
-    let bytes = serde_json::to_vec(&body.payload).expect("a JSON value serialises");
-    let result = shared
-        .execute(
-            &arn,
-            bytes.into(),
-            PayloadEncoding::Json,
-            body.capability_id.as_deref(),
-            Default::default(),
-            timeout,
-        )
-        .await;
+    let call = ExecuteCall {
+        payload: serde_json::to_vec(&body.payload)
+            .expect("a JSON value serialises")
+            .into(),
+        encoding: PayloadEncoding::Json,
+        capability_id: body.capability_id.unwrap_or_default(),
+        context: Default::default(),
+        // Capped at max_execute_timeout inside, like every execute's deadline.
+        timeout: body.timeout_ms.map(Duration::from_millis),
+    };
+    let result = shared.execute(&arn, call).await;
     match result {
         Ok(resp) => {
             let out = outcome(resp);
@@ -121,6 +119,7 @@ async fn execute(
         }
         Err(e @ Error::NotFound(_)) => error(StatusCode::NOT_FOUND, &e, e.code()),
         Err(e @ Error::Timeout { .. }) => error(StatusCode::GATEWAY_TIMEOUT, &e, e.code()),
+        Err(e @ Error::Overloaded(_)) => error(StatusCode::SERVICE_UNAVAILABLE, &e, e.code()),
         Err(e) => error(StatusCode::BAD_GATEWAY, &e, e.code()),
     }
 }

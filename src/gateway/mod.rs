@@ -14,26 +14,67 @@
 //! has one writer task that feeds every queued frame and flushes once the queue is
 //! empty.
 //!
+//! Every `execute_request` the gateway sends carries, besides `context["connector_arn"]`
+//! naming the addressee, its deadline as `context["timeout_ms"]` (decimal
+//! milliseconds): the request's own deadline if it named one, else
+//! `default_execute_timeout`, capped at `max_execute_timeout`. Past it the gateway has
+//! answered its caller with a timeout and drops a late answer, so a connector may stop
+//! work on the request then.
+//!
+//! Invokes (`invoke.rs`) address their target by ARN or dot key; a target in another
+//! tenant is refused unless it registered with `CONNECTOR_SCOPE_GLOBAL`, and refusals
+//! are answered at once with `error_details["code"]` (`not_found`, `forbidden`,
+//! `overloaded`; `timeout` and `connection_closed` when delivery fails). The answer
+//! carries the request's context plus `context["target_arn"]`.
+//!
+//! Untrusted input is bounded by [`GatewayConfig`]: the WebSocket message size (an
+//! oversized message closes its socket), the executes and invokes in flight per socket,
+//! and the longest deadline. A connector's `metrics_report` is kept per registration
+//! and shown with it, if the reporting socket carries that registration.
+//!
+//! Clients may send a `StreamMessage` as a binary WebSocket frame instead of a `proto`
+//! text frame. Test hooks (`hooks.rs`) make the server say what it would not on its
+//! own: raw text or binary frames, arbitrary pushes, `phx_error` / `phx_close`.
+//!
 //! Registration assigns `matrix:{tenant}:{type}:{instance}` and a session token and
 //! approves at once (approval flows belong to a later version). A socket is bound to
 //! the tenant of its first registration. A refused register still carries the ARN the
 //! registration would have had, so that the client's demux can route the refusal on a
 //! shared socket (PROTOCOL.md §5 routes register responses by ARN).
 
+mod config;
+mod hooks;
 mod http_api;
+mod invoke;
 mod pending;
 mod registry;
+mod report;
 mod server;
 mod socket;
 mod stats;
 mod testkit;
 
+pub use config::GatewayConfig;
+pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
-pub use server::{ExecuteOutcome, Gateway, GatewayConfig};
+pub use report::ReportedMetrics;
+pub use server::{ExecuteOutcome, Gateway};
 pub use stats::GatewayStats;
 pub use testkit::{TestGateway, TEST_EXECUTE_TIMEOUT};
 
 use std::net::SocketAddr;
+
+/// The `execute_request` context key naming the addressee's ARN (PROTOCOL.md §4), by
+/// which the connector's demux routes the request to its registration.
+pub const CONNECTOR_ARN_CONTEXT_KEY: &str = "connector_arn";
+
+/// The `execute_request` context key carrying the request's deadline in decimal
+/// milliseconds, so that a connector can stop work the gateway no longer waits for.
+pub const TIMEOUT_MS_CONTEXT_KEY: &str = "timeout_ms";
+
+/// The `invoke_response` context key naming the ARN the invoke was delivered to, so
+/// that a caller that addressed a dot key learns which registration answered.
+pub const TARGET_ARN_CONTEXT_KEY: &str = "target_arn";
 
 /// Runs a gateway on `listen` until Ctrl-C (the `switchboard gateway` command).
 pub async fn serve(listen: SocketAddr) -> crate::Result<()> {

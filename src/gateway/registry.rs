@@ -1,15 +1,22 @@
-//! Who is registered where: ARNs, their sockets, and each socket's tenant binding.
-//! Plain data; the server holds it behind one short lock.
+//! Who is registered where: ARNs, their sockets, each socket's tenant binding, each
+//! registration's scope and latest metrics report. Plain data; the server holds it
+//! behind one short lock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
+use super::report::ReportedMetrics;
 use crate::identity::{sanitize, Arn, RegistrationKey};
-use crate::proto::RegisterConnectorRequest;
+use crate::proto::{ConnectorScope, MetricsReport, RegisterConnectorRequest};
+
+/// [`RegistrationInfo::scope`] of a registration only its own tenant may invoke.
+const SCOPE_TENANT: &str = "tenant";
+/// [`RegistrationInfo::scope`] of a registration every tenant may invoke.
+const SCOPE_GLOBAL: &str = "global";
 
 /// One registration as the gateway's HTTP API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RegistrationInfo {
     /// The assigned ARN.
     pub arn: String,
@@ -25,6 +32,23 @@ pub struct RegistrationInfo {
     pub transport: String,
     /// The socket carrying it.
     pub socket_id: u64,
+    /// Who may invoke it: `tenant` (its own tenant only; also what an unspecified
+    /// scope means here, since this gateway has no tenant-less registrations) or
+    /// `global` (any tenant), from the register request's `scope`.
+    pub scope: String,
+    /// The latest `metrics_report` it sent on this socket; `None` until one arrives.
+    /// A registration taken over by another socket starts again from `None`.
+    pub metrics: Option<ReportedMetrics>,
+}
+
+/// A registration found by [`Registry::resolve`]: what an invoke needs to route to it
+/// and to decide whether the caller may.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved<S> {
+    pub(crate) arn: String,
+    pub(crate) tenant: String,
+    pub(crate) global: bool,
+    pub(crate) socket: S,
 }
 
 /// The answer to a register request.
@@ -40,9 +64,16 @@ pub(crate) enum RegisterOutcome {
 /// Registrations by ARN plus socket bookkeeping.
 #[derive(Debug, Default)]
 pub(crate) struct Registry<S> {
-    by_arn: BTreeMap<String, (RegistrationInfo, S)>,
+    by_arn: BTreeMap<String, Entry<S>>,
     socket_tenant: HashMap<u64, String>,
     socket_arns: HashMap<u64, HashSet<String>>,
+}
+
+/// One registration: what the API shows, and the socket it points at.
+#[derive(Debug)]
+struct Entry<S> {
+    info: RegistrationInfo,
+    socket: S,
 }
 
 impl<S: Clone> Registry<S> {
@@ -86,13 +117,20 @@ impl<S: Clone> Registry<S> {
                 };
             }
         }
-        if let Some((old, _)) = self.by_arn.get(&arn) {
-            if old.socket_id != socket_id {
-                if let Some(set) = self.socket_arns.get_mut(&old.socket_id) {
-                    set.remove(&arn);
-                }
+        // A re-register on the same socket (after approval, say) keeps its report; one
+        // from another socket is a new connection and keeps nothing of the old one.
+        let mut metrics = None;
+        if let Some(old) = self.by_arn.remove(&arn) {
+            if old.info.socket_id == socket_id {
+                metrics = old.info.metrics;
+            } else if let Some(set) = self.socket_arns.get_mut(&old.info.socket_id) {
+                set.remove(&arn);
             }
         }
+        let scope = match ConnectorScope::try_from(req.scope) {
+            Ok(ConnectorScope::Global) => SCOPE_GLOBAL,
+            _ => SCOPE_TENANT,
+        };
         self.socket_tenant
             .entry(socket_id)
             .or_insert_with(|| key.tenant().to_owned());
@@ -108,8 +146,10 @@ impl<S: Clone> Registry<S> {
             status: "approved".into(),
             transport: "websocket".into(),
             socket_id,
+            scope: scope.to_owned(),
+            metrics,
         };
-        self.by_arn.insert(arn.clone(), (info, socket));
+        self.by_arn.insert(arn.clone(), Entry { info, socket });
         RegisterOutcome::Accepted { arn }
     }
 
@@ -137,16 +177,64 @@ impl<S: Clone> Registry<S> {
 
     /// The socket of the registration with this ARN.
     pub(crate) fn lookup(&self, arn: &str) -> Option<S> {
-        self.by_arn.get(arn).map(|(_, s)| s.clone())
+        self.by_arn.get(arn).map(|e| e.socket.clone())
+    }
+
+    /// The registration an invoke's `target_address` names: an ARN
+    /// (`matrix:tenant:type:instance`, exact) or a dot key (`tenant.type.instance`,
+    /// whose parts are sanitised as a register's are). `None` when the address is
+    /// neither or names nobody registered.
+    pub(crate) fn resolve(&self, address: &str) -> Option<Resolved<S>> {
+        let arn = arn_of_address(address)?;
+        let entry = self.by_arn.get(&arn)?;
+        Some(Resolved {
+            arn,
+            tenant: entry.info.tenant_id.clone(),
+            global: entry.info.scope == SCOPE_GLOBAL,
+            socket: entry.socket.clone(),
+        })
+    }
+
+    /// The tenant a socket is bound to, once it registered anything.
+    pub(crate) fn tenant_of_socket(&self, socket_id: u64) -> Option<&str> {
+        self.socket_tenant.get(&socket_id).map(String::as_str)
+    }
+
+    /// Keeps `report` as the latest of its registration, if that registration is on
+    /// `socket_id`; false otherwise (a socket may only report for itself).
+    pub(crate) fn record_metrics(&mut self, socket_id: u64, report: MetricsReport) -> bool {
+        match self.by_arn.get_mut(&report.connector_arn) {
+            Some(e) if e.info.socket_id == socket_id => {
+                e.info.metrics = Some(ReportedMetrics::received(report));
+                true
+            }
+            _ => false,
+        }
     }
 
     /// All registrations, ordered by ARN.
     pub(crate) fn list(&self) -> Vec<RegistrationInfo> {
-        self.by_arn.values().map(|(i, _)| i.clone()).collect()
+        self.by_arn.values().map(|e| e.info.clone()).collect()
     }
 
     pub(crate) fn len(&self) -> usize {
         self.by_arn.len()
+    }
+}
+
+/// The ARN an invoke address names: itself when it is a well-formed ARN, else the ARN
+/// of a three-part dot key (sanitised parts cannot contain `.`, so a key that splits
+/// into any other number of parts names nobody).
+fn arn_of_address(address: &str) -> Option<String> {
+    if let Ok(arn) = Arn::parse(address) {
+        return Some(arn.to_string());
+    }
+    let mut parts = address.split('.');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(t), Some(ty), Some(i), None) if !t.is_empty() && !ty.is_empty() && !i.is_empty() => {
+            Some(Arn::for_key(&RegistrationKey::new(t, ty, i)).to_string())
+        }
+        _ => None,
     }
 }
 
@@ -243,6 +331,77 @@ mod tests {
         r.register(2, &req("a", "x"), 2u64);
         assert_eq!(r.clear_socket(1), 0);
         assert_eq!(r.lookup("matrix:a:echo:x"), Some(2));
+    }
+
+    fn report(arn: &str, received: i64) -> MetricsReport {
+        MetricsReport {
+            connector_arn: arn.into(),
+            requests_received: received,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_address_resolves_by_arn_or_by_sanitised_dot_key() {
+        let mut r = Registry::new();
+        r.register(1, &req("acme", "node 1"), 1u64);
+        let by_arn = r.resolve("matrix:acme:echo:node-1").unwrap();
+        assert_eq!(by_arn.socket, 1);
+        assert_eq!(by_arn.tenant, "acme");
+        assert!(!by_arn.global);
+        assert_eq!(r.resolve("acme.echo.node 1"), Some(by_arn.clone()));
+        assert_eq!(r.resolve("acme.echo.node-1"), Some(by_arn));
+        for nobody in [
+            "matrix:acme:echo:other",
+            "acme.echo",
+            "a.b.c.d",
+            "acme..x",
+            "plain",
+        ] {
+            assert_eq!(r.resolve(nobody), None, "{nobody}");
+        }
+    }
+
+    #[test]
+    fn the_scope_of_the_register_request_is_kept() {
+        let mut r = Registry::new();
+        let global = RegisterConnectorRequest {
+            scope: ConnectorScope::Global as i32,
+            ..req("acme", "g")
+        };
+        r.register(1, &global, ());
+        r.register(1, &req("acme", "t"), ());
+        assert!(r.resolve("acme.echo.g").unwrap().global);
+        assert!(!r.resolve("acme.echo.t").unwrap().global);
+        let scopes: Vec<String> = r.list().into_iter().map(|i| i.scope).collect();
+        assert_eq!(scopes, ["global", "tenant"]);
+    }
+
+    #[test]
+    fn a_metrics_report_is_kept_only_for_a_registration_of_the_reporting_socket() {
+        let mut r = Registry::new();
+        r.register(1, &req("a", "x"), ());
+        r.register(2, &req("a", "y"), ());
+        assert!(r.record_metrics(1, report("matrix:a:echo:x", 5)));
+        assert!(
+            !r.record_metrics(1, report("matrix:a:echo:y", 6)),
+            "y is on socket 2"
+        );
+        assert!(!r.record_metrics(1, report("matrix:a:echo:nobody", 7)));
+        let list = r.list();
+        assert_eq!(list[0].metrics.as_ref().unwrap().requests_received, 5);
+        assert_eq!(list[1].metrics, None);
+    }
+
+    #[test]
+    fn a_re_register_keeps_its_report_on_the_same_socket_and_drops_it_on_another() {
+        let mut r = Registry::new();
+        r.register(1, &req("a", "x"), ());
+        r.record_metrics(1, report("matrix:a:echo:x", 5));
+        r.register(1, &req("a", "x"), ());
+        assert!(r.list()[0].metrics.is_some());
+        r.register(2, &req("a", "x"), ());
+        assert_eq!(r.list()[0].metrics, None);
     }
 
     #[test]

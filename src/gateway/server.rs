@@ -3,70 +3,36 @@
 //! One [`Gateway`] serves the Phoenix socket and the HTTP API on one port (axum). Each
 //! accepted socket gets a task (`socket.rs`); registrations point at their socket's
 //! [`SocketLink`], through which executes are written and their responses correlated.
+//! Every task the gateway starts is tracked, so that [`Gateway::shutdown`] returns only
+//! once none is left.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use axum::extract::ws::Message as WsMessage;
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::config::GatewayConfig;
 use super::registry::{RegistrationInfo, Registry};
 use super::stats::{Counters, GatewayStats};
+use super::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
 use crate::error::{Error, Result};
 use crate::phoenix::{encode_proto, LOBBY_TOPIC};
 use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
 
-/// How long [`Gateway::shutdown`] waits for in-flight HTTP requests to finish before it
-/// gives up; executes in flight fail at once when their sockets close, so this is only
-/// reached by a stuck HTTP client.
+/// How long [`Gateway::shutdown`] waits for in-flight HTTP requests and for the
+/// gateway's tasks to finish. Closing the sockets fails their executes at once and
+/// every task watches the gateway's cancellation, so this is only reached by a stuck
+/// HTTP client or a bug; it keeps such a thing from hanging the caller's shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Settings of a gateway.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct GatewayConfig {
-    /// Close a socket after this long without inbound data (default 60 s, as the
-    /// protocol family's gateways do; clients heartbeat every 25 s).
-    pub idle_timeout: Duration,
-    /// Deadline of an execute when the caller names none (default 30 s).
-    pub default_execute_timeout: Duration,
-    /// Largest inbound text frame (default 16 MiB); larger ones are dropped and counted.
-    pub max_frame_bytes: usize,
-}
-
-impl Default for GatewayConfig {
-    fn default() -> Self {
-        GatewayConfig {
-            idle_timeout: Duration::from_secs(60),
-            default_execute_timeout: Duration::from_secs(30),
-            max_frame_bytes: 16 * 1024 * 1024,
-        }
-    }
-}
-
-impl GatewayConfig {
-    /// Sets [`GatewayConfig::idle_timeout`].
-    pub fn with_idle_timeout(mut self, t: Duration) -> Self {
-        self.idle_timeout = t;
-        self
-    }
-
-    /// Sets [`GatewayConfig::default_execute_timeout`].
-    pub fn with_default_execute_timeout(mut self, t: Duration) -> Self {
-        self.default_execute_timeout = t;
-        self
-    }
-
-    /// Sets [`GatewayConfig::max_frame_bytes`].
-    pub fn with_max_frame_bytes(mut self, n: usize) -> Self {
-        self.max_frame_bytes = n;
-        self
-    }
-}
 
 /// The result of one execute.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -105,23 +71,78 @@ impl Drop for PendingGuard<'_> {
 }
 
 /// What the rest of the gateway holds of a socket: its writer queue, its pending
-/// executes, its current join ref, and a switch to kill it.
+/// executes, its current join ref, its in-flight slots, and a switch to kill it.
 #[derive(Debug)]
 pub(crate) struct SocketLink {
     pub(crate) id: u64,
-    pub(crate) tx: mpsc::Sender<String>,
+    pub(crate) tx: mpsc::Sender<WsMessage>,
     pub(crate) pending: Pending,
+    /// The join ref of the lobby channel while it is joined; the one place the
+    /// socket's join state lives, so that the socket task and the test hooks agree.
     pub(crate) join_ref: Mutex<Option<String>>,
+    /// One permit per execute answered by, or invoke sent from, this socket
+    /// ([`GatewayConfig::max_in_flight_per_socket`]).
+    pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) kill: CancellationToken,
 }
 
 impl SocketLink {
-    /// Queues a server push of `msg` on the lobby channel.
-    pub(crate) async fn push(&self, msg: &StreamMessage) -> bool {
-        let jr = self.join_ref.lock().expect("join ref lock").clone();
-        let text = encode_proto(jr.as_deref(), None, LOBBY_TOPIC, msg);
-        self.tx.send(text).await.is_ok()
+    /// Whether the lobby channel is joined.
+    pub(crate) fn joined(&self) -> bool {
+        self.join_ref.lock().expect("join ref lock").is_some()
     }
+
+    /// `msg` as a server push on the lobby channel under the current join ref; `None`
+    /// while the lobby is not joined, since a closed channel receives nothing.
+    fn encode_push(&self, msg: &StreamMessage) -> Option<WsMessage> {
+        let jr = self.join_ref.lock().expect("join ref lock").clone()?;
+        Some(WsMessage::Text(
+            encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
+        ))
+    }
+
+    /// Queues a server push of `msg` on the lobby channel, waiting for queue space;
+    /// false when the lobby is not joined or the socket is gone.
+    pub(crate) async fn push(&self, msg: &StreamMessage) -> bool {
+        match self.encode_push(msg) {
+            Some(frame) => self.tx.send(frame).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// [`SocketLink::push`] without waiting: false also when the queue is full.
+    pub(crate) fn try_push(&self, msg: &StreamMessage) -> bool {
+        self.encode_push(msg)
+            .is_some_and(|frame| self.tx.try_send(frame).is_ok())
+    }
+
+    /// Takes one in-flight slot, or explains which limit refused it.
+    pub(crate) fn admit(
+        &self,
+        what: &str,
+        cap: usize,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            Error::Overloaded(format!(
+                "socket {} already has {cap} executes and invokes in flight \
+                 (max_in_flight_per_socket); {what} refused, retry once some are answered",
+                self.id
+            ))
+        })
+    }
+}
+
+/// One execute as the gateway sends it, whoever asked (HTTP API, test kit, invoke).
+#[derive(Debug, Default)]
+pub(crate) struct ExecuteCall {
+    pub(crate) payload: Bytes,
+    pub(crate) encoding: PayloadEncoding,
+    pub(crate) capability_id: String,
+    /// Context sent along; the gateway adds the addressee's ARN and the deadline.
+    pub(crate) context: HashMap<String, String>,
+    /// The deadline asked for; `None` or zero means the default. Capped either way
+    /// ([`GatewayConfig::effective_timeout`]).
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// State shared by the accept loop, socket tasks, HTTP handlers and the test kit.
@@ -129,7 +150,7 @@ pub(crate) struct Shared {
     pub(crate) config: GatewayConfig,
     pub(crate) counters: Counters,
     pub(crate) registry: Mutex<Registry<Arc<SocketLink>>>,
-    pub(crate) sockets: Mutex<std::collections::HashMap<u64, Arc<SocketLink>>>,
+    pub(crate) sockets: Mutex<HashMap<u64, Arc<SocketLink>>>,
     pub(crate) next_socket: AtomicU64,
     next_request: AtomicU64,
     pub(crate) refuse_registers: AtomicBool,
@@ -138,6 +159,8 @@ pub(crate) struct Shared {
     pub(crate) answer_app_heartbeats: AtomicBool,
     pub(crate) registration_count: watch::Sender<usize>,
     pub(crate) cancel: CancellationToken,
+    /// Every task the gateway starts: socket readers, writers, invokes.
+    pub(crate) tasks: TaskTracker,
 }
 
 impl Shared {
@@ -151,28 +174,43 @@ impl Shared {
     }
 
     /// Sends an execute to the registration `arn` and waits for its response.
-    pub(crate) async fn execute(
-        &self,
-        arn: &str,
-        payload: bytes::Bytes,
-        encoding: PayloadEncoding,
-        capability_id: Option<&str>,
-        mut context: std::collections::HashMap<String, String>,
-        timeout: Duration,
-    ) -> Result<ExecuteResponse> {
+    pub(crate) async fn execute(&self, arn: &str, call: ExecuteCall) -> Result<ExecuteResponse> {
         let link = self
             .registry()
             .lookup(arn)
             .ok_or_else(|| Error::NotFound(format!("no registration with ARN {arn}")))?;
+        self.execute_on(&link, arn, call).await
+    }
+
+    /// Sends an execute to `arn` on `link` and waits for its response, at most the
+    /// call's effective deadline, which rides along as `context["timeout_ms"]`.
+    /// Errors: [`Error::Overloaded`] when the socket is at its in-flight cap,
+    /// [`Error::Timeout`], [`Error::ConnectionClosed`].
+    pub(crate) async fn execute_on(
+        &self,
+        link: &SocketLink,
+        arn: &str,
+        call: ExecuteCall,
+    ) -> Result<ExecuteResponse> {
+        let _slot = link.admit(
+            &format!("execute on {arn}"),
+            self.config.max_in_flight_per_socket,
+        )?;
+        let timeout = self.config.effective_timeout(call.timeout);
         let request_id = format!("gw-{:x}", self.next_request.fetch_add(1, Relaxed));
-        context.insert("connector_arn".into(), arn.to_owned());
+        let mut context = call.context;
+        context.insert(CONNECTOR_ARN_CONTEXT_KEY.into(), arn.to_owned());
+        context.insert(
+            TIMEOUT_MS_CONTEXT_KEY.into(),
+            timeout.as_millis().to_string(),
+        );
         let msg = StreamMessage {
             message: Some(Message::ExecuteRequest(ExecuteRequest {
                 request_id: request_id.clone(),
-                payload,
-                payload_encoding: encoding as i32,
+                payload: call.payload,
+                payload_encoding: call.encoding as i32,
                 context,
-                capability_id: capability_id.unwrap_or_default().to_owned(),
+                capability_id: call.capability_id,
             })),
         };
         let (tx, rx) = oneshot::channel();
@@ -191,7 +229,7 @@ impl Shared {
             return Err(closed());
         }
         let _guard = PendingGuard {
-            link: &link,
+            link,
             request_id: &request_id,
         };
         if !link.push(&msg).await {
@@ -244,6 +282,7 @@ impl Gateway {
             answer_app_heartbeats: AtomicBool::new(true),
             registration_count: watch::channel(0).0,
             cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         });
         let app = super::http_api::router(shared.clone());
         let cancel = shared.cancel.clone();
@@ -278,18 +317,15 @@ impl Gateway {
 
     /// Executes `payload` (JSON) on `arn` with the default deadline.
     pub async fn execute(&self, arn: &str, payload: serde_json::Value) -> Result<ExecuteOutcome> {
-        self.execute_with(
-            arn,
-            payload,
-            None,
-            self.shared.config.default_execute_timeout,
-        )
-        .await
+        self.execute_call(arn, payload, None, None).await
     }
 
-    /// Executes `payload` (JSON) on `arn` for `capability_id` within `timeout`.
+    /// Executes `payload` (JSON) on `arn` for `capability_id` within `timeout`
+    /// (capped at [`GatewayConfig::max_execute_timeout`]).
     /// Errors: [`Error::NotFound`] for an unknown ARN, [`Error::Timeout`],
-    /// [`Error::ConnectionClosed`] when the socket went away first.
+    /// [`Error::ConnectionClosed`] when the socket went away first,
+    /// [`Error::Overloaded`] when its socket is at
+    /// [`GatewayConfig::max_in_flight_per_socket`].
     pub async fn execute_with(
         &self,
         arn: &str,
@@ -297,21 +333,29 @@ impl Gateway {
         capability_id: Option<&str>,
         timeout: Duration,
     ) -> Result<ExecuteOutcome> {
-        let bytes: bytes::Bytes = serde_json::to_vec(&payload)
+        self.execute_call(arn, payload, capability_id, Some(timeout))
+            .await
+    }
+
+    async fn execute_call(
+        &self,
+        arn: &str,
+        payload: serde_json::Value,
+        capability_id: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOutcome> {
+        let payload: Bytes = serde_json::to_vec(&payload)
             .map_err(|e| Error::Payload(e.to_string()))?
             .into();
         let started = Instant::now();
-        let resp = self
-            .shared
-            .execute(
-                arn,
-                bytes,
-                PayloadEncoding::Json,
-                capability_id,
-                Default::default(),
-                timeout,
-            )
-            .await?;
+        let call = ExecuteCall {
+            payload,
+            encoding: PayloadEncoding::Json,
+            capability_id: capability_id.unwrap_or_default().to_owned(),
+            context: HashMap::new(),
+            timeout,
+        };
+        let resp = self.shared.execute(arn, call).await?;
         tracing::trace!(
             arn,
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -320,7 +364,7 @@ impl Gateway {
         Ok(outcome(resp))
     }
 
-    /// Every registration, ordered by ARN.
+    /// Every registration, ordered by ARN, with its scope and latest metrics report.
     pub fn registrations(&self) -> Vec<RegistrationInfo> {
         self.shared.registry().list()
     }
@@ -353,66 +397,39 @@ impl Gateway {
         ids
     }
 
-    fn socket(&self, socket_id: u64) -> Option<Arc<SocketLink>> {
+    pub(crate) fn socket(&self, socket_id: u64) -> Option<Arc<SocketLink>> {
         let sockets = self.shared.sockets.lock().expect("sockets lock");
         sockets.get(&socket_id).cloned()
     }
 
-    /// Hard-closes one socket (no close frame), as a crashed network path would.
-    pub fn drop_socket(&self, socket_id: u64) -> bool {
-        self.socket(socket_id).map(|l| l.kill.cancel()).is_some()
+    /// How many tasks the gateway started are still running: a reader and a writer per
+    /// socket, and one per invoke in flight. A leak of any of them shows here first.
+    pub fn tracked_tasks(&self) -> usize {
+        self.shared.tasks.len()
     }
 
-    /// Hard-closes every socket; returns how many.
-    pub fn drop_all_sockets(&self) -> usize {
-        let links: Vec<_> = self
-            .shared
-            .sockets
-            .lock()
-            .expect("sockets lock")
-            .values()
-            .cloned()
-            .collect();
-        links.iter().for_each(|l| l.kill.cancel());
-        links.len()
-    }
-
-    /// While set, every register is answered with `success: false`.
-    pub fn set_refuse_registers(&self, refuse: bool) {
-        self.shared.refuse_registers.store(refuse, Relaxed);
-    }
-
-    /// While set, a socket that sends a register is hard-closed instead of answered: a
-    /// gateway that accepts connections but never completes a registration.
-    pub fn set_drop_sockets_on_register(&self, on: bool) {
-        self.shared.drop_on_register.store(on, Relaxed);
-    }
-
-    /// While unset, Phoenix heartbeats go unanswered (a dead peer, to the client).
-    pub fn set_answer_phoenix_heartbeats(&self, on: bool) {
-        self.shared.answer_phoenix_heartbeats.store(on, Relaxed);
-    }
-
-    /// While unset, application `heartbeat_request`s go unanswered.
-    pub fn set_answer_app_heartbeats(&self, on: bool) {
-        self.shared.answer_app_heartbeats.store(on, Relaxed);
-    }
-
-    /// Queues a raw text frame to a socket, for malformed-input tests.
-    pub fn send_raw(&self, socket_id: u64, text: String) -> bool {
-        self.socket(socket_id)
-            .is_some_and(|l| l.tx.try_send(text).is_ok())
-    }
-
-    /// Stops accepting, closes every socket, and returns once the port is released.
-    pub async fn shutdown(mut self) {
+    /// Stops accepting, closes every socket, cancels every task the gateway started
+    /// and waits for them and for in-flight HTTP requests, at most a few seconds.
+    /// Returns once the port is released, with the number of tasks still running when
+    /// the wait gave up: 0 on a clean stop.
+    pub async fn shutdown(mut self) -> usize {
         self.shared.cancel.cancel();
         self.drop_all_sockets();
-        if let Some(server) = self.server.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, server).await.is_err() {
-                tracing::warn!(?SHUTDOWN_GRACE, "gateway server did not stop in time");
+        self.shared.tasks.close();
+        let server = self.server.take();
+        let tasks = self.shared.tasks.clone();
+        let stopped = tokio::time::timeout(SHUTDOWN_GRACE, async move {
+            if let Some(server) = server {
+                let _ = server.await;
             }
+            tasks.wait().await;
+        })
+        .await;
+        let left = self.shared.tasks.len();
+        if stopped.is_err() {
+            tracing::warn!(?SHUTDOWN_GRACE, left, "gateway did not stop in time");
         }
+        left
     }
 }
 

@@ -1,14 +1,20 @@
 //! One accepted Phoenix socket, server side: Phoenix semantics (join, heartbeat,
 //! duplicate join, `unmatched topic`, idle close) and the protocol's messages
-//! (register, heartbeat, execute responses, invokes).
+//! (register, heartbeat, execute responses, invokes, metrics reports).
+//!
+//! A client may send a `StreamMessage` either as a `proto` text frame or as a binary
+//! WebSocket frame carrying the raw protobuf bytes; both are accepted on the joined
+//! lobby and handled alike.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use prost::Message as _;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{sleep_until, Instant};
 
 use super::registry::{tenant_of, RegisterOutcome};
@@ -18,9 +24,8 @@ use crate::phoenix::frame::{
 };
 use crate::phoenix::{Frame, LOBBY_TOPIC, PHOENIX_TOPIC};
 use crate::proto::{
-    stream_message::Message, HeartbeatResponse, InvokeCapabilityRequest, InvokeCapabilityResponse,
-    PayloadEncoding, RegisterConnectorRequest, RegisterConnectorResponse, RegistrationStatus,
-    StreamMessage,
+    stream_message::Message, HeartbeatResponse, MetricsReport, RegisterConnectorRequest,
+    RegisterConnectorResponse, RegistrationStatus, StreamMessage,
 };
 
 /// Frames queued to one socket's writer. When full, whoever pushes awaits: an execute
@@ -31,11 +36,16 @@ const WRITER_QUEUE: usize = 1024;
 pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     let id = shared.next_socket.fetch_add(1, Relaxed);
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+    let in_flight = shared
+        .config
+        .max_in_flight_per_socket
+        .min(Semaphore::MAX_PERMITS);
     let link = Arc::new(SocketLink {
         id,
         tx,
         pending: Mutex::default(),
         join_ref: Mutex::new(None),
+        in_flight: Arc::new(Semaphore::new(in_flight)),
         kill: shared.cancel.child_token(),
     });
     shared
@@ -48,7 +58,7 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     tracing::debug!(socket_id = id, "socket accepted");
 
     let (sink, mut stream) = ws.split();
-    let writer = tokio::spawn(write_loop(shared.clone(), sink, rx));
+    let writer = shared.tasks.spawn(write_loop(shared.clone(), sink, rx));
     let idle_timeout = shared.config.idle_timeout;
     let mut last_inbound = Instant::now();
     let idle = sleep_until(last_inbound + idle_timeout);
@@ -56,7 +66,6 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     let mut conn = Conn {
         shared: &shared,
         link: &link,
-        joined: None,
     };
     loop {
         tokio::select! {
@@ -73,8 +82,19 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
                 last_inbound = Instant::now();
                 match msg {
                     Some(Ok(WsMessage::Text(text))) => conn.on_text(text.as_str()).await,
-                    Some(Ok(WsMessage::Binary(_))) => shared.counters.drop_frame("binary_frame"),
-                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(WsMessage::Binary(bytes))) => conn.on_binary(bytes).await,
+                    Some(Ok(WsMessage::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        if is_too_large(e) {
+                            tracing::warn!(
+                                socket_id = id,
+                                limit = shared.config.max_frame_bytes,
+                                "closing a socket that sent an oversized message"
+                            );
+                            shared.counters.drop_frame("too_large");
+                        }
+                        break;
+                    }
                     Some(Ok(_)) => {}
                 }
             }
@@ -92,19 +112,29 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     tracing::debug!(socket_id = id, removed, "socket closed");
 }
 
+/// Whether a read failed because the message or a frame exceeded
+/// `max_frame_bytes`: the WebSocket layer refuses it from the frame header, before
+/// buffering the payload, with a capacity error.
+fn is_too_large(e: axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    e.into_inner()
+        .downcast::<WsError>()
+        .is_ok_and(|e| matches!(*e, WsError::Capacity(_)))
+}
+
 /// Feeds every queued frame and flushes only when the queue is empty.
-async fn write_loop<S>(shared: Arc<Shared>, mut sink: S, mut rx: mpsc::Receiver<String>)
+async fn write_loop<S>(shared: Arc<Shared>, mut sink: S, mut rx: mpsc::Receiver<WsMessage>)
 where
     S: futures_util::Sink<WsMessage> + Unpin,
 {
-    while let Some(text) = rx.recv().await {
+    while let Some(frame) = rx.recv().await {
         let mut n = 1;
-        if sink.feed(WsMessage::Text(text.into())).await.is_err() {
+        if sink.feed(frame).await.is_err() {
             return;
         }
-        while let Ok(text) = rx.try_recv() {
+        while let Ok(frame) = rx.try_recv() {
             n += 1;
-            if sink.feed(WsMessage::Text(text.into())).await.is_err() {
+            if sink.feed(frame).await.is_err() {
                 return;
             }
         }
@@ -115,16 +145,52 @@ where
     }
 }
 
+/// Ends the lobby channel of `link` on the server side, as a closing Phoenix channel
+/// takes its state with it: its registrations are removed and its pending executes
+/// fail at once; the socket, and its tenant binding, live on. Returns the join ref the
+/// channel had, under which the caller announces the end; `None` if it was not joined.
+pub(crate) fn end_lobby(shared: &Shared, link: &SocketLink) -> Option<String> {
+    let join_ref = link.join_ref.lock().expect("join ref lock").take()?;
+    let removed = shared.registry().clear_socket(link.id);
+    if removed > 0 {
+        shared.publish_registration_count();
+    }
+    let failed = link.pending.lock().expect("pending lock").drain();
+    tracing::debug!(
+        socket_id = link.id,
+        removed,
+        failed = failed.len(),
+        "lobby channel closed"
+    );
+    drop(failed);
+    Some(join_ref)
+}
+
+/// A server event (`phx_close`, `phx_error`) on the lobby channel: both refs are the
+/// channel's join ref, as Phoenix writes them.
+pub(crate) fn lobby_event_frame(join_ref: String, event: &str) -> WsMessage {
+    let frame = Frame::new(
+        Some(join_ref.clone()),
+        Some(join_ref),
+        LOBBY_TOPIC,
+        event,
+        json!({}),
+    );
+    WsMessage::Text(frame.encode().into())
+}
+
 struct Conn<'a> {
     shared: &'a Arc<Shared>,
     link: &'a Arc<SocketLink>,
-    /// The join ref of the lobby channel, while joined.
-    joined: Option<String>,
 }
 
 impl Conn<'_> {
     async fn send_frame(&self, frame: Frame) {
-        let _ = self.link.tx.send(frame.encode()).await;
+        let _ = self
+            .link
+            .tx
+            .send(WsMessage::Text(frame.encode().into()))
+            .await;
     }
 
     async fn reply(&self, to: &Frame, status: &str, response: Value) {
@@ -144,18 +210,32 @@ impl Conn<'_> {
             .await;
     }
 
+    /// A binary frame: a raw protobuf `StreamMessage`, handled as a `proto` push on
+    /// the joined lobby would be. It carries no topic or ref to answer with, so one
+    /// sent while the lobby is not joined is dropped and counted.
+    async fn on_binary(&mut self, bytes: Bytes) {
+        let counters = &self.shared.counters;
+        counters.frames_in.fetch_add(1, Relaxed);
+        if !self.link.joined() {
+            tracing::warn!(
+                socket_id = self.link.id,
+                "dropping a binary frame sent before joining"
+            );
+            counters.drop_frame("not_joined");
+            return;
+        }
+        match StreamMessage::decode(bytes) {
+            Ok(msg) => self.on_message(msg).await,
+            Err(e) => {
+                tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable binary frame");
+                counters.drop_frame("bad_protobuf");
+            }
+        }
+    }
+
     async fn on_text(&mut self, text: &str) {
         let counters = &self.shared.counters;
         counters.frames_in.fetch_add(1, Relaxed);
-        if text.len() > self.shared.config.max_frame_bytes {
-            tracing::warn!(
-                socket_id = self.link.id,
-                size = text.len(),
-                "dropping oversized frame"
-            );
-            counters.drop_frame("too_large");
-            return;
-        }
         let frame = match Frame::decode(text) {
             Ok(f) => f,
             Err(e) => {
@@ -173,10 +253,10 @@ impl Conn<'_> {
             }
             EVENT_JOIN if on_lobby => self.join(&frame).await,
             EVENT_JOIN => self.unmatched(&frame).await,
-            _ if !on_lobby || self.joined.is_none() => self.unmatched(&frame).await,
+            _ if !on_lobby || !self.link.joined() => self.unmatched(&frame).await,
             EVENT_LEAVE => {
                 self.reply(&frame, "ok", json!({})).await;
-                self.leave(frame.join_ref.clone()).await;
+                self.leave().await;
             }
             EVENT_PROTO => match frame.proto() {
                 Ok(msg) => self.on_message(msg).await,
@@ -195,46 +275,27 @@ impl Conn<'_> {
     /// A join of the lobby. A second join on the same socket replaces the first: the
     /// old channel is closed with `phx_close` under its own join ref, as Phoenix does.
     async fn join(&mut self, frame: &Frame) {
-        if let Some(old) = self.joined.clone() {
-            self.leave(Some(old)).await;
-        }
+        self.leave().await;
         let jr = frame
             .join_ref
             .clone()
             .or_else(|| frame.msg_ref.clone())
             .unwrap_or_default();
-        self.joined = Some(jr.clone());
         *self.link.join_ref.lock().expect("join ref lock") = Some(jr);
         self.reply(frame, "ok", json!({})).await;
     }
 
-    /// Closes the lobby channel (a leave, or a duplicate join replacing it). As in
-    /// Phoenix, the channel's state dies with it: its registrations are removed and its
-    /// pending executes fail at once; the socket, and its tenant binding, live on. The
+    /// Closes the lobby channel, if joined (a leave, or a duplicate join replacing it),
+    /// with `phx_close` under its join ref; its state dies with it ([`end_lobby`]). The
     /// client treats `phx_close` as a lost join and re-registers after rejoining.
-    async fn leave(&mut self, join_ref: Option<String>) {
-        self.joined = None;
-        *self.link.join_ref.lock().expect("join ref lock") = None;
-        let removed = self.shared.registry().clear_socket(self.link.id);
-        if removed > 0 {
-            self.shared.publish_registration_count();
+    async fn leave(&mut self) {
+        if let Some(join_ref) = end_lobby(self.shared, self.link) {
+            let _ = self
+                .link
+                .tx
+                .send(lobby_event_frame(join_ref, EVENT_CLOSE))
+                .await;
         }
-        let failed = self.link.pending.lock().expect("pending lock").drain();
-        tracing::debug!(
-            socket_id = self.link.id,
-            removed,
-            failed = failed.len(),
-            "lobby channel closed"
-        );
-        drop(failed);
-        self.send_frame(Frame::new(
-            join_ref.clone(),
-            join_ref,
-            LOBBY_TOPIC,
-            EVENT_CLOSE,
-            json!({}),
-        ))
-        .await;
     }
 
     async fn on_message(&mut self, msg: StreamMessage) {
@@ -282,11 +343,23 @@ impl Conn<'_> {
                 }
             }
             Some(Message::InvokeRequest(req)) => {
-                tokio::spawn(invoke(self.shared.clone(), self.link.clone(), req));
+                super::invoke::on_invoke(self.shared, self.link, req).await;
             }
-            Some(Message::HeartbeatResponse(_)) | Some(Message::MetricsReport(_)) => {}
+            Some(Message::MetricsReport(report)) => self.metrics_report(report),
+            Some(Message::HeartbeatResponse(_)) => {}
             None => self.shared.counters.drop_frame("empty"),
             Some(_) => self.shared.counters.drop_frame("unexpected_message"),
+        }
+    }
+
+    /// Keeps a report as its registration's latest, if that registration is on this
+    /// socket; a report for any other ARN is dropped, so a socket can neither fill the
+    /// registry with unknown names nor overwrite another connection's numbers.
+    fn metrics_report(&self, report: MetricsReport) {
+        let arn = report.connector_arn.clone();
+        if !self.shared.registry().record_metrics(self.link.id, report) {
+            tracing::warn!(socket_id = self.link.id, %arn, "metrics report for no registration of this socket");
+            self.shared.counters.drop_frame("unknown_arn");
         }
     }
 
@@ -333,52 +406,6 @@ impl Conn<'_> {
             }
         }
     }
-}
-
-/// Connector-to-connector: execute on the target, answer the caller by its request id.
-async fn invoke(shared: Arc<Shared>, caller: Arc<SocketLink>, req: InvokeCapabilityRequest) {
-    let timeout = match req.timeout_ms {
-        t if t > 0 => std::time::Duration::from_millis(t as u64),
-        _ => shared.config.default_execute_timeout,
-    };
-    let encoding = PayloadEncoding::try_from(req.payload_encoding).unwrap_or(PayloadEncoding::Json);
-    let cap = (!req.capability_id.is_empty()).then_some(req.capability_id.as_str());
-    let result = shared
-        .execute(
-            &req.target_address,
-            req.payload,
-            encoding,
-            cap,
-            req.context,
-            timeout,
-        )
-        .await;
-    if req.fire_and_forget {
-        return;
-    }
-    let resp = match result {
-        Ok(r) => InvokeCapabilityResponse {
-            request_id: req.request_id,
-            success: r.success,
-            payload: r.payload,
-            payload_encoding: r.payload_encoding,
-            error: r.error,
-            duration_ms: r.duration_ms,
-            ..Default::default()
-        },
-        Err(e) => InvokeCapabilityResponse {
-            request_id: req.request_id,
-            success: false,
-            error: e.to_string(),
-            error_details: [("code".to_owned(), e.code().to_owned())].into(),
-            ..Default::default()
-        },
-    };
-    caller
-        .push(&StreamMessage {
-            message: Some(Message::InvokeResponse(resp)),
-        })
-        .await;
 }
 
 fn session_token() -> String {

@@ -10,6 +10,52 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
+/// How an invoke ended, as counted in [`GatewayStats::invokes`] and labelled in
+/// `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InvokeOutcome {
+    /// The target answered with success.
+    Ok,
+    /// The target answered with a failure (or delivery failed in another way).
+    Error,
+    /// The target did not answer within the deadline.
+    Timeout,
+    /// The target address names no registration.
+    NotFound,
+    /// The target is in another tenant and not global.
+    Forbidden,
+    /// The caller's or the target's socket has too much in flight.
+    Overloaded,
+    /// The target's socket or channel closed before it answered.
+    Closed,
+}
+
+impl InvokeOutcome {
+    /// Every outcome, in label order; each has a counter slot at its index.
+    const ALL: [InvokeOutcome; 7] = [
+        InvokeOutcome::Ok,
+        InvokeOutcome::Error,
+        InvokeOutcome::Timeout,
+        InvokeOutcome::NotFound,
+        InvokeOutcome::Forbidden,
+        InvokeOutcome::Overloaded,
+        InvokeOutcome::Closed,
+    ];
+
+    /// The stable label of this outcome (`/metrics`, `/api/v1/stats`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            InvokeOutcome::Ok => "ok",
+            InvokeOutcome::Error => "error",
+            InvokeOutcome::Timeout => "timeout",
+            InvokeOutcome::NotFound => "not_found",
+            InvokeOutcome::Forbidden => "forbidden",
+            InvokeOutcome::Overloaded => "overloaded",
+            InvokeOutcome::Closed => "closed",
+        }
+    }
+}
+
 /// Live counters, written by socket tasks.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -18,10 +64,16 @@ pub(crate) struct Counters {
     pub(crate) frames_in: AtomicU64,
     pub(crate) frames_out: AtomicU64,
     pub(crate) executes_routed: AtomicU64,
+    invokes: [AtomicU64; InvokeOutcome::ALL.len()],
     dropped: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Counters {
+    /// Counts one finished invoke.
+    pub(crate) fn invoke(&self, outcome: InvokeOutcome) {
+        self.invokes[outcome as usize].fetch_add(1, Relaxed);
+    }
+
     /// Counts a dropped inbound frame under a stable reason.
     pub(crate) fn drop_frame(&self, reason: &'static str) {
         *self
@@ -40,6 +92,15 @@ impl Counters {
             frames_in: self.frames_in.load(Relaxed),
             frames_out: self.frames_out.load(Relaxed),
             executes_routed: self.executes_routed.load(Relaxed),
+            invokes: InvokeOutcome::ALL
+                .iter()
+                .map(|o| {
+                    (
+                        o.label().to_owned(),
+                        self.invokes[*o as usize].load(Relaxed),
+                    )
+                })
+                .collect(),
             frames_dropped: self
                 .dropped
                 .lock()
@@ -61,12 +122,16 @@ pub struct GatewayStats {
     pub sockets_open: u64,
     /// Registrations now.
     pub registrations: u64,
-    /// Text frames received.
+    /// WebSocket messages (text or binary) received.
     pub frames_in: u64,
-    /// Text frames sent.
+    /// WebSocket messages sent.
     pub frames_out: u64,
     /// Execute requests sent to connectors (API, test kit and invokes).
     pub executes_routed: u64,
+    /// Invokes by outcome (`ok`, `error`, `timeout`, `not_found`, `forbidden`,
+    /// `overloaded`, `closed`); every outcome is present, zero included, so that a
+    /// dashboard sees a rate of zero rather than a missing series.
+    pub invokes: BTreeMap<String, u64>,
     /// Inbound frames dropped, by reason.
     pub frames_dropped: BTreeMap<String, u64>,
 }
@@ -101,28 +166,46 @@ impl GatewayStats {
             "Connector registrations",
             gauge(self.registrations),
         );
-        registry.register("frames_in", "Text frames received", counter(self.frames_in));
-        registry.register("frames_out", "Text frames sent", counter(self.frames_out));
+        registry.register(
+            "frames_in",
+            "WebSocket messages received",
+            counter(self.frames_in),
+        );
+        registry.register(
+            "frames_out",
+            "WebSocket messages sent",
+            counter(self.frames_out),
+        );
         registry.register(
             "executes_routed",
             "Execute requests sent to connectors",
             counter(self.executes_routed),
         );
-        let dropped = Family::<Vec<(String, String)>, Counter>::default();
-        for (reason, n) in &self.frames_dropped {
-            dropped
-                .get_or_create(&vec![("reason".to_owned(), reason.clone())])
-                .inc_by(*n);
-        }
+        registry.register(
+            "invokes",
+            "Connector-to-connector invokes, by outcome",
+            labelled("outcome", &self.invokes),
+        );
         registry.register(
             "frames_dropped",
             "Inbound frames dropped, by reason",
-            dropped,
+            labelled("reason", &self.frames_dropped),
         );
         let mut out = String::new();
         encode(&mut out, &registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// A counter family with one series per entry of `values`, labelled `label`.
+fn labelled(label: &str, values: &BTreeMap<String, u64>) -> Family<Vec<(String, String)>, Counter> {
+    let family = Family::<Vec<(String, String)>, Counter>::default();
+    for (value, n) in values {
+        family
+            .get_or_create(&vec![(label.to_owned(), value.clone())])
+            .inc_by(*n);
+    }
+    family
 }
 
 #[cfg(test)]
@@ -134,6 +217,8 @@ mod tests {
         let c = Counters::default();
         c.frames_in.fetch_add(7, Relaxed);
         c.drop_frame("not_json");
+        c.invoke(InvokeOutcome::Timeout);
+        c.invoke(InvokeOutcome::Timeout);
         let text = c.snapshot(3).to_prometheus();
         assert!(
             text.contains("switchboard_gateway_frames_in_total 7"),
@@ -146,6 +231,14 @@ mod tests {
         assert!(
             text.contains(r#"switchboard_gateway_frames_dropped_total{reason="not_json"} 1"#),
             "{text}"
+        );
+        assert!(
+            text.contains(r#"switchboard_gateway_invokes_total{outcome="timeout"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"switchboard_gateway_invokes_total{outcome="forbidden"} 0"#),
+            "every outcome is exported, zero included: {text}"
         );
     }
 }

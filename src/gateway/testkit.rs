@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::ops::Deref;
 use std::time::Duration;
 
-use super::server::{Gateway, GatewayConfig};
+use super::config::GatewayConfig;
+use super::server::Gateway;
 
 /// The default execute deadline of [`TestGateway::start`]: long enough for a loaded CI
 /// machine, short enough that a lost answer fails the test quickly.
@@ -45,6 +46,15 @@ impl TestGateway {
             gateway: Some(gateway),
             config,
             addr,
+        }
+    }
+
+    /// Shuts the gateway down as [`Gateway::shutdown`] does and returns its count of
+    /// tasks left running (0 on a clean stop), for tests that check nothing leaks.
+    pub async fn shutdown(mut self) -> usize {
+        match self.gateway.take() {
+            Some(gateway) => gateway.shutdown().await,
+            None => 0,
         }
     }
 

@@ -1,10 +1,15 @@
 //! A raw Phoenix client for the gateway tests: frames built with `switchboard::phoenix`
 //! and sent over plain `tokio-tungstenite`, so each test controls every byte.
+// Shared by several test binaries, each of which uses only some of the helpers.
+#![allow(dead_code)]
 
 use futures_util::{SinkExt, StreamExt};
 use switchboard::gateway::TestGateway;
 use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
-use switchboard::proto::{stream_message::Message, RegisterConnectorRequest, StreamMessage};
+use switchboard::proto::{
+    stream_message::Message, ConnectorScope, ExecuteRequest, ExecuteResponse,
+    InvokeCapabilityResponse, PayloadEncoding, RegisterConnectorRequest, StreamMessage,
+};
 use tokio_tungstenite::tungstenite::Message as Ws;
 
 use crate::common::DEADLINE;
@@ -49,10 +54,15 @@ pub(crate) async fn send_proto(ws: &mut Raw, n: u32, msg: Message) {
 }
 
 pub(crate) fn register(tenant: &str, instance: &str) -> Message {
+    register_scoped(tenant, instance, ConnectorScope::Unspecified)
+}
+
+pub(crate) fn register_scoped(tenant: &str, instance: &str, scope: ConnectorScope) -> Message {
     Message::RegisterRequest(RegisterConnectorRequest {
         tenant_id: tenant.into(),
         connector_type: "raw".into(),
         instance_id: instance.into(),
+        scope: scope as i32,
         ..Default::default()
     })
 }
@@ -85,4 +95,41 @@ pub(crate) async fn registered(gw: &TestGateway, tenant: &str, instances: &[&str
         assert!(register_response(&mut ws).await.success);
     }
     ws
+}
+
+/// The next message, which must be an `execute_request`.
+pub(crate) async fn next_execute(ws: &mut Raw) -> ExecuteRequest {
+    match next_message(ws).await {
+        Message::ExecuteRequest(req) => req,
+        other => panic!("expected an execute request, got {other:?}"),
+    }
+}
+
+/// The next message, which must be an `invoke_response`.
+pub(crate) async fn next_invoke_response(ws: &mut Raw) -> InvokeCapabilityResponse {
+    match next_message(ws).await {
+        Message::InvokeResponse(resp) => resp,
+        other => panic!("expected an invoke response, got {other:?}"),
+    }
+}
+
+/// Answers `req` with success and a JSON `payload`.
+pub(crate) async fn answer(ws: &mut Raw, req: &ExecuteRequest, payload: &[u8]) {
+    let resp = ExecuteResponse {
+        request_id: req.request_id.clone(),
+        success: true,
+        payload: payload.to_vec().into(),
+        payload_encoding: PayloadEncoding::Json as i32,
+        ..Default::default()
+    };
+    send_proto(ws, 90, Message::ExecuteResponse(resp)).await;
+}
+
+/// The id of the socket carrying the registration `arn`.
+pub(crate) fn socket_of(gw: &TestGateway, arn: &str) -> u64 {
+    gw.registrations()
+        .into_iter()
+        .find(|r| r.arn == arn)
+        .unwrap_or_else(|| panic!("{arn} is registered"))
+        .socket_id
 }

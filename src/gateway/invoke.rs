@@ -1,0 +1,217 @@
+//! Connector-to-connector invokes (PROTOCOL.md §4): a connector sends `invoke_request`,
+//! the gateway delivers an `execute_request` to the target and answers the caller with
+//! an `invoke_response` under the caller's `request_id`.
+//!
+//! Policy, in order: the target address must name a registration (an ARN, or a dot
+//! key); a target in another tenant than the caller's socket is refused unless it
+//! registered with `CONNECTOR_SCOPE_GLOBAL`; the caller's socket must have an in-flight
+//! slot left. A refusal is answered at once, without touching the target. Every
+//! answer carries `error_details["code"]` when it failed, and the request's context
+//! plus `target_arn` once the target is known. A `fire_and_forget` invoke is executed
+//! the same way but never answered. Each finished invoke is counted by outcome.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::server::{ExecuteCall, Shared, SocketLink};
+use super::stats::InvokeOutcome;
+use super::TARGET_ARN_CONTEXT_KEY;
+use crate::error::Error;
+use crate::proto::{
+    stream_message::Message, ExecuteResponse, InvokeCapabilityRequest, InvokeCapabilityResponse,
+    PayloadEncoding, StreamMessage,
+};
+
+/// The key of `error_details` that carries a failed invoke's stable code.
+const ERROR_CODE_KEY: &str = "code";
+/// The code of a cross-tenant invoke of a tenant-scoped target.
+const FORBIDDEN_CODE: &str = "forbidden";
+/// The code of a target that answered with a failure of its own.
+const CONNECTOR_CODE: &str = "connector";
+
+/// Why an invoke failed without an answer from the target.
+struct Failure {
+    outcome: InvokeOutcome,
+    code: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn from_error(e: &Error) -> Self {
+        let outcome = match e {
+            Error::Timeout { .. } => InvokeOutcome::Timeout,
+            Error::NotFound(_) => InvokeOutcome::NotFound,
+            Error::Overloaded(_) => InvokeOutcome::Overloaded,
+            Error::ConnectionClosed(_) => InvokeOutcome::Closed,
+            _ => InvokeOutcome::Error,
+        };
+        Failure {
+            outcome,
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// What answering an invoke needs of its request after the payload went to the target.
+struct Reply {
+    request_id: String,
+    /// The request's context, plus `target_arn` once the target is known.
+    context: HashMap<String, String>,
+    fire_and_forget: bool,
+    started: Instant,
+}
+
+impl Reply {
+    /// Answers the caller (unless fire-and-forget), then counts the outcome: the count
+    /// marks the invoke as finished, answer included.
+    async fn send(
+        self,
+        shared: &Shared,
+        caller: &SocketLink,
+        result: Result<ExecuteResponse, Failure>,
+    ) {
+        let (outcome, resp) = match result {
+            Ok(r) => {
+                let outcome = if r.success {
+                    InvokeOutcome::Ok
+                } else {
+                    InvokeOutcome::Error
+                };
+                let error_details = if r.success {
+                    HashMap::new()
+                } else {
+                    [(ERROR_CODE_KEY.to_owned(), CONNECTOR_CODE.to_owned())].into()
+                };
+                let resp = InvokeCapabilityResponse {
+                    request_id: self.request_id,
+                    success: r.success,
+                    payload: r.payload,
+                    payload_encoding: r.payload_encoding,
+                    error: r.error,
+                    duration_ms: r.duration_ms,
+                    context: self.context,
+                    error_details,
+                };
+                (outcome, resp)
+            }
+            Err(f) => {
+                let resp = InvokeCapabilityResponse {
+                    request_id: self.request_id,
+                    success: false,
+                    error: f.message,
+                    duration_ms: i64::try_from(self.started.elapsed().as_millis())
+                        .unwrap_or(i64::MAX),
+                    context: self.context,
+                    error_details: [(ERROR_CODE_KEY.to_owned(), f.code.to_owned())].into(),
+                    ..Default::default()
+                };
+                (f.outcome, resp)
+            }
+        };
+        if !self.fire_and_forget {
+            let msg = StreamMessage {
+                message: Some(Message::InvokeResponse(resp)),
+            };
+            if !caller.push(&msg).await {
+                tracing::debug!(
+                    socket_id = caller.id,
+                    "invoke answered after the caller's channel closed"
+                );
+            }
+        }
+        shared.counters.invoke(outcome);
+    }
+}
+
+/// Handles one `invoke_request` from `caller`: refusals are answered before this
+/// returns; an admitted invoke runs in its own tracked task, so that the caller's
+/// socket keeps reading (the target may be on the same socket).
+pub(crate) async fn on_invoke(
+    shared: &Arc<Shared>,
+    caller: &Arc<SocketLink>,
+    mut req: InvokeCapabilityRequest,
+) {
+    let mut reply = Reply {
+        request_id: std::mem::take(&mut req.request_id),
+        context: req.context.clone(),
+        fire_and_forget: req.fire_and_forget,
+        started: Instant::now(),
+    };
+    let target = match resolve(shared, caller.id, &req.target_address) {
+        Ok(t) => t,
+        Err(f) => return reply.send(shared, caller, Err(f)).await,
+    };
+    reply
+        .context
+        .insert(TARGET_ARN_CONTEXT_KEY.into(), target.0.clone());
+    let cap = shared.config.max_in_flight_per_socket;
+    let slot = match caller.admit(&format!("invoke of {}", target.0), cap) {
+        Ok(slot) => slot,
+        Err(e) => {
+            return reply
+                .send(shared, caller, Err(Failure::from_error(&e)))
+                .await
+        }
+    };
+    let (shared, caller) = (shared.clone(), caller.clone());
+    let cancel = shared.cancel.clone();
+    shared.tasks.clone().spawn(async move {
+        let _slot = slot;
+        let (arn, link) = target;
+        let call = ExecuteCall {
+            payload: std::mem::take(&mut req.payload),
+            encoding: PayloadEncoding::try_from(req.payload_encoding)
+                .unwrap_or(PayloadEncoding::Unspecified),
+            capability_id: std::mem::take(&mut req.capability_id),
+            context: std::mem::take(&mut req.context),
+            timeout: u64::try_from(req.timeout_ms)
+                .ok()
+                .map(Duration::from_millis),
+        };
+        tokio::select! {
+            // The gateway is stopping: the caller's socket is closing too, so nobody is
+            // left to answer; the invoke ends as its sockets do.
+            _ = cancel.cancelled() => shared.counters.invoke(InvokeOutcome::Closed),
+            result = shared.execute_on(&link, &arn, call) => {
+                let result = result.map_err(|e| Failure::from_error(&e));
+                reply.send(&shared, &caller, result).await;
+            }
+        }
+    });
+}
+
+/// The target's ARN and socket, if the caller on `caller_socket` may invoke it.
+fn resolve(
+    shared: &Shared,
+    caller_socket: u64,
+    address: &str,
+) -> Result<(String, Arc<SocketLink>), Failure> {
+    let registry = shared.registry();
+    let Some(target) = registry.resolve(address) else {
+        return Err(Failure::from_error(&Error::NotFound(format!(
+            "no registration at target_address {address:?}; address a registration by its \
+             ARN (matrix:tenant:type:instance) or its dot key (tenant.type.instance)"
+        ))));
+    };
+    let caller_tenant = registry.tenant_of_socket(caller_socket);
+    if !target.global && caller_tenant != Some(target.tenant.as_str()) {
+        return Err(Failure {
+            outcome: InvokeOutcome::Forbidden,
+            code: FORBIDDEN_CODE,
+            message: format!(
+                "invoke of {} refused: it is scoped to tenant {:?} and the calling socket {}; \
+                 only a target registered with CONNECTOR_SCOPE_GLOBAL accepts invokes from \
+                 other tenants",
+                target.arn,
+                target.tenant,
+                match caller_tenant {
+                    Some(t) => format!("is bound to tenant {t:?}"),
+                    None => "has no registration".to_owned(),
+                }
+            ),
+        });
+    }
+    Ok((target.arn, target.socket))
+}
