@@ -20,6 +20,8 @@ pub mod error;
 pub mod gateway;
 pub mod identity;
 pub mod mux;
+#[cfg(feature = "runtime")]
+pub mod outbox;
 pub mod phoenix;
 #[cfg(feature = "runtime")]
 pub mod runtime;

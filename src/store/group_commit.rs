@@ -95,11 +95,24 @@ impl Store {
     /// Claims the event's dedupe key until `claim_expires_at_ms` and appends it, in one
     /// transaction shared with other concurrent writers. Returns once it is durable.
     pub async fn append(&self, event: TriggerEvent, claim_expires_at_ms: i64) -> Result<Appended> {
+        self.append_enqueue(event, claim_expires_at_ms, Vec::new())
+            .await
+    }
+
+    /// Like [`Store::append`], and creates `enqueue`'s outbox rows and queue messages in
+    /// the same transaction when (and only when) the event is stored.
+    pub async fn append_enqueue(
+        &self,
+        event: TriggerEvent,
+        claim_expires_at_ms: i64,
+        enqueue: Vec<crate::outbox::model::Enqueue>,
+    ) -> Result<Appended> {
         let (reply, rx) = oneshot::channel();
         let job = Job {
             write: Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms,
+                enqueue,
             },
             reply: Some(reply),
         };
@@ -233,6 +246,7 @@ mod tests {
             write: Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms: 0,
+                enqueue: Vec::new(),
             },
             reply: None,
         }

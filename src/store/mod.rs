@@ -27,7 +27,10 @@ use crate::triggers::TriggerEvent;
 pub mod group_commit;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_outbox;
 pub mod sqlite;
+mod sqlite_outbox;
 
 pub use group_commit::{GroupCommitStats, Store};
 
@@ -41,6 +44,9 @@ pub enum Write {
         event: Box<TriggerEvent>,
         /// When the claim stops deduplicating (unix ms).
         claim_expires_at_ms: i64,
+        /// Outbox rows and queue messages to create with the event, in the same
+        /// transaction, only if the claim is new: a duplicate enqueues nothing.
+        enqueue: Vec<crate::outbox::model::Enqueue>,
     },
     /// Record a refused delivery in the audit table.
     Reject(Rejected),
@@ -107,7 +113,7 @@ pub struct Swept {
 /// A storage backend. Implementations are internally synchronised; the group commit
 /// calls [`Backend::write_batch`] from one task at a time, reads come from anywhere.
 #[async_trait]
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: crate::outbox::OutboxStore + Send + Sync + 'static {
     /// A short name for logs and metrics (`sqlite`, `postgres`).
     fn name(&self) -> &'static str;
 

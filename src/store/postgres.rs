@@ -275,6 +275,7 @@ impl<'a> Columns<'a> {
                 Write::Append {
                     event,
                     claim_expires_at_ms,
+                    enqueue: _,
                 } => (event, *claim_expires_at_ms),
                 Write::Reject(r) => {
                     c.rejections.push(r);

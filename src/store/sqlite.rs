@@ -277,6 +277,7 @@ fn write_all(
                 Write::Append {
                     event: e,
                     claim_expires_at_ms,
+                    enqueue: _,
                 } => {
                     let claimed = claim.execute(params![
                         e.source,

@@ -1,6 +1,9 @@
-//! Trigger events: what every ingress path (provider webhooks, cron ticks) produces and
-//! the store keeps. Binding matching and the outbox build on [`TriggerEvent`] later.
+//! Trigger events and bindings: what every ingress path (provider webhooks, cron
+//! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
+pub mod binding;
 mod event;
+pub mod filter;
+pub mod registry;
 
 pub use event::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};

@@ -1,0 +1,16 @@
+//! The deliver half: a durable outbox written in the ingest transaction, and the
+//! dispatcher that claims its rows and delivers them through the execute channel.
+//!
+//! - [`model`]: the data (rows to enqueue, claimed rows, finishes, dead letters, stats);
+//! - [`store`]: [`OutboxStore`], what a backend provides (claims under a lease, finishes,
+//!   queues, dead letters, retention), implemented by SQLite and PostgreSQL;
+//! - [`retry`]: the retry schedule, a pure function.
+//!
+//! Public like [`crate::store`], whose [`crate::store::Backend`] has [`OutboxStore`] as
+//! a supertrait; the curated API (issue 11) narrows both together.
+
+pub mod model;
+pub mod retry;
+pub mod store;
+
+pub use store::OutboxStore;

@@ -1,0 +1,93 @@
+//! [`OutboxStore`]: what the dispatcher, the queues and the admin API need from a
+//! backend. Both backends implement it next to [`crate::store::Backend`] (a supertrait
+//! of it), on the same database and, for the writes that must be atomic with ingest,
+//! in the same group-commit transaction ([`crate::store::Write::Append`] carries the
+//! rows to enqueue).
+//!
+//! Invariants every implementation keeps:
+//! - a row is claimable when `next_attempt_at <= now` and no earlier row (lower id) of
+//!   the same binding and ordering key exists; claims are ordered by
+//!   (`next_attempt_at`, id) and served by an index on exactly that;
+//! - a claim moves `next_attempt_at` to the lease's end and stamps the claim token, so
+//!   the same column is both the schedule and the lease: a crashed claimer's rows are
+//!   simply due again when its lease ends, and no row is handed to two claimers within
+//!   one lease (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: one writer);
+//! - every finish, release and extension names the claim token and changes nothing
+//!   when the row has since been claimed again;
+//! - a dead letter, its fan-out rows and the deletion of its row are one transaction.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::model::{
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Expired, Finish, OutboxStats,
+    ReceiveRequest, Received, RunRecord,
+};
+use crate::error::Result;
+
+/// The outbox half of a storage backend.
+#[async_trait]
+pub trait OutboxStore: Send + Sync + 'static {
+    /// Claims up to `req.limit` due rows of `req.bindings` under a lease, oldest due
+    /// first, and increments their attempt counters.
+    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedRow>>;
+
+    /// Gives back claimed rows that were not started (no permit was free): due again
+    /// at `now_ms`, their attempt counters restored. Returns how many were released.
+    async fn release(&self, rows: &[(i64, i64)], now_ms: i64) -> Result<u64>;
+
+    /// Extends the lease of rows (id, token) still held to `until_ms`. Returns how many
+    /// are still held.
+    async fn extend(&self, rows: &[(i64, i64)], until_ms: i64) -> Result<u64>;
+
+    /// Applies finishes in ONE transaction. Returns how many applied (a finish whose
+    /// token no longer matches is skipped).
+    async fn finish(&self, finishes: Vec<Finish>, now_ms: i64) -> Result<u64>;
+
+    /// The earliest `next_attempt_at` among rows of `bindings` (a due retry, a lease
+    /// that will expire), so the dispatcher sleeps exactly until then.
+    async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>>;
+
+    /// Totals, per binding and per queue, at `now_ms`.
+    async fn stats(&self, now_ms: i64) -> Result<OutboxStats>;
+
+    /// Dead letters per `query`, newest first.
+    async fn dead_letters(&self, query: &DeadLetterQuery) -> Result<Vec<DeadLetter>>;
+
+    /// One dead letter.
+    async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>>;
+
+    /// Enqueues the dead letter's row again (attempts from zero, due at `now_ms`; a
+    /// queue message goes back to its queue) and counts the replay. Returns the new
+    /// row or message id, or `None` for an unknown dead letter.
+    async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>>;
+
+    /// Hands out up to `req.max` visible messages of a queue, each invisible for the
+    /// visibility timeout under a new receipt; messages already received
+    /// `req.max_receives` times are dead-lettered instead.
+    async fn receive(&self, req: &ReceiveRequest) -> Result<Received>;
+
+    /// Deletes a received message. `false` when the receipt no longer holds it.
+    async fn ack(&self, queue: &str, id: i64, receipt: i64) -> Result<bool>;
+
+    /// Makes a received message visible again at `visible_at_ms`. `false` when the
+    /// receipt no longer holds it.
+    async fn nack(&self, queue: &str, id: i64, receipt: i64, visible_at_ms: i64) -> Result<bool>;
+
+    /// Records a synchronous invocation.
+    async fn record_run(&self, run: &RunRecord) -> Result<()>;
+
+    /// The newest sync invocation records, optionally for one binding.
+    async fn runs(&self, binding_id: Option<&str>, limit: usize) -> Result<Vec<RunRecord>>;
+
+    /// Deletes, at most `chunk` rows per statement (so the writer is never held for
+    /// long), events received before `before_ms` that nothing references any more,
+    /// dead letters and run records older than `before_ms`.
+    async fn expire(&self, before_ms: i64, chunk: usize) -> Result<Expired>;
+
+    /// Woken (at least) whenever rows or messages this store holds may have become due:
+    /// after a commit that enqueued some, in this process (SQLite) or in any process on
+    /// the database (PostgreSQL `LISTEN/NOTIFY`). Spurious wake-ups are allowed.
+    fn wake(&self) -> Arc<tokio::sync::Notify>;
+}

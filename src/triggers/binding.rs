@@ -1,0 +1,118 @@
+//! A resolved trigger binding: which events it takes, where they go, and how its
+//! deliveries are retried. Built from `[[triggers]]` by the runtime's config loader;
+//! immutable once built, so the registry and the dispatcher share it behind an `Arc`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::filter::Expression;
+use crate::outbox::retry::RetryPolicy;
+use crate::proto::PayloadEncoding;
+
+/// Default `max_concurrent` per binding: 16 attempts in flight at once, enough to keep
+/// a remote handler busy without letting one binding take the whole process.
+pub const DEFAULT_MAX_CONCURRENT: usize = 16;
+/// Default attempt timeout: 30 s, the gateway's own default execute timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a binding's events are delivered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Handler {
+    /// Invoke `capability` of the connector `target` (an ARN or a dot key
+    /// `tenant.type.instance`) through the gateway, over the runtime's own registration.
+    Invoke {
+        /// ARN or dot key.
+        target: String,
+        /// Capability id.
+        capability: String,
+        /// How the event is encoded as the invoke payload.
+        #[serde(serialize_with = "encoding_name")]
+        encoding: PayloadEncoding,
+    },
+    /// Execute `capability` of a [`crate::BaseConnector`] that the embedding program
+    /// registered with the runtime under `connector`.
+    Local {
+        /// The name it was registered under.
+        connector: String,
+        /// Capability id.
+        capability: String,
+    },
+    /// Put the event in the named queue, for consumers to pull.
+    Queue {
+        /// Queue name.
+        queue: String,
+    },
+}
+
+fn encoding_name<S: serde::Serializer>(e: &PayloadEncoding, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(e.as_str_name())
+}
+
+/// Which failed bindings a dead-letter handler binding reports on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "bindings")]
+pub enum DeadLetterScope {
+    /// Not a dead-letter handler: an ordinary binding that matches events.
+    None,
+    /// Every other binding's dead letters.
+    All,
+    /// The dead letters of these bindings.
+    Bindings(Vec<String>),
+}
+
+impl DeadLetterScope {
+    /// Whether a dead letter of `binding_id` goes to a handler with this scope. A
+    /// dead-letter handler never reports on itself.
+    pub fn covers(&self, handler_id: &str, binding_id: &str) -> bool {
+        handler_id != binding_id
+            && match self {
+                DeadLetterScope::None => false,
+                DeadLetterScope::All => true,
+                DeadLetterScope::Bindings(ids) => ids.iter().any(|b| b == binding_id),
+            }
+    }
+}
+
+/// One binding, resolved.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Binding {
+    /// Unique id.
+    pub id: String,
+    /// Source ids it listens to; empty = every source.
+    pub sources: Vec<String>,
+    /// Event kinds it takes (`issues.opened`; a trailing `*` matches a prefix);
+    /// empty = every kind.
+    pub events: Vec<String>,
+    /// A CEL expression over the event that must be `true` for it to match.
+    pub filter: Option<Expression>,
+    /// Where its events go.
+    pub handler: Handler,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
+    /// A CEL expression over the event giving its ordering key.
+    pub ordering_key: Option<Expression>,
+    /// Attempts in flight at once, in this process.
+    pub max_concurrent: usize,
+    /// How long one attempt may take.
+    #[serde(serialize_with = "duration_ms")]
+    pub timeout: Duration,
+    /// Whether (and for which bindings) it handles dead letters. A dead-letter handler
+    /// binding takes no events from ingest, only dead letters.
+    pub dead_letter_for: DeadLetterScope,
+    /// A digest of the definition (everything above), recorded in each outbox row.
+    pub fingerprint: String,
+}
+
+fn duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+impl Binding {
+    /// Whether this binding is a dead-letter handler.
+    pub fn is_dead_letter_handler(&self) -> bool {
+        self.dead_letter_for != DeadLetterScope::None
+    }
+}
