@@ -4,12 +4,22 @@
 //! - [`model`]: the data (rows to enqueue, claimed rows, finishes, dead letters, stats);
 //! - [`store`]: [`OutboxStore`], what a backend provides (claims under a lease, finishes,
 //!   queues, dead letters, retention), implemented by SQLite and PostgreSQL;
-//! - [`retry`]: the retry schedule, a pure function.
+//! - [`retry`]: the retry schedule, a pure function;
+//! - [`outcome`]: how an attempt's result becomes a finish (retry, dead letter,
+//!   annotation), a pure function;
+//! - [`deliver`]: running one attempt (invoke through the gateway, or a local
+//!   connector);
+//! - [`dispatcher`]: the tasks that claim, gate, run and finish rows;
+//! - [`metrics`]: its Prometheus metrics.
 //!
 //! Public like [`crate::store`], whose [`crate::store::Backend`] has [`OutboxStore`] as
 //! a supertrait; the curated API (issue 11) narrows both together.
 
+pub mod deliver;
+pub mod dispatcher;
+pub mod metrics;
 pub mod model;
+pub mod outcome;
 pub mod retry;
 pub mod store;
 

@@ -1,0 +1,197 @@
+//! Running one attempt: turning a claimed row into a handler call.
+//!
+//! [`Deliver`] is the seam between the dispatcher (which decides when and how often)
+//! and the handlers (which do the work); [`Handlers`] is the runtime's implementation:
+//! `invoke` handlers go through the gateway as an `invoke_request` over the runtime's
+//! own registration, `local` handlers call a [`BaseConnector`] in this process.
+//! Tests and benchmarks put their own [`Deliver`] in its place.
+//!
+//! Every attempt carries its identity in the context (the keys below), so a handler
+//! can deduplicate (`switchboard.event_id` + `switchboard.binding` is unique per
+//! delivery) and tell a retry from a first attempt.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::outcome::{Failure, FailureKind};
+use crate::connector::{BaseConnector, ExecuteContext};
+use crate::encoding::{decode_payload, Payload};
+use crate::mux::{InvokeOptions, RegistrationHandle};
+use crate::proto::PayloadEncoding;
+use crate::triggers::binding::{Binding, Handler};
+
+/// Context key: the event's id.
+pub const CONTEXT_EVENT_ID: &str = "switchboard.event_id";
+/// Context key: the event's W3C trace id.
+pub const CONTEXT_TRACE_ID: &str = "switchboard.trace_id";
+/// Context key: this attempt's number, 1-based.
+pub const CONTEXT_ATTEMPT: &str = "switchboard.attempt";
+/// Context key: the binding being delivered.
+pub const CONTEXT_BINDING: &str = "switchboard.binding";
+/// Context key: handler hops that produced the event. `outbox.enqueue` from inside an
+/// execute reads it, so events that handlers produce carry depth + 1.
+pub const CONTEXT_DEPTH: &str = "switchboard.depth";
+/// Context key: for a dead-letter handler's delivery, the dead letter's id.
+pub const CONTEXT_DEAD_LETTER_ID: &str = "switchboard.dead_letter_id";
+
+/// One attempt's input.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptInput<'a> {
+    /// The binding.
+    pub binding: &'a Binding,
+    /// The event's id.
+    pub event_id: &'a str,
+    /// The event's trace id.
+    pub trace_id: &'a str,
+    /// This attempt's number (1-based).
+    pub attempt: u32,
+    /// Handler hops that produced the event.
+    pub depth: u32,
+    /// For a dead-letter handler's delivery: the dead letter.
+    pub dead_letter_id: Option<i64>,
+    /// The payload bytes (the event's body, or the row's own payload).
+    pub payload: &'a [u8],
+}
+
+impl AttemptInput<'_> {
+    /// The context entries every handler gets.
+    pub fn context(&self) -> HashMap<String, String> {
+        let mut values = HashMap::with_capacity(6);
+        values.insert(CONTEXT_EVENT_ID.to_owned(), self.event_id.to_owned());
+        values.insert(CONTEXT_TRACE_ID.to_owned(), self.trace_id.to_owned());
+        values.insert(CONTEXT_ATTEMPT.to_owned(), self.attempt.to_string());
+        values.insert(CONTEXT_BINDING.to_owned(), self.binding.id.clone());
+        values.insert(CONTEXT_DEPTH.to_owned(), self.depth.to_string());
+        if let Some(id) = self.dead_letter_id {
+            values.insert(CONTEXT_DEAD_LETTER_ID.to_owned(), id.to_string());
+        }
+        values
+    }
+}
+
+/// Runs one attempt. The dispatcher bounds it by the binding's timeout and drops the
+/// future when it passes, so implementations need no timer of their own.
+#[async_trait]
+pub trait Deliver: Send + Sync + 'static {
+    /// Delivers `input`, returning the handler's answer or why it failed.
+    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure>;
+}
+
+/// The runtime's handlers: the gateway registration (for `invoke`) and the local
+/// connectors the embedding program registered (for `local`).
+#[derive(Clone, Default)]
+pub struct Handlers {
+    gateway: Option<RegistrationHandle>,
+    local: HashMap<String, Arc<dyn BaseConnector>>,
+}
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field(
+                "gateway",
+                &self.gateway.as_ref().map(|h| h.key().to_string()),
+            )
+            .field("local", &self.local.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Handlers {
+    /// Handlers that deliver `invoke` bindings over `gateway` (if any) and `local` ones
+    /// to `local`, keyed by the name bindings use.
+    pub fn new(
+        gateway: Option<RegistrationHandle>,
+        local: HashMap<String, Arc<dyn BaseConnector>>,
+    ) -> Handlers {
+        Handlers { gateway, local }
+    }
+
+    /// Whether this process can deliver `binding` at all (its connector is here, or it
+    /// invokes and a gateway is configured). Rows of bindings it cannot deliver are
+    /// left for a process that can.
+    pub fn can_deliver(&self, binding: &Binding) -> bool {
+        match &binding.handler {
+            Handler::Invoke { .. } => self.gateway.is_some(),
+            Handler::Local { connector, .. } => self.local.contains_key(connector),
+            Handler::Queue { .. } => false,
+        }
+    }
+}
+
+/// Decodes the payload bytes in `encoding`; bytes that do not decode are the input's
+/// fault, so the failure is a validation failure (422 on the sync path).
+fn payload_in(bytes: &[u8], encoding: PayloadEncoding) -> Result<Payload, Failure> {
+    decode_payload(bytes, encoding).map_err(|e| {
+        Failure::new(
+            FailureKind::Validation,
+            format!(
+                "the payload does not decode as {}: {e}",
+                encoding.as_str_name()
+            ),
+        )
+    })
+}
+
+#[async_trait]
+impl Deliver for Handlers {
+    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure> {
+        match &input.binding.handler {
+            Handler::Invoke {
+                target,
+                capability,
+                encoding,
+            } => {
+                let gateway = self.gateway.as_ref().ok_or_else(|| {
+                    Failure::new(FailureKind::Platform, "no [gateway] is configured")
+                })?;
+                let payload = payload_in(input.payload, *encoding)?;
+                let mut options = InvokeOptions::default()
+                    .with_timeout(input.binding.timeout)
+                    .with_encoding(*encoding);
+                options.context = input.context();
+                let answer = gateway
+                    .invoke(target, capability, payload, options)
+                    .await
+                    .map_err(|e| Failure::from_error(&e))?;
+                answer.payload().map_err(|e| Failure::from_error(&e))
+            }
+            Handler::Local {
+                connector,
+                capability,
+            } => {
+                let local = self.local.get(connector).ok_or_else(|| {
+                    Failure::new(
+                        FailureKind::Platform,
+                        format!("no local connector {connector:?} is registered with the runtime"),
+                    )
+                })?;
+                // JSON when it parses, the raw bytes otherwise: a local connector gets
+                // what the sender sent.
+                let payload = payload_in(input.payload, PayloadEncoding::Json)
+                    .unwrap_or_else(|_| Payload::Bytes(input.payload.to_vec()));
+                let request_id =
+                    format!("{}:{}:{}", input.binding.id, input.event_id, input.attempt);
+                let context = match &self.gateway {
+                    Some(g) => {
+                        ExecuteContext::attached(request_id, input.context(), g.invoker.clone())
+                    }
+                    None => ExecuteContext::detached(request_id, input.context()),
+                };
+                local
+                    .execute_with_context(payload, Some(capability), &context)
+                    .await
+                    .map_err(|e| Failure::from_error(&e))
+            }
+            Handler::Queue { queue } => Err(Failure::new(
+                FailureKind::Platform,
+                format!(
+                    "binding {:?} feeds queue {queue:?}; queues are pulled, not dispatched",
+                    input.binding.id
+                ),
+            )),
+        }
+    }
+}

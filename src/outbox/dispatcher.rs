@@ -1,0 +1,577 @@
+//! The dispatcher: claims due outbox rows under a lease, admits each through a permit
+//! gate, runs its attempt, and writes how it ended.
+//!
+//! Tasks (all ended by [`Dispatcher::shutdown`]):
+//! - the **claim loop** claims up to `batch` rows of the bindings that have a free
+//!   permit, when at least half a batch of process permits is free (so a busy
+//!   dispatcher claims in batches, not one row per completion). A row that cannot be
+//!   admitted (its binding's `max_concurrent` or the process's `max_in_flight` is
+//!   taken) is released at once, not held. It sleeps until the store's wake-up
+//!   (SQLite: in-process after a commit; PostgreSQL: `LISTEN/NOTIFY`), a freed permit,
+//!   the next row's due time, or `poll_interval`, whichever comes first;
+//! - one **attempt task** per admitted row, bounded by the binding's timeout; it
+//!   decides the row's [`Finish`] ([`super::outcome::decide`]) and queues it;
+//! - the **finisher** commits queued finishes in batches (hundreds of successes are
+//!   one `DELETE`), retrying with backoff while the store is down;
+//! - the **lease keeper** extends the lease of every row in flight every third of a
+//!   lease, so a long handler keeps its row and a crashed process's rows come back
+//!   when its lease ends.
+//!
+//! Store failures back off with jitter and are logged and counted; nothing is lost
+//! while the database is away: unfinished rows keep their leases or get them back
+//! when the leases end.
+//!
+//! Time: the dispatcher's clock is tokio's (`Clock`), mapped to unix milliseconds at
+//! start, so a test with paused time drives retries and leases in virtual time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::deliver::{AttemptInput, Deliver};
+use super::metrics::DispatchMetrics;
+use super::model::{ClaimRequest, ClaimedRow, Destination, Finish};
+use super::outcome::{decide, DeadLetterTarget, Failure, FailureKind};
+use crate::mux::backoff::{Backoff, BackoffPolicy};
+use crate::store::Backend;
+use crate::triggers::binding::{Binding, Handler};
+use crate::triggers::registry::TriggerRegistry;
+
+/// Default attempts in flight per process.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// Default rows per claim: a claim is one statement, and 100 rows keep it in the
+/// sub-millisecond range on both stores while amortising its commit.
+pub const DEFAULT_BATCH: usize = 100;
+/// Default lease: 30 s, the default attempt timeout; the keeper extends it long before.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default fallback poll: 1 s. Wake-ups come from the store; the poll only covers a
+/// lost notification (a PostgreSQL listener reconnecting) and other processes' retries.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default shutdown grace: 10 s for in-flight attempts before they are abandoned and
+/// their rows released.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Finishes the finisher commits in one transaction at most.
+pub const MAX_FINISH_BATCH: usize = 1024;
+
+/// How the dispatcher runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DispatcherOptions {
+    /// Attempts in flight at once in this process. Default [`DEFAULT_MAX_IN_FLIGHT`].
+    pub max_in_flight: usize,
+    /// Rows per claim. Default [`DEFAULT_BATCH`].
+    pub batch: usize,
+    /// How long a claim holds its rows before another process may take them. Default
+    /// [`DEFAULT_LEASE`].
+    pub lease: Duration,
+    /// Fallback wake-up. Default [`DEFAULT_POLL_INTERVAL`].
+    pub poll_interval: Duration,
+    /// How long shutdown waits for attempts in flight. Default [`DEFAULT_SHUTDOWN_GRACE`].
+    pub shutdown_grace: Duration,
+}
+
+impl Default for DispatcherOptions {
+    fn default() -> Self {
+        DispatcherOptions {
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            batch: DEFAULT_BATCH,
+            lease: DEFAULT_LEASE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+impl DispatcherOptions {
+    /// Sets `max_in_flight` (at least 1).
+    pub fn with_max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+    /// Sets `batch` (at least 1).
+    pub fn with_batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+    /// Sets the lease (at least 100 ms).
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(100));
+        self
+    }
+    /// Sets the fallback poll interval.
+    pub fn with_poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+    /// Sets the shutdown grace.
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+}
+
+/// The dispatcher's clock: tokio's monotonic time mapped onto unix milliseconds at
+/// start. Under paused time it follows virtual time, so the rows' due times and the
+/// dispatcher's sleeps agree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    base_ms: i64,
+    base: tokio::time::Instant,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Clock {
+        Clock {
+            base_ms: crate::store::now_ms(),
+            base: tokio::time::Instant::now(),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.base_ms + self.base.elapsed().as_millis() as i64
+    }
+
+    fn instant_at(&self, unix_ms: i64) -> tokio::time::Instant {
+        self.base + Duration::from_millis((unix_ms - self.base_ms).max(0) as u64)
+    }
+}
+
+struct Inner {
+    store: Arc<dyn Backend>,
+    registry: Arc<TriggerRegistry>,
+    deliver: Arc<dyn Deliver>,
+    metrics: Arc<DispatchMetrics>,
+    options: DispatcherOptions,
+    clock: Clock,
+    /// Bindings this process delivers, with their permit gates.
+    gates: HashMap<String, Arc<Semaphore>>,
+    served: Vec<String>,
+    global: Arc<Semaphore>,
+    /// Rows in flight (id → claim token) whose finish is not yet committed: what the
+    /// lease keeper extends and what shutdown releases.
+    held: Mutex<HashMap<i64, i64>>,
+    /// Signalled when an attempt ends (a permit is free) or a finish commits (an
+    /// ordering key's next row may be claimable).
+    capacity: Notify,
+    /// Ends attempts that outlive the shutdown grace.
+    abandon: CancellationToken,
+}
+
+/// A running dispatcher.
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+    attempts: TaskTracker,
+    claim_loop: tokio::task::JoinHandle<()>,
+    finisher: tokio::task::JoinHandle<()>,
+    keeper: tokio::task::JoinHandle<()>,
+    finishes: Option<mpsc::Sender<Finish>>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("served", &self.inner.served)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// Starts the dispatcher for the bindings of `registry` that `can_deliver` accepts
+    /// (the others' rows are left for a process that can deliver them).
+    pub fn start(
+        store: Arc<dyn Backend>,
+        registry: Arc<TriggerRegistry>,
+        deliver: Arc<dyn Deliver>,
+        can_deliver: impl Fn(&Binding) -> bool,
+        metrics: Arc<DispatchMetrics>,
+        options: DispatcherOptions,
+    ) -> Dispatcher {
+        let mut gates = HashMap::new();
+        let mut served = Vec::new();
+        for b in registry.bindings() {
+            if !matches!(b.handler, Handler::Queue { .. }) && can_deliver(b) {
+                gates.insert(
+                    b.id.clone(),
+                    Arc::new(Semaphore::new(b.max_concurrent.max(1))),
+                );
+                served.push(b.id.clone());
+            }
+        }
+        let inner = Arc::new(Inner {
+            store,
+            registry,
+            deliver,
+            metrics,
+            global: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+            options,
+            clock: Clock::start(),
+            gates,
+            served,
+            held: Mutex::default(),
+            capacity: Notify::new(),
+            abandon: CancellationToken::new(),
+        });
+        let stop = CancellationToken::new();
+        let attempts = TaskTracker::new();
+        let (tx, rx) = mpsc::channel(MAX_FINISH_BATCH * 4);
+        let claim_loop = tokio::spawn(claim_loop(
+            inner.clone(),
+            stop.clone(),
+            attempts.clone(),
+            tx.clone(),
+        ));
+        let finisher = tokio::spawn(finisher(inner.clone(), rx));
+        let keeper = tokio::spawn(keeper(inner.clone(), stop.clone()));
+        Dispatcher {
+            inner,
+            stop,
+            attempts,
+            claim_loop,
+            finisher,
+            keeper,
+            finishes: Some(tx),
+        }
+    }
+
+    /// The bindings this dispatcher delivers.
+    pub fn served(&self) -> &[String] {
+        &self.inner.served
+    }
+
+    /// Stops claiming, waits up to the shutdown grace for attempts in flight, commits
+    /// their finishes, and releases the rows of attempts that did not end in time, so
+    /// another process (or the next start) takes them at once rather than after their
+    /// lease.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        let _ = self.claim_loop.await;
+        self.attempts.close();
+        let grace = self.inner.options.shutdown_grace;
+        if tokio::time::timeout(grace, self.attempts.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "attempts still running at the end of the shutdown grace; abandoning them"
+            );
+            self.inner.abandon.cancel();
+            self.attempts.wait().await;
+        }
+        drop(self.finishes.take());
+        let _ = self.finisher.await;
+        let _ = self.keeper.await;
+        let held: Vec<(i64, i64)> = self.inner.held().drain().collect();
+        if !held.is_empty() {
+            let now = self.inner.clock.now_ms();
+            match self.inner.store.release(&held, now).await {
+                Ok(n) => tracing::info!(released = n, "released rows still held at shutdown"),
+                Err(e) => {
+                    tracing::warn!(error = %e, rows = held.len(), "could not release rows at shutdown; they come back when their leases end")
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Free process permits at which the loop claims again: half a batch (or half the
+    /// process limit, if smaller), so claims stay batched under load.
+    fn claim_at(&self) -> usize {
+        (self.options.batch.min(self.options.max_in_flight) / 2).max(1)
+    }
+
+    fn dead_letter_targets(&self, binding_id: &str) -> Vec<DeadLetterTarget> {
+        self.registry
+            .dead_letter_handlers(binding_id)
+            .map(|h| DeadLetterTarget {
+                binding_id: h.id.clone(),
+                fingerprint: h.fingerprint.clone(),
+                destination: match &h.handler {
+                    Handler::Queue { queue } => Destination::Queue(queue.clone()),
+                    _ => Destination::Dispatch,
+                },
+            })
+            .collect()
+    }
+}
+
+/// Backoff while the store is away: from 100 ms to 5 s, jittered, so a database that
+/// comes back is used again within seconds and a down one is not hammered.
+fn store_backoff() -> Backoff {
+    Backoff::new(BackoffPolicy::new(
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+    ))
+}
+
+async fn claim_loop(
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+    attempts: TaskTracker,
+    finishes: mpsc::Sender<Finish>,
+) {
+    if inner.served.is_empty() {
+        return;
+    }
+    let wake = inner.store.wake();
+    let mut backoff = store_backoff();
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let free = inner.global.available_permits();
+        let in_flight = inner.options.max_in_flight - free;
+        let mut full_claim = false;
+        if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
+            let bindings: Vec<String> = inner
+                .served
+                .iter()
+                .filter(|b| inner.gates[*b].available_permits() > 0)
+                .cloned()
+                .collect();
+            if !bindings.is_empty() {
+                let now = inner.clock.now_ms();
+                let limit = inner.options.batch.min(free);
+                let req = ClaimRequest {
+                    now_ms: now,
+                    lease_until_ms: now + inner.options.lease.as_millis() as i64,
+                    token: rand::random::<i64>() & i64::MAX,
+                    limit,
+                    bindings,
+                };
+                match inner.store.claim(&req).await {
+                    Ok(rows) => {
+                        backoff.reset();
+                        full_claim = rows.len() == limit;
+                        admit(&inner, rows, &attempts, &finishes).await;
+                    }
+                    Err(e) => {
+                        inner.metrics.store_error();
+                        let delay = backoff.next_delay(rand::random());
+                        tracing::warn!(error = %e, retry_in = ?delay, "dispatcher: claim failed; backing off");
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(delay) => continue,
+                        }
+                    }
+                }
+            }
+        }
+        if full_claim {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let poll = inner.options.poll_interval;
+        let now = inner.clock.now_ms();
+        let until = match inner.store.next_due_ms(&inner.served).await {
+            // Something is due already but was not claimed: it waits behind its
+            // ordering key or a permit, and a finish or a freed permit wakes us.
+            Ok(Some(due)) if due > now => inner
+                .clock
+                .instant_at(due)
+                .min(tokio::time::Instant::now() + poll),
+            _ => tokio::time::Instant::now() + poll,
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = wake.notified() => {}
+            _ = inner.capacity.notified() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+/// Starts the rows that get both permits; releases the rest in one statement.
+async fn admit(
+    inner: &Arc<Inner>,
+    rows: Vec<ClaimedRow>,
+    attempts: &TaskTracker,
+    finishes: &mpsc::Sender<Finish>,
+) {
+    let mut release = Vec::new();
+    for row in rows {
+        let binding = inner.registry.get(&row.binding_id).cloned();
+        let gate = inner.gates.get(&row.binding_id);
+        let permits = match (binding, gate) {
+            (Some(b), Some(gate)) => match (
+                inner.global.clone().try_acquire_owned(),
+                gate.clone().try_acquire_owned(),
+            ) {
+                (Ok(g), Ok(p)) => Some((b, [g, p])),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((binding, permits)) = permits else {
+            release.push((row.id, row.token));
+            continue;
+        };
+        inner.held().insert(row.id, row.token);
+        attempts.spawn(attempt(
+            inner.clone(),
+            binding,
+            row,
+            permits,
+            finishes.clone(),
+        ));
+    }
+    if !release.is_empty() {
+        let now = inner.clock.now_ms();
+        match inner.store.release(&release, now).await {
+            Ok(n) => inner.metrics.released(n),
+            Err(e) => {
+                inner.metrics.store_error();
+                tracing::warn!(error = %e, rows = release.len(), "could not release unadmitted rows; they come back when their lease ends");
+            }
+        }
+    }
+}
+
+async fn attempt(
+    inner: Arc<Inner>,
+    binding: Arc<Binding>,
+    row: ClaimedRow,
+    permits: [OwnedSemaphorePermit; 2],
+    finishes: mpsc::Sender<Finish>,
+) {
+    let started = inner.clock.now_ms();
+    let became_due = row.due_at_ms.max(row.enqueued_at_ms);
+    inner
+        .metrics
+        .started(&binding.id, (started - became_due) as f64 / 1000.0);
+    let t0 = tokio::time::Instant::now();
+    let input = AttemptInput {
+        binding: &binding,
+        event_id: &row.event_id,
+        trace_id: &row.trace_id,
+        attempt: row.attempt,
+        depth: row.depth,
+        dead_letter_id: row.dead_letter_id,
+        payload: &row.payload,
+    };
+    let result = tokio::select! {
+        r = tokio::time::timeout(binding.timeout, inner.deliver.deliver(input)) => match r {
+            Ok(r) => r.map(drop),
+            Err(_) => Err(Failure::new(
+                FailureKind::Timeout,
+                format!("the handler did not answer within {:?}", binding.timeout),
+            )),
+        },
+        _ = inner.abandon.cancelled() => {
+            // Shutdown ran out of grace: no finish; shutdown releases the row.
+            inner.metrics.ended(&binding.id, t0.elapsed().as_secs_f64(), Some("platform"));
+            return;
+        }
+    };
+    inner.metrics.ended(
+        &binding.id,
+        t0.elapsed().as_secs_f64(),
+        result.as_ref().err().map(|f| f.kind.as_str()),
+    );
+    if let Err(f) = &result {
+        tracing::info!(binding = %binding.id, event = %row.event_id, attempt = row.attempt, kind = f.kind.as_str(), error = %f.message, "attempt failed");
+    }
+    let targets = match &result {
+        Err(_) if row.attempt >= binding.retry.max_attempts && row.dead_letter_id.is_none() => {
+            inner.dead_letter_targets(&binding.id)
+        }
+        _ => Vec::new(),
+    };
+    let finish = decide(
+        &row,
+        &binding.retry,
+        result.as_ref().map(|_| ()),
+        inner.clock.now_ms(),
+        rand::random(),
+        &targets,
+    );
+    match &finish {
+        Finish::Retry { .. } => inner.metrics.retried(&binding.id),
+        Finish::DeadLetter { .. } => {
+            tracing::warn!(binding = %binding.id, event = %row.event_id, attempts = row.attempt, "attempts exhausted; dead-lettered");
+            inner.metrics.dead_lettered(&binding.id)
+        }
+        Finish::Annotate { .. } => inner.metrics.annotated(&binding.id),
+        Finish::Done { .. } => {}
+    }
+    drop(permits);
+    inner.capacity.notify_one();
+    // The finisher outlives every attempt (shutdown waits for attempts first), so the
+    // send only fails if the dispatcher was dropped without shutdown; then the row
+    // comes back when its lease ends.
+    let _ = finishes.send(finish).await;
+}
+
+fn finish_id(f: &Finish) -> i64 {
+    match f {
+        Finish::Done { id, .. }
+        | Finish::Retry { id, .. }
+        | Finish::DeadLetter { id, .. }
+        | Finish::Annotate { id, .. } => *id,
+    }
+}
+
+async fn finisher(inner: Arc<Inner>, mut rx: mpsc::Receiver<Finish>) {
+    let mut batch = Vec::with_capacity(MAX_FINISH_BATCH);
+    while rx.recv_many(&mut batch, MAX_FINISH_BATCH).await > 0 {
+        let finishes = std::mem::take(&mut batch);
+        let ids: Vec<i64> = finishes.iter().map(finish_id).collect();
+        let mut backoff = store_backoff();
+        loop {
+            match inner
+                .store
+                .finish(finishes.clone(), inner.clock.now_ms())
+                .await
+            {
+                Ok(applied) => {
+                    inner
+                        .metrics
+                        .stale((ids.len() as u64).saturating_sub(applied));
+                    break;
+                }
+                Err(e) => {
+                    inner.metrics.store_error();
+                    let delay = backoff.next_delay(rand::random());
+                    tracing::warn!(error = %e, finishes = ids.len(), retry_in = ?delay, "dispatcher: finishing failed; retrying (the rows keep their leases)");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+        {
+            let mut held = inner.held();
+            for id in &ids {
+                held.remove(id);
+            }
+        }
+        inner.capacity.notify_one();
+    }
+}
+
+async fn keeper(inner: Arc<Inner>, stop: CancellationToken) {
+    let every = inner.options.lease / 3;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let rows: Vec<(i64, i64)> = inner.held().iter().map(|(i, t)| (*i, *t)).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let until = inner.clock.now_ms() + inner.options.lease.as_millis() as i64;
+        if let Err(e) = inner.store.extend(&rows, until).await {
+            inner.metrics.store_error();
+            tracing::warn!(error = %e, rows = rows.len(), "could not extend leases; will retry");
+        }
+    }
+}

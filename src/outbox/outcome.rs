@@ -1,0 +1,313 @@
+//! How an attempt's result becomes a [`Finish`]: the dispatcher's decision, without
+//! I/O. The clock and the jitter draw are inputs, so every branch is a plain `#[test]`.
+//!
+//! - success: [`Finish::Done`];
+//! - failure with attempts left: [`Finish::Retry`] at the policy's next time;
+//! - failure of the last attempt: [`Finish::DeadLetter`] with one fan-out row per
+//!   dead-letter handler, or, for a row that *was* a dead-letter handler's delivery,
+//!   [`Finish::Annotate`] (a dead-letter handler's failure is never dead-lettered).
+
+use serde::Serialize;
+
+use super::model::{AttemptError, ClaimedRow, Destination, Enqueue, Finish};
+use super::retry::{Next, RetryPolicy};
+use crate::error::Error;
+
+/// Why an attempt failed, in the labels the API, the metrics and the sync path use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The input could not be turned into the handler's payload (or the handler said
+    /// the input was invalid).
+    Validation,
+    /// The handler ran and failed (a remote error, a local connector's error).
+    Handler,
+    /// The handler, its connector or the gateway refused for load.
+    Overloaded,
+    /// The attempt ran past the binding's timeout.
+    Timeout,
+    /// Switchboard's own side failed: no gateway connection, a store error, shutdown.
+    Platform,
+}
+
+impl FailureKind {
+    /// The stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Validation => "validation",
+            FailureKind::Handler => "handler",
+            FailureKind::Overloaded => "overloaded",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Platform => "platform",
+        }
+    }
+
+    /// The HTTP status the synchronous path answers with: 422, 502, 503, 504 or 500.
+    pub fn http_status(self) -> u16 {
+        match self {
+            FailureKind::Validation => 422,
+            FailureKind::Handler => 502,
+            FailureKind::Overloaded => 503,
+            FailureKind::Timeout => 504,
+            FailureKind::Platform => 500,
+        }
+    }
+}
+
+/// A failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Why.
+    pub kind: FailureKind,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Classifies an error from a handler call. Remote codes that mean "refused for
+    /// load" or "timed out" keep that meaning; a remote `invalid`/`payload` code is the
+    /// input's fault; every other remote code is the handler's.
+    pub fn from_error(e: &Error) -> Failure {
+        let kind = match e {
+            Error::Timeout { .. } => FailureKind::Timeout,
+            Error::Overloaded(_) => FailureKind::Overloaded,
+            Error::Payload(_) | Error::UnsupportedEncoding(_) => FailureKind::Validation,
+            Error::Connector(_) => FailureKind::Handler,
+            Error::Remote { code, .. } => match code.as_str() {
+                "overloaded" | "rate_limited" => FailureKind::Overloaded,
+                "timeout" => FailureKind::Timeout,
+                "invalid_payload" | "payload" | "validation" | "unsupported_encoding" => {
+                    FailureKind::Validation
+                }
+                _ => FailureKind::Handler,
+            },
+            _ => FailureKind::Platform,
+        };
+        Failure::new(kind, e.to_string())
+    }
+
+    fn record(&self, attempt: u32, at_ms: i64) -> AttemptError {
+        AttemptError {
+            attempt,
+            at_ms,
+            kind: self.kind.as_str().to_owned(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// A dead-letter handler binding, as the fan-out needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterTarget {
+    /// Its id.
+    pub binding_id: String,
+    /// Its fingerprint.
+    pub fingerprint: String,
+    /// Where its rows go (a queue handler takes dead letters into its queue).
+    pub destination: Destination,
+}
+
+/// The finish for `row` after its attempt ended with `result` at `now_ms`. `unit` is a
+/// uniform draw from `[0, 1)` for the jitter; `dead_letter_handlers` are the handlers
+/// that report on this row's binding (used only when the row is dead-lettered).
+pub fn decide(
+    row: &ClaimedRow,
+    retry: &RetryPolicy,
+    result: Result<(), &Failure>,
+    now_ms: i64,
+    unit: f64,
+    dead_letter_handlers: &[DeadLetterTarget],
+) -> Finish {
+    let (id, token) = (row.id, row.token);
+    let failure = match result {
+        Ok(()) => return Finish::Done { id, token },
+        Err(f) => f,
+    };
+    let error = failure.record(row.attempt, now_ms);
+    match retry.after_failure(row.attempt, now_ms, unit) {
+        Next::RetryAt(at_ms) => Finish::Retry {
+            id,
+            token,
+            at_ms,
+            error,
+        },
+        Next::Exhausted => match row.dead_letter_id {
+            Some(dead_letter_id) => Finish::Annotate {
+                id,
+                token,
+                dead_letter_id,
+                binding_id: row.binding_id.clone(),
+                error,
+            },
+            None => Finish::DeadLetter {
+                id,
+                token,
+                error,
+                fanout: dead_letter_handlers
+                    .iter()
+                    .map(|h| Enqueue {
+                        binding_id: h.binding_id.clone(),
+                        fingerprint: h.fingerprint.clone(),
+                        ordering_key: None,
+                        depth: row.depth,
+                        destination: h.destination.clone(),
+                        not_before_ms: None,
+                        payload: None,
+                        dead_letter_id: None,
+                    })
+                    .collect(),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::outbox::retry::Backoff;
+
+    fn row(attempt: u32, dead_letter_id: Option<i64>) -> ClaimedRow {
+        ClaimedRow {
+            id: 7,
+            token: 99,
+            binding_id: "b".into(),
+            fingerprint: "f".into(),
+            event_id: "evt_1".into(),
+            source: "s".into(),
+            kind: "k".into(),
+            trace_id: "t".into(),
+            tenant: "default".into(),
+            attempt,
+            depth: 2,
+            ordering_key: None,
+            enqueued_at_ms: 0,
+            due_at_ms: 0,
+            payload: b"{}".to_vec(),
+            dead_letter_id,
+            errors: vec![],
+        }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 3,
+            backoff: Backoff::Constant,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(10),
+            jitter: 0.0,
+        }
+    }
+
+    fn handler_failure() -> Failure {
+        Failure::new(FailureKind::Handler, "boom")
+    }
+
+    fn dl(id: &str) -> DeadLetterTarget {
+        DeadLetterTarget {
+            binding_id: id.into(),
+            fingerprint: format!("fp-{id}"),
+            destination: Destination::Dispatch,
+        }
+    }
+
+    #[test]
+    fn success_deletes_the_row_under_its_token() {
+        let f = decide(&row(1, None), &policy(), Ok(()), 1_000, 0.5, &[]);
+        assert_eq!(f, Finish::Done { id: 7, token: 99 });
+    }
+
+    #[test]
+    fn a_failure_with_attempts_left_is_retried_at_the_policy_time_keeping_the_error() {
+        let f = decide(
+            &row(2, None),
+            &policy(),
+            Err(&handler_failure()),
+            1_000,
+            0.5,
+            &[dl("x")],
+        );
+        let Finish::Retry { at_ms, error, .. } = f else {
+            panic!("expected a retry, got {f:?}")
+        };
+        assert_eq!(at_ms, 1_500);
+        assert_eq!(error.attempt, 2);
+        assert_eq!(error.kind, "handler");
+        assert_eq!(error.message, "boom");
+    }
+
+    #[test]
+    fn the_last_failure_dead_letters_and_fans_out_to_every_handler_at_the_same_depth() {
+        let f = decide(
+            &row(3, None),
+            &policy(),
+            Err(&handler_failure()),
+            9,
+            0.5,
+            &[dl("x"), dl("y")],
+        );
+        let Finish::DeadLetter { fanout, error, .. } = f else {
+            panic!("expected a dead letter, got {f:?}")
+        };
+        assert_eq!(error.attempt, 3);
+        let ids: Vec<_> = fanout.iter().map(|e| e.binding_id.as_str()).collect();
+        assert_eq!(ids, ["x", "y"]);
+        assert!(fanout
+            .iter()
+            .all(|e| e.depth == 2 && e.fingerprint.starts_with("fp-")));
+    }
+
+    #[test]
+    fn a_dead_letter_handlers_last_failure_annotates_and_is_never_dead_lettered() {
+        let f = decide(
+            &row(3, Some(41)),
+            &policy(),
+            Err(&handler_failure()),
+            9,
+            0.5,
+            &[dl("x")],
+        );
+        assert!(
+            matches!(f, Finish::Annotate { dead_letter_id: 41, ref binding_id, .. } if binding_id == "b"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn errors_are_classified_into_the_sync_paths_statuses() {
+        let cases = [
+            (Error::timeout("handler", Duration::from_secs(1)), 504),
+            (Error::Overloaded("full".into()), 503),
+            (Error::Payload("not json".into()), 422),
+            (Error::Connector("no".into()), 502),
+            (
+                Error::Remote {
+                    code: "not_found".into(),
+                    message: "gone".into(),
+                },
+                502,
+            ),
+            (
+                Error::Remote {
+                    code: "overloaded".into(),
+                    message: "busy".into(),
+                },
+                503,
+            ),
+            (Error::ConnectionClosed("down".into()), 500),
+            (Error::Shutdown, 500),
+        ];
+        for (e, status) in cases {
+            assert_eq!(Failure::from_error(&e).kind.http_status(), status, "{e}");
+        }
+    }
+}
