@@ -9,6 +9,10 @@ use crate::mux::invoke::{InvokeOptions, InvokeResponse};
 #[cfg(feature = "websocket")]
 use crate::mux::invoker::Invoker;
 
+/// Context keys an [`ExecuteContext::invoke`] carries over from the execute it is made
+/// in: the delivery's trace id and its hop depth (see the runtime's dispatcher).
+pub(crate) const PROPAGATED_KEYS: &[&str] = &["switchboard.trace_id", "switchboard.depth"];
+
 /// The context of one execute request: its request id, the gateway's context entries
 /// (`connector_arn`, `timeout_ms`, caller-supplied keys), and [`ExecuteContext::invoke`]
 /// to call a capability of another connector through the gateway while answering.
@@ -74,6 +78,11 @@ impl ExecuteContext {
     /// [`InvokeOptions::timeout`]. A target that failed comes back as
     /// [`Error::Remote`]; a dead socket as a recoverable [`Error::ConnectionClosed`] at
     /// once. The invoke is sent by this execute's own registration.
+    ///
+    /// The context entries that describe a delivery chain (`switchboard.trace_id` and
+    /// `switchboard.depth`, which a switchboard runtime stamps on its deliveries) are
+    /// copied into the invoke's context unless `options` sets them, so an event that
+    /// a handler produces through `outbox.enqueue` keeps its trace and counts its depth.
     pub async fn invoke(
         &self,
         target: &str,
@@ -81,9 +90,22 @@ impl ExecuteContext {
         payload: Payload,
         options: InvokeOptions,
     ) -> Result<InvokeResponse> {
+        let options = self.propagate(options);
         self.invoker()?
             .invoke(target, capability_id, payload, options)
             .await
+    }
+
+    fn propagate(&self, mut options: InvokeOptions) -> InvokeOptions {
+        for key in PROPAGATED_KEYS {
+            if let Some(v) = self.values.get(*key) {
+                options
+                    .context
+                    .entry((*key).to_owned())
+                    .or_insert_with(|| v.clone());
+            }
+        }
+        options
     }
 
     /// Sends an invoke that the gateway executes without answering; returns once it is
@@ -95,6 +117,7 @@ impl ExecuteContext {
         payload: Payload,
         options: InvokeOptions,
     ) -> Result<()> {
+        let options = self.propagate(options);
         self.invoker()?
             .invoke_fire_and_forget(target, capability_id, payload, options)
             .await
@@ -140,5 +163,33 @@ impl NoInvoker {
         _: InvokeOptions,
     ) -> Result<()> {
         Err(detached_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invokes_carry_the_delivery_chain_keys_unless_the_caller_sets_them() {
+        let values = HashMap::from([
+            ("switchboard.trace_id".to_owned(), "t1".to_owned()),
+            ("switchboard.depth".to_owned(), "2".to_owned()),
+            ("connector_arn".to_owned(), "arn".to_owned()),
+        ]);
+        let ctx = ExecuteContext::detached("r", values);
+        let out = ctx.propagate(InvokeOptions::default().with_context("switchboard.depth", "7"));
+        assert_eq!(
+            out.context.get("switchboard.trace_id").map(String::as_str),
+            Some("t1")
+        );
+        assert_eq!(
+            out.context.get("switchboard.depth").map(String::as_str),
+            Some("7")
+        );
+        assert!(
+            !out.context.contains_key("connector_arn"),
+            "only the chain keys travel"
+        );
     }
 }

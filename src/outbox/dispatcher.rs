@@ -148,7 +148,7 @@ struct Inner {
     options: DispatcherOptions,
     clock: Clock,
     /// Bindings this process delivers, with their permit gates.
-    gates: HashMap<String, Arc<Semaphore>>,
+    gates: Arc<HashMap<String, Arc<Semaphore>>>,
     served: Vec<String>,
     global: Arc<Semaphore>,
     /// Rows in flight (id → claim token) whose finish is not yet committed: what the
@@ -210,7 +210,7 @@ impl Dispatcher {
             global: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
             options,
             clock: Clock::start(),
-            gates,
+            gates: Arc::new(gates),
             served,
             held: Mutex::default(),
             capacity: Notify::new(),
@@ -241,6 +241,15 @@ impl Dispatcher {
     /// The bindings this dispatcher delivers.
     pub fn served(&self) -> &[String] {
         &self.inner.served
+    }
+
+    /// The permit gates, shared with the synchronous path so that a sync attempt
+    /// counts against the same `max_concurrent` and `max_in_flight` as dispatched ones.
+    pub fn permits(&self) -> Permits {
+        Permits {
+            global: self.inner.global.clone(),
+            gates: self.inner.gates.clone(),
+        }
     }
 
     /// Stops claiming, waits up to the shutdown grace for attempts in flight, commits
@@ -276,6 +285,45 @@ impl Dispatcher {
                 }
             }
         }
+    }
+}
+
+/// The dispatcher's permit gates: one per binding (`max_concurrent`) and one per
+/// process (`max_in_flight`). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Permits {
+    global: Arc<Semaphore>,
+    gates: Arc<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Why no permit was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPermit {
+    /// This process does not deliver the binding.
+    NotServed,
+    /// The binding's `max_concurrent` or the process's `max_in_flight` is taken.
+    Busy,
+}
+
+impl Permits {
+    /// Whether this process delivers `binding_id`.
+    pub fn try_served(&self, binding_id: &str) -> bool {
+        self.gates.contains_key(binding_id)
+    }
+
+    /// Both permits for one attempt of `binding_id`, at once or not at all.
+    pub fn try_acquire(&self, binding_id: &str) -> Result<[OwnedSemaphorePermit; 2], NoPermit> {
+        let gate = self.gates.get(binding_id).ok_or(NoPermit::NotServed)?;
+        let g = self
+            .global
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| NoPermit::Busy)?;
+        let b = gate
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| NoPermit::Busy)?;
+        Ok([g, b])
     }
 }
 
@@ -399,19 +447,13 @@ async fn admit(
     finishes: &mpsc::Sender<Finish>,
 ) {
     let mut release = Vec::new();
+    let gate = Permits {
+        global: inner.global.clone(),
+        gates: inner.gates.clone(),
+    };
     for row in rows {
         let binding = inner.registry.get(&row.binding_id).cloned();
-        let gate = inner.gates.get(&row.binding_id);
-        let permits = match (binding, gate) {
-            (Some(b), Some(gate)) => match (
-                inner.global.clone().try_acquire_owned(),
-                gate.clone().try_acquire_owned(),
-            ) {
-                (Ok(g), Ok(p)) => Some((b, [g, p])),
-                _ => None,
-            },
-            _ => None,
-        };
+        let permits = binding.and_then(|b| gate.try_acquire(&row.binding_id).ok().map(|p| (b, p)));
         let Some((binding, permits)) = permits else {
             release.push((row.id, row.token));
             continue;

@@ -4,6 +4,9 @@
 //! [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight requests
 //! finish (their writes commit before they are answered), and ends every task.
 
+pub mod connector;
+pub mod ops;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -1,0 +1,458 @@
+//! The deliver half's operations, shared by the admin API (HTTP) and the runtime's own
+//! registration (its capabilities, executed through the gateway): enqueue, one
+//! synchronous attempt of a binding, queue receive/ack/nack, dead letters, stats.
+//! Both front ends translate [`OpError`] into their own status codes, so a caller
+//! gets the same answer whichever way it came.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::encoding::Payload;
+use crate::error::Error;
+use crate::outbox::deliver::{AttemptInput, Deliver};
+use crate::outbox::dispatcher::{NoPermit, Permits};
+use crate::outbox::metrics::DispatchMetrics;
+use crate::outbox::model::{
+    DeadLetter, DeadLetterQuery, Destination, Enqueue, ReceiveRequest, Received, RunRecord,
+};
+use crate::outbox::outcome::{Failure, FailureKind};
+use crate::store::{now_ms, Appended, Store};
+use crate::triggers::binding::Handler;
+use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
+
+/// The source id of events that enter through `outbox.enqueue`, `triggers.invoke` and
+/// their HTTP twins. Configured source ids cannot contain `@`, so it never collides.
+pub const API_SOURCE: &str = "@api";
+/// Most messages one `queue.receive` hands out.
+pub const MAX_RECEIVE: usize = 100;
+/// Messages a `queue.receive` hands out when it names no maximum.
+pub const DEFAULT_RECEIVE: usize = 10;
+/// Largest page of dead letters.
+pub const MAX_DEAD_LETTER_PAGE: usize = 500;
+
+/// A queue's limits, from `[[queues]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// How long a received message stays invisible to other receivers.
+    pub visibility: Duration,
+    /// Receives after which a message is dead-lettered instead.
+    pub max_receives: u32,
+}
+
+/// Why an operation failed.
+#[derive(Debug)]
+pub enum OpError {
+    /// The named binding, queue or dead letter does not exist.
+    NotFound(String),
+    /// The request is malformed or names something that cannot take it.
+    Invalid(String),
+    /// No permit is free for the binding (its `max_concurrent` or the process's
+    /// `max_in_flight`).
+    Busy(String),
+    /// The store failed; nothing was changed.
+    Store(Error),
+    /// The synchronous attempt ran and failed.
+    Failed(Failure),
+}
+
+impl OpError {
+    /// The HTTP status: 404, 422, 503, 503 (store) or the failure's own status.
+    pub fn status(&self) -> u16 {
+        match self {
+            OpError::NotFound(_) => 404,
+            OpError::Invalid(_) => 422,
+            OpError::Busy(_) | OpError::Store(_) => 503,
+            OpError::Failed(f) => f.kind.http_status(),
+        }
+    }
+
+    /// A stable label for the error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpError::NotFound(_) => "not_found",
+            OpError::Invalid(_) => "validation",
+            OpError::Busy(_) => "overloaded",
+            OpError::Store(_) => "store_unavailable",
+            OpError::Failed(f) => f.kind.as_str(),
+        }
+    }
+
+    /// What went wrong, for a person.
+    pub fn message(&self) -> String {
+        match self {
+            OpError::NotFound(m) | OpError::Invalid(m) | OpError::Busy(m) => m.clone(),
+            OpError::Store(e) => e.to_string(),
+            OpError::Failed(f) => f.message.clone(),
+        }
+    }
+
+    /// As the crate's error, for an execute answer: the remote caller sees its code.
+    pub fn into_error(self) -> Error {
+        match self {
+            OpError::NotFound(m) => Error::NotFound(m),
+            OpError::Invalid(m) => Error::Payload(m),
+            OpError::Busy(m) => Error::Overloaded(m),
+            OpError::Store(e) => e,
+            OpError::Failed(f) => Error::Connector(format!("{}: {}", f.kind.as_str(), f.message)),
+        }
+    }
+}
+
+impl From<Error> for OpError {
+    fn from(e: Error) -> Self {
+        OpError::Store(e)
+    }
+}
+
+/// An enqueue request.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueRequest {
+    /// The binding to deliver it (exactly one of `binding` and `queue`).
+    pub binding: Option<String>,
+    /// The queue to put it in.
+    pub queue: Option<String>,
+    /// The payload, stored as the event's body.
+    pub payload: Vec<u8>,
+    /// The event kind. Default `enqueue`.
+    pub kind: Option<String>,
+    /// Repeating a request with the same key (for the same binding or queue) within
+    /// the event retention enqueues nothing more.
+    pub idempotency_key: Option<String>,
+    /// Handler hops behind this request (0 from outside; the depth of the delivery it
+    /// was made in, plus one, from inside a handler).
+    pub depth: u32,
+    /// The trace id to keep, if the request continues a trace.
+    pub trace_id: Option<String>,
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Enqueued {
+    /// The event id (an earlier one's, for a repeated idempotency key).
+    pub event_id: String,
+    /// The idempotency key had been used: nothing new was enqueued.
+    pub duplicate: bool,
+    /// Past the maximum depth: dropped and counted, not stored.
+    pub dropped: bool,
+}
+
+/// The operations, over one store, registry and set of handlers.
+pub struct DeliverOps {
+    pub(crate) store: Store,
+    pub(crate) registry: Arc<TriggerRegistry>,
+    pub(crate) deliver: Arc<dyn Deliver>,
+    pub(crate) permits: Permits,
+    pub(crate) metrics: Arc<DispatchMetrics>,
+    pub(crate) queues: HashMap<String, QueueLimits>,
+    pub(crate) max_depth: u32,
+    pub(crate) retention_ms: i64,
+    pub(crate) tenant: String,
+}
+
+impl std::fmt::Debug for DeliverOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliverOps").finish_non_exhaustive()
+    }
+}
+
+impl DeliverOps {
+    fn api_event(
+        &self,
+        kind: String,
+        dedupe_key: String,
+        payload: Vec<u8>,
+        trace: Option<&str>,
+    ) -> TriggerEvent {
+        let now = now_ms();
+        let parsed = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+        let trace_id = match trace {
+            Some(t) if t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit()) => t.to_owned(),
+            _ => trace_id_from(None),
+        };
+        TriggerEvent::new(
+            API_SOURCE,
+            "api",
+            kind,
+            now,
+            None,
+            dedupe_key,
+            trace_id,
+            &self.tenant,
+            Default::default(),
+            payload,
+            parsed,
+            SignatureStatus::Internal,
+        )
+    }
+
+    /// Stores an event for one binding or queue, with its row, in one transaction.
+    pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued, OpError> {
+        if req.depth > self.max_depth {
+            self.metrics.depth_dropped();
+            tracing::warn!(
+                depth = req.depth,
+                max = self.max_depth,
+                "handler-produced event past the maximum depth; dropped"
+            );
+            return Ok(Enqueued {
+                event_id: String::new(),
+                duplicate: false,
+                dropped: true,
+            });
+        }
+        let (target, row) = match (&req.binding, &req.queue) {
+            (Some(b), None) => {
+                let binding = self
+                    .registry
+                    .get(b)
+                    .ok_or_else(|| OpError::NotFound(format!("no trigger binding {b:?}")))?;
+                if binding.is_dead_letter_handler() {
+                    return Err(OpError::Invalid(format!(
+                        "binding {b:?} is a dead-letter handler; it takes dead letters only"
+                    )));
+                }
+                (format!("binding:{b}"), None)
+            }
+            (None, Some(q)) => {
+                if !self.queues.contains_key(q) {
+                    return Err(OpError::NotFound(format!("no queue {q:?}")));
+                }
+                let mut row = Enqueue::dispatch(format!("queue:{q}"), "");
+                row.destination = Destination::Queue(q.clone());
+                row.depth = req.depth;
+                (format!("queue:{q}"), Some(row))
+            }
+            _ => {
+                return Err(OpError::Invalid(
+                    "name exactly one of `binding` and `queue`".into(),
+                ))
+            }
+        };
+        let event_id_hint = new_event_id(now_ms());
+        let dedupe_key = match &req.idempotency_key {
+            Some(k) if k.is_empty() || k.len() > 256 => {
+                return Err(OpError::Invalid(
+                    "an idempotency key is 1 to 256 characters".into(),
+                ))
+            }
+            Some(k) => format!("{target}:{k}"),
+            None => event_id_hint,
+        };
+        let event = self.api_event(
+            req.kind.unwrap_or_else(|| "enqueue".into()),
+            dedupe_key,
+            req.payload,
+            req.trace_id.as_deref(),
+        );
+        let row = match row {
+            Some(r) => r,
+            None => {
+                let binding = self
+                    .registry
+                    .get(req.binding.as_deref().unwrap_or_default());
+                let binding = binding.expect("checked above");
+                self.registry
+                    .enqueue_for(binding, &event, req.depth)
+                    .map_err(|e| {
+                        OpError::Invalid(format!("binding {:?}: ordering_key: {e}", binding.id))
+                    })?
+            }
+        };
+        let event_id = event.id.clone();
+        match self
+            .store
+            .append_enqueue(event, now_ms() + self.retention_ms, vec![row])
+            .await?
+        {
+            Appended::Stored(_) => Ok(Enqueued {
+                event_id,
+                duplicate: false,
+                dropped: false,
+            }),
+            Appended::Duplicate(existing) => Ok(Enqueued {
+                event_id: existing,
+                duplicate: true,
+                dropped: false,
+            }),
+        }
+    }
+
+    /// Runs ONE attempt of `binding_id` with `payload`, never retried, and answers with
+    /// the handler's result. The attempt runs in a task of its own: if the caller goes
+    /// away (its HTTP connection closes, its invoke times out), the attempt still ends
+    /// and its result is recorded as abandoned.
+    pub async fn invoke_now(
+        &self,
+        binding_id: &str,
+        payload: Vec<u8>,
+        depth: u32,
+        trace_id: Option<&str>,
+    ) -> Result<Payload, OpError> {
+        let binding = self
+            .registry
+            .get(binding_id)
+            .cloned()
+            .ok_or_else(|| OpError::NotFound(format!("no trigger binding {binding_id:?}")))?;
+        if let Handler::Queue { queue } = &binding.handler {
+            return Err(OpError::Invalid(format!(
+                "binding {binding_id:?} feeds queue {queue:?}; there is no handler to invoke"
+            )));
+        }
+        let permits = self.permits.try_acquire(binding_id).map_err(|e| match e {
+            NoPermit::NotServed => OpError::Failed(Failure::new(
+                FailureKind::Platform,
+                format!("this runtime cannot deliver binding {binding_id:?} (its connector or gateway is not here)"),
+            )),
+            NoPermit::Busy => OpError::Busy(format!(
+                "binding {binding_id:?} is at its max_concurrent ({}) or the runtime at its max_in_flight",
+                binding.max_concurrent
+            )),
+        })?;
+        let event = self.api_event("invoke".into(), new_event_id(now_ms()), payload, trace_id);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let deliver = self.deliver.clone();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let _permits = permits;
+            let started = now_ms();
+            let t0 = tokio::time::Instant::now();
+            let input = AttemptInput {
+                binding: &binding,
+                event_id: &event.id,
+                trace_id: &event.trace_id,
+                attempt: 1,
+                depth,
+                dead_letter_id: None,
+                payload: &event.body,
+            };
+            let result = match tokio::time::timeout(binding.timeout, deliver.deliver(input)).await {
+                Ok(r) => r,
+                Err(_) => Err(Failure::new(
+                    FailureKind::Timeout,
+                    format!("the handler did not answer within {:?}", binding.timeout),
+                )),
+            };
+            let (status, error) = match &result {
+                Ok(_) => ("ok".to_owned(), None),
+                Err(f) => (f.kind.as_str().to_owned(), Some(f.message.clone())),
+            };
+            let abandoned = tx.send(result).is_err();
+            let run = RunRecord {
+                binding_id: binding.id.clone(),
+                event_id: event.id.clone(),
+                started_at_ms: started,
+                duration_ms: t0.elapsed().as_millis() as i64,
+                status,
+                error,
+                abandoned,
+            };
+            if abandoned {
+                tracing::info!(binding = %run.binding_id, status = %run.status, "sync invocation finished after its caller left; recorded as abandoned");
+            }
+            if let Err(e) = store.backend().record_run(&run).await {
+                tracing::warn!(error = %e, "could not record a sync invocation");
+            }
+        });
+        match rx.await {
+            Ok(Ok(payload)) => Ok(payload),
+            Ok(Err(f)) => Err(OpError::Failed(f)),
+            Err(_) => Err(OpError::Failed(Failure::new(
+                FailureKind::Platform,
+                "the attempt task ended without an answer",
+            ))),
+        }
+    }
+
+    fn queue(&self, name: &str) -> Result<QueueLimits, OpError> {
+        self.queues
+            .get(name)
+            .copied()
+            .ok_or_else(|| OpError::NotFound(format!("no queue {name:?}")))
+    }
+
+    /// Receives up to `max` messages (default [`DEFAULT_RECEIVE`], at most
+    /// [`MAX_RECEIVE`]), invisible to others for `visibility` (default: the queue's).
+    pub async fn receive(
+        &self,
+        queue: &str,
+        max: Option<usize>,
+        visibility: Option<Duration>,
+    ) -> Result<Received, OpError> {
+        let limits = self.queue(queue)?;
+        let req = ReceiveRequest {
+            queue: queue.to_owned(),
+            max: max.unwrap_or(DEFAULT_RECEIVE).clamp(1, MAX_RECEIVE),
+            now_ms: now_ms(),
+            visibility_ms: visibility.unwrap_or(limits.visibility).as_millis() as i64,
+            max_receives: limits.max_receives,
+        };
+        Ok(self.store.backend().receive(&req).await?)
+    }
+
+    /// Deletes a received message; `false` when the receipt no longer holds it.
+    pub async fn ack(&self, queue: &str, id: i64, receipt: i64) -> Result<bool, OpError> {
+        self.queue(queue)?;
+        Ok(self.store.backend().ack(queue, id, receipt).await?)
+    }
+
+    /// Makes a received message visible again after `delay`.
+    pub async fn nack(
+        &self,
+        queue: &str,
+        id: i64,
+        receipt: i64,
+        delay: Duration,
+    ) -> Result<bool, OpError> {
+        self.queue(queue)?;
+        let at = now_ms() + delay.as_millis() as i64;
+        Ok(self.store.backend().nack(queue, id, receipt, at).await?)
+    }
+
+    /// Dead letters, newest first.
+    pub async fn dead_letters(
+        &self,
+        mut query: DeadLetterQuery,
+    ) -> Result<Vec<DeadLetter>, OpError> {
+        query.limit = query.limit.clamp(1, MAX_DEAD_LETTER_PAGE);
+        Ok(self.store.backend().dead_letters(&query).await?)
+    }
+
+    /// Replays a dead letter; the new row's (or message's) id.
+    pub async fn replay(&self, id: i64) -> Result<i64, OpError> {
+        self.store
+            .backend()
+            .replay(id, now_ms())
+            .await?
+            .ok_or_else(|| OpError::NotFound(format!("no dead letter {id}")))
+    }
+
+    /// Outbox totals, per binding and queue, plus the depth drops.
+    pub async fn stats(&self) -> Result<Value, OpError> {
+        let stats = self.store.backend().stats(now_ms()).await?;
+        let mut v = serde_json::to_value(stats).unwrap_or(Value::Null);
+        v["depth_dropped"] = json!(self.metrics.depth_dropped_total());
+        Ok(v)
+    }
+
+    /// Every binding with its definition, fingerprint and counts.
+    pub fn triggers(&self) -> Value {
+        let list: Vec<Value> = self
+            .registry
+            .bindings()
+            .iter()
+            .map(|b| {
+                let mut v = serde_json::to_value(&**b).unwrap_or(Value::Null);
+                v["served"] = json!(self.permits.try_served(&b.id));
+                v["counts"] =
+                    serde_json::to_value(self.metrics.counts(&b.id)).unwrap_or(Value::Null);
+                v
+            })
+            .collect();
+        json!({ "triggers": list })
+    }
+}
