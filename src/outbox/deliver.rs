@@ -77,6 +77,14 @@ impl AttemptInput<'_> {
 pub trait Deliver: Send + Sync + 'static {
     /// Delivers `input`, returning the handler's answer or why it failed.
     async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure>;
+
+    /// Whether an attempt of `binding` can run now. While it cannot (the gateway
+    /// connection is down), the dispatcher leaves the binding's rows due instead of
+    /// burning their attempts; they are delivered when it returns. Default: always.
+    fn ready(&self, binding: &Binding) -> bool {
+        let _ = binding;
+        true
+    }
 }
 
 /// The runtime's handlers: the gateway registration (for `invoke`) and the local
@@ -137,6 +145,13 @@ fn payload_in(bytes: &[u8], encoding: PayloadEncoding) -> Result<Payload, Failur
 
 #[async_trait]
 impl Deliver for Handlers {
+    fn ready(&self, binding: &Binding) -> bool {
+        match &binding.handler {
+            Handler::Invoke { .. } => self.gateway.as_ref().is_some_and(|g| g.arn().is_some()),
+            _ => true,
+        }
+    }
+
     async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure> {
         match &input.binding.handler {
             Handler::Invoke {

@@ -41,7 +41,8 @@ use crate::store::Backend;
 use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::registry::TriggerRegistry;
 
-/// Default attempts in flight per process.
+/// Default attempts in flight per process: enough to keep a few hundred remote
+/// handlers busy, few enough that a burst cannot exhaust memory or sockets.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// Default rows per claim: a claim is one statement, and 100 rows keep it in the
 /// sub-millisecond range on both stores while amortising its commit.
@@ -181,36 +182,33 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Starts the dispatcher for the bindings of `registry` that `can_deliver` accepts
-    /// (the others' rows are left for a process that can deliver them).
+    /// Starts the dispatcher for the bindings `permits` gates (the others' rows are
+    /// left for a process that can deliver them).
     pub fn start(
         store: Arc<dyn Backend>,
         registry: Arc<TriggerRegistry>,
         deliver: Arc<dyn Deliver>,
-        can_deliver: impl Fn(&Binding) -> bool,
+        permits: Permits,
         metrics: Arc<DispatchMetrics>,
-        options: DispatcherOptions,
+        mut options: DispatcherOptions,
     ) -> Dispatcher {
-        let mut gates = HashMap::new();
-        let mut served = Vec::new();
-        for b in registry.bindings() {
-            if !matches!(b.handler, Handler::Queue { .. }) && can_deliver(b) {
-                gates.insert(
-                    b.id.clone(),
-                    Arc::new(Semaphore::new(b.max_concurrent.max(1))),
-                );
-                served.push(b.id.clone());
-            }
-        }
+        // The process limit is the permits' own.
+        options.max_in_flight = permits.size;
+        let served = registry
+            .bindings()
+            .iter()
+            .filter(|b| permits.gates.contains_key(&b.id))
+            .map(|b| b.id.clone())
+            .collect();
         let inner = Arc::new(Inner {
             store,
             registry,
             deliver,
             metrics,
-            global: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+            global: permits.global,
             options,
             clock: Clock::start(),
-            gates: Arc::new(gates),
+            gates: permits.gates,
             served,
             held: Mutex::default(),
             capacity: Notify::new(),
@@ -247,6 +245,7 @@ impl Dispatcher {
     /// counts against the same `max_concurrent` and `max_in_flight` as dispatched ones.
     pub fn permits(&self) -> Permits {
         Permits {
+            size: self.inner.options.max_in_flight,
             global: self.inner.global.clone(),
             gates: self.inner.gates.clone(),
         }
@@ -292,6 +291,7 @@ impl Dispatcher {
 /// process (`max_in_flight`). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Permits {
+    size: usize,
     global: Arc<Semaphore>,
     gates: Arc<HashMap<String, Arc<Semaphore>>>,
 }
@@ -306,6 +306,26 @@ pub enum NoPermit {
 }
 
 impl Permits {
+    /// Gates for the bindings of `registry` that `can_deliver` accepts (queue bindings
+    /// are pulled, never dispatched), with `max_in_flight` process permits.
+    pub fn new(
+        registry: &TriggerRegistry,
+        can_deliver: impl Fn(&Binding) -> bool,
+        max_in_flight: usize,
+    ) -> Permits {
+        let gates = registry
+            .bindings()
+            .iter()
+            .filter(|b| !matches!(b.handler, Handler::Queue { .. }) && can_deliver(b))
+            .map(|b| (b.id.clone(), Arc::new(Semaphore::new(b.max_concurrent.max(1)))))
+            .collect();
+        Permits {
+            size: max_in_flight.max(1),
+            global: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            gates: Arc::new(gates),
+        }
+    }
+
     /// Whether this process delivers `binding_id`.
     pub fn try_served(&self, binding_id: &str) -> bool {
         self.gates.contains_key(binding_id)
@@ -378,13 +398,14 @@ async fn claim_loop(
             return;
         }
         let free = inner.global.available_permits();
-        let in_flight = inner.options.max_in_flight - free;
+        let in_flight = inner.options.max_in_flight.saturating_sub(free);
         let mut full_claim = false;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
             let bindings: Vec<String> = inner
                 .served
                 .iter()
                 .filter(|b| inner.gates[*b].available_permits() > 0)
+                .filter(|b| inner.registry.get(b).is_some_and(|b| inner.deliver.ready(b)))
                 .cloned()
                 .collect();
             if !bindings.is_empty() {
@@ -448,6 +469,7 @@ async fn admit(
 ) {
     let mut release = Vec::new();
     let gate = Permits {
+        size: inner.options.max_in_flight,
         global: inner.global.clone(),
         gates: inner.gates.clone(),
     };

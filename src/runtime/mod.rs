@@ -4,6 +4,7 @@
 //! [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight requests
 //! finish (their writes commit before they are answered), and ends every task.
 
+pub(crate) mod admin;
 pub mod connector;
 pub mod ops;
 
