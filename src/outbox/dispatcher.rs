@@ -317,7 +317,12 @@ impl Permits {
             .bindings()
             .iter()
             .filter(|b| !matches!(b.handler, Handler::Queue { .. }) && can_deliver(b))
-            .map(|b| (b.id.clone(), Arc::new(Semaphore::new(b.max_concurrent.max(1)))))
+            .map(|b| {
+                (
+                    b.id.clone(),
+                    Arc::new(Semaphore::new(b.max_concurrent.max(1))),
+                )
+            })
             .collect();
         Permits {
             size: max_in_flight.max(1),
@@ -405,7 +410,12 @@ async fn claim_loop(
                 .served
                 .iter()
                 .filter(|b| inner.gates[*b].available_permits() > 0)
-                .filter(|b| inner.registry.get(b).is_some_and(|b| inner.deliver.ready(b)))
+                .filter(|b| {
+                    inner
+                        .registry
+                        .get(b)
+                        .is_some_and(|b| inner.deliver.ready(b))
+                })
                 .cloned()
                 .collect();
             if !bindings.is_empty() {

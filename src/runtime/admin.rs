@@ -53,7 +53,11 @@ pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
 
 fn error(e: OpError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(json!({"error": e.code(), "message": e.message()}))).into_response()
+    (
+        status,
+        Json(json!({"error": e.code(), "message": e.message()})),
+    )
+        .into_response()
 }
 
 type Ops = State<Arc<DeliverOps>>;
@@ -148,7 +152,11 @@ struct ReceiveQuery {
     visibility_ms: Option<u64>,
 }
 
-async fn receive(State(ops): Ops, Path(name): Path<String>, Query(q): Query<ReceiveQuery>) -> Response {
+async fn receive(
+    State(ops): Ops,
+    Path(name): Path<String>,
+    Query(q): Query<ReceiveQuery>,
+) -> Response {
     match ops
         .receive(&name, q.max, q.visibility_ms.map(Duration::from_millis))
         .await
@@ -166,14 +174,22 @@ struct SettleQuery {
     delay_ms: u64,
 }
 
-async fn ack(State(ops): Ops, Path((name, id)): Path<(String, i64)>, Query(q): Query<SettleQuery>) -> Response {
+async fn ack(
+    State(ops): Ops,
+    Path((name, id)): Path<(String, i64)>,
+    Query(q): Query<SettleQuery>,
+) -> Response {
     match ops.ack(&name, id, q.receipt).await {
         Ok(acked) => Json(json!({"acked": acked})).into_response(),
         Err(e) => error(e),
     }
 }
 
-async fn nack(State(ops): Ops, Path((name, id)): Path<(String, i64)>, Query(q): Query<SettleQuery>) -> Response {
+async fn nack(
+    State(ops): Ops,
+    Path((name, id)): Path<(String, i64)>,
+    Query(q): Query<SettleQuery>,
+) -> Response {
     match ops
         .nack(&name, id, q.receipt, Duration::from_millis(q.delay_ms))
         .await

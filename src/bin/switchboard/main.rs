@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "runtime")]
+mod admin;
 mod demo;
 
 /// switchboard: connector SDK and runtime.
@@ -34,6 +36,18 @@ enum Command {
         #[arg(long, env = "SWITCHBOARD_CONFIG", default_value = "switchboard.toml")]
         config: std::path::PathBuf,
     },
+    /// Inspect a running runtime's outbox (through its admin API).
+    #[cfg(feature = "runtime")]
+    #[command(subcommand)]
+    Outbox(admin::OutboxCommand),
+    /// List or replay a running runtime's dead letters (through its admin API).
+    #[cfg(feature = "runtime")]
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(admin::DeadLetterCommand),
+    /// List a running runtime's trigger bindings (through its admin API).
+    #[cfg(feature = "runtime")]
+    #[command(subcommand)]
+    Triggers(admin::TriggerCommand),
     /// Run echo connectors against a gateway until Ctrl-C.
     Echo {
         /// Gateway URL (ws://, wss://, http://, https://).
@@ -66,6 +80,12 @@ async fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]
         Command::Serve { config } => serve(&config).await,
+        #[cfg(feature = "runtime")]
+        Command::Outbox(cmd) => admin::outbox(cmd).await,
+        #[cfg(feature = "runtime")]
+        Command::DeadLetters(cmd) => admin::dead_letters(cmd).await,
+        #[cfg(feature = "runtime")]
+        Command::Triggers(cmd) => admin::triggers(cmd).await,
         Command::Echo {
             gateway,
             tenant,
