@@ -36,18 +36,33 @@ pub const CAPABILITIES: [&str; 8] = [
 ];
 
 /// The runtime as a connector.
+///
+/// Its operations are set once the runtime is wired ([`OpsSlot`]): the registration
+/// must exist before the handlers that deliver over it, and those before the
+/// operations that use them; an execute that arrives in between is refused as
+/// `overloaded`, which callers retry.
 pub struct RuntimeConnector {
-    ops: Arc<DeliverOps>,
+    ops: OpsSlot,
     connector_type: String,
 }
 
+/// Where the runtime's operations are put once they exist.
+pub type OpsSlot = Arc<std::sync::OnceLock<Arc<DeliverOps>>>;
+
 impl RuntimeConnector {
-    /// A connector of `connector_type` over `ops`.
-    pub fn new(ops: Arc<DeliverOps>, connector_type: impl Into<String>) -> RuntimeConnector {
+    /// A connector of `connector_type` over the operations `ops` will hold.
+    pub fn new(ops: OpsSlot, connector_type: impl Into<String>) -> RuntimeConnector {
         RuntimeConnector {
             ops,
             connector_type: connector_type.into(),
         }
+    }
+
+    fn ops(&self) -> Result<&DeliverOps> {
+        self.ops
+            .get()
+            .map(|o| &**o)
+            .ok_or_else(|| Error::Overloaded("the runtime is still starting; retry".into()))
     }
 }
 
@@ -150,12 +165,12 @@ impl BaseConnector for RuntimeConnector {
         ctx: &ExecuteContext,
     ) -> Result<Payload> {
         let cap = capability_id.unwrap_or_default();
+        let ops = self.ops()?;
         let trace = ctx.get(CONTEXT_TRACE_ID).map(String::as_str);
         match cap {
             "outbox.enqueue" => {
                 let i: EnqueueInput = input(&payload, cap)?;
-                let done = op(self
-                    .ops
+                let done = op(ops
                     .enqueue(EnqueueRequest {
                         binding: i.binding,
                         queue: i.queue,
@@ -171,15 +186,13 @@ impl BaseConnector for RuntimeConnector {
             "triggers.invoke" => {
                 let i: InvokeInput = input(&payload, cap)?;
                 let body = serde_json::to_vec(&i.payload).unwrap_or_default();
-                op(self
-                    .ops
+                op(ops
                     .invoke_now(&i.binding, body, produced_depth(ctx), trace)
                     .await)
             }
             "queue.receive" => {
                 let i: ReceiveInput = input(&payload, cap)?;
-                let got = op(self
-                    .ops
+                let got = op(ops
                     .receive(
                         &i.queue,
                         i.max,
@@ -190,21 +203,19 @@ impl BaseConnector for RuntimeConnector {
             }
             "queue.ack" => {
                 let i: SettleInput = input(&payload, cap)?;
-                let acked = op(self.ops.ack(&i.queue, i.id, i.receipt).await)?;
+                let acked = op(ops.ack(&i.queue, i.id, i.receipt).await)?;
                 ok(json!({ "acked": acked }))
             }
             "queue.nack" => {
                 let i: SettleInput = input(&payload, cap)?;
-                let nacked = op(self
-                    .ops
+                let nacked = op(ops
                     .nack(&i.queue, i.id, i.receipt, Duration::from_millis(i.delay_ms))
                     .await)?;
                 ok(json!({ "nacked": nacked }))
             }
             "dead_letters.list" => {
                 let i: ListInput = input(&payload, cap)?;
-                let list = op(self
-                    .ops
+                let list = op(ops
                     .dead_letters(DeadLetterQuery {
                         binding_id: i.binding,
                         limit: i.limit.unwrap_or(50),
@@ -216,10 +227,10 @@ impl BaseConnector for RuntimeConnector {
             }
             "dead_letters.replay" => {
                 let i: ReplayInput = input(&payload, cap)?;
-                let row = op(self.ops.replay(i.id).await)?;
+                let row = op(ops.replay(i.id).await)?;
                 ok(json!({ "replayed": i.id, "row_id": row }))
             }
-            "outbox.stats" => ok(op(self.ops.stats().await)?),
+            "outbox.stats" => ok(op(ops.stats().await)?),
             other => Err(Error::NotFound(format!(
                 "capability {other:?}; this runtime offers {}",
                 CAPABILITIES.join(", ")
