@@ -5,5 +5,7 @@ pub mod binding;
 mod event;
 pub mod filter;
 pub mod registry;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use event::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
