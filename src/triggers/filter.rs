@@ -77,14 +77,12 @@ impl Expression {
     /// error names the binding, the option and the line:column.
     pub fn compile(binding_id: &str, option: &str, source: &str) -> Result<Expression> {
         let bad = |what: String| Error::Config(format!("trigger {binding_id:?}: {option}: {what}"));
-        let program = ENV
-            .compile(source)
-            .map_err(|e| bad(syntax_errors(&e)))?;
+        let program = ENV.compile(source).map_err(|e| bad(syntax_errors(&e)))?;
         let mut free = Vec::new();
         free_identifiers(program.expression(), &mut Vec::new(), &mut free);
-        let unknown = free.into_iter().find(|(name, _)| {
-            !VARIABLES.contains(name) && ENV.types().find_type(name).is_none()
-        });
+        let unknown = free
+            .into_iter()
+            .find(|(name, _)| !VARIABLES.contains(name) && ENV.types().find_type(name).is_none());
         if let Some((name, id)) = unknown {
             let at = program
                 .source_info()
@@ -117,10 +115,7 @@ impl Expression {
     pub fn eval_bool_in(&self, ctx: &EventContext<'_>) -> std::result::Result<bool, String> {
         match self.execute(ctx)? {
             Value::Bool(b) => Ok(b),
-            other => Err(format!(
-                "the filter gave {}, not a bool",
-                describe(&other)
-            )),
+            other => Err(format!("the filter gave {}, not a bool", describe(&other))),
         }
     }
 

@@ -29,7 +29,10 @@ fn a_filter_sees_the_payload_headers_and_event_fields() {
         (r#"payload.action == "opened""#, true),
         (r#"payload.action == "closed""#, false),
         (r#"headers["x-github-event"] == "issues.opened""#, true),
-        (r#"kind.startsWith("issues.") && source == "github-main""#, true),
+        (
+            r#"kind.startsWith("issues.") && source == "github-main""#,
+            true,
+        ),
         (r#"tenant == "acme" && provider == "github""#, true),
         ("received_at_ms == 1000 && id.startsWith(\"evt_\")", true),
         ("size(trace_id) == 32 && payload.number > 5", true),
@@ -44,7 +47,10 @@ fn a_filter_sees_the_payload_headers_and_event_fields() {
 #[test]
 fn a_syntax_error_names_the_binding_the_option_and_the_position() {
     let msg = refusal("filter", "payload.action ==");
-    assert!(msg.contains("trigger \"issues-to-linear\": filter:"), "{msg}");
+    assert!(
+        msg.contains("trigger \"issues-to-linear\": filter:"),
+        "{msg}"
+    );
     assert!(msg.contains("syntax error at 1:"), "{msg}");
     let multi = refusal("ordering_key", "payload.a &&\n  payload.b ==");
     assert!(multi.contains(": ordering_key:"), "{multi}");
@@ -55,7 +61,10 @@ fn a_syntax_error_names_the_binding_the_option_and_the_position() {
 fn a_name_that_is_not_an_event_variable_is_refused_at_load_with_its_position() {
     let msg = refusal("filter", r#"kind == "x" && paylod.action == "opened""#);
     assert!(msg.contains("unknown variable \"paylod\" at 1:16"), "{msg}");
-    assert!(msg.contains("headers, payload"), "the variables are listed: {msg}");
+    assert!(
+        msg.contains("headers, payload"),
+        "the variables are listed: {msg}"
+    );
     let inner = refusal("filter", "payload.labels.exists(l, l.name == other)");
     assert!(inner.contains("\"other\""), "{inner}");
     assert!(
@@ -83,7 +92,11 @@ fn ordering_keys_render_scalars_and_treat_null_as_no_key() {
         json!({"s": "acme/api", "i": -3, "u": 18446744073709551615u64, "f": 1.5,
                "b": true, "n": null, "l": [1]}),
     );
-    let key = |src: &str| Expression::compile("b", "ordering_key", src).unwrap().eval_key(&ev);
+    let key = |src: &str| {
+        Expression::compile("b", "ordering_key", src)
+            .unwrap()
+            .eval_key(&ev)
+    };
     assert_eq!(key("payload.s"), Ok(Some("acme/api".into())));
     assert_eq!(key("payload.i"), Ok(Some("-3".into())));
     assert_eq!(key("payload.u"), Ok(Some("18446744073709551615".into())));
@@ -103,7 +116,10 @@ fn a_context_converts_the_payload_once_for_every_expression() {
         _ => panic!("the payload is borrowed from the context"),
     };
     assert_eq!(address(&ctx), address(&ctx));
-    assert_eq!(compile(r#"payload.action == "opened""#).eval_bool_in(&ctx), Ok(true));
+    assert_eq!(
+        compile(r#"payload.action == "opened""#).eval_bool_in(&ctx),
+        Ok(true)
+    );
     assert_eq!(compile("payload.number == 7").eval_bool_in(&ctx), Ok(true));
 }
 
@@ -115,4 +131,3 @@ fn expressions_are_shareable_across_threads_and_cheap_to_clone() {
     assert_eq!(e.clone().source(), "true");
     assert_eq!(format!("{e:?}"), "Expression(\"true\")");
 }
-
