@@ -2,6 +2,7 @@
 //! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
 pub mod binding;
+pub mod config;
 mod event;
 pub mod filter;
 pub mod registry;
