@@ -1,6 +1,7 @@
 //! The ingest runtime: one HTTP listener (ingress + admin API), the event store with
 //! its group commit, a task per cron source, and the sweeper that expires dedupe
-//! claims and old audit rows. [`Runtime::start`] wires them from a
+//! claims and old audit rows. Ingress and the cron sources share the configuration's
+//! trigger registry and write each event's outbox rows in the event's transaction. [`Runtime::start`] wires them from a
 //! [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight requests
 //! finish (their writes commit before they are answered), and ends every task.
 
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::store::{now_ms, open_backend, redact_url, Store};
 use crate::webhooks::config::{ResolvedConfig, Rule};
 use crate::webhooks::server::{router, Ingress};
+use crate::webhooks::ticker::{self, Ticker};
 
 /// A running ingest runtime.
 pub struct Runtime {
@@ -48,19 +50,26 @@ impl Runtime {
             .filter(|s| matches!(s.rule, Rule::Cron(_)))
             .cloned()
             .collect();
-        let ingress =
-            Arc::new(Ingress::new(config.sources, store.clone(), config.admin_token).await?);
+        let ingress = Arc::new(
+            Ingress::new(
+                config.sources,
+                config.triggers,
+                store.clone(),
+                config.admin_token,
+            )
+            .await?,
+        );
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
-        for spec in &cron {
+        for spec in cron {
             if let Rule::Cron(rule) = &spec.rule {
-                let task = crate::webhooks::ticker::run(
-                    spec.clone(),
-                    rule.clone(),
-                    store.clone(),
-                    cancel.clone(),
-                );
-                tasks.push(tokio::spawn(task));
+                let ticker = Ticker {
+                    rule: rule.clone(),
+                    spec,
+                    store: store.clone(),
+                    router: ingress.router.clone(),
+                };
+                tasks.push(tokio::spawn(ticker::run(ticker, cancel.clone())));
             }
         }
         tasks.push(tokio::spawn(sweeper(

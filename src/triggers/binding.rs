@@ -111,8 +111,93 @@ fn duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Err
 }
 
 impl Binding {
+    /// A binding of `id` delivering to `handler` with every other option at its
+    /// default: all sources, all kinds, no filter, the default retry policy, no
+    /// ordering key, [`DEFAULT_MAX_CONCURRENT`], [`DEFAULT_TIMEOUT`], not a dead-letter
+    /// handler. Its fingerprint is computed; whoever changes a field afterwards
+    /// recomputes it with [`Binding::definition_fingerprint`].
+    pub fn new(id: impl Into<String>, handler: Handler) -> Binding {
+        let mut b = Binding {
+            id: id.into(),
+            sources: Vec::new(),
+            events: Vec::new(),
+            filter: None,
+            handler,
+            retry: RetryPolicy::default(),
+            ordering_key: None,
+            max_concurrent: DEFAULT_MAX_CONCURRENT,
+            timeout: DEFAULT_TIMEOUT,
+            dead_letter_for: DeadLetterScope::None,
+            fingerprint: String::new(),
+        };
+        b.fingerprint = b.definition_fingerprint();
+        b
+    }
+
     /// Whether this binding is a dead-letter handler.
     pub fn is_dead_letter_handler(&self) -> bool {
         self.dead_letter_for != DeadLetterScope::None
+    }
+
+    /// Whether an event of `source` and `kind` passes this binding's `sources` and
+    /// `events` (the filter is evaluated separately, as it can fail).
+    pub fn takes(&self, source: &str, kind: &str) -> bool {
+        (self.sources.is_empty() || self.sources.iter().any(|s| s == source))
+            && (self.events.is_empty() || self.events.iter().any(|p| kind_matches(p, kind)))
+    }
+
+    /// A digest of the definition: everything but the id and the fingerprint itself,
+    /// expressions by their source text. Outbox rows record it, so a row enqueued under
+    /// an older definition is recognisable after a reload; two loads of the same text
+    /// give the same digest, and any change of meaning gives another. SHA-256 over a
+    /// versioned JSON rendering with a fixed field order, as 64 hex digits.
+    pub fn definition_fingerprint(&self) -> String {
+        use sha2::Digest as _;
+        #[derive(Serialize)]
+        struct Definition<'a> {
+            sources: &'a [String],
+            events: &'a [String],
+            filter: Option<&'a str>,
+            handler: &'a Handler,
+            retry: &'a RetryPolicy,
+            ordering_key: Option<&'a str>,
+            max_concurrent: usize,
+            timeout_ms: u64,
+            dead_letter_for: &'a DeadLetterScope,
+        }
+        let definition = Definition {
+            sources: &self.sources,
+            events: &self.events,
+            filter: self.filter.as_ref().map(Expression::source),
+            handler: &self.handler,
+            retry: &self.retry,
+            ordering_key: self.ordering_key.as_ref().map(Expression::source),
+            max_concurrent: self.max_concurrent,
+            timeout_ms: self.timeout.as_millis() as u64,
+            dead_letter_for: &self.dead_letter_for,
+        };
+        let json = serde_json::to_vec(&definition).expect("plain data serialises");
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(FINGERPRINT_VERSION);
+        hasher.update(&json);
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// Prefix of the fingerprinted text: a change to the rendering bumps it, so no old
+/// digest can be mistaken for a new one of a different definition.
+const FINGERPRINT_VERSION: &[u8] = b"switchboard-binding-v1\n";
+
+/// Whether event kind `kind` matches `pattern`: equal, or, for a pattern ending in
+/// `*`, starting with what comes before it (`issues.*` matches `issues.opened`; `*`
+/// matches everything).
+pub fn kind_matches(pattern: &str, kind: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => kind.starts_with(prefix),
+        None => pattern == kind,
     }
 }

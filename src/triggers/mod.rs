@@ -2,8 +2,11 @@
 //! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
 pub mod binding;
+pub mod config;
 mod event;
 pub mod filter;
 pub mod registry;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use event::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};

@@ -1,13 +1,20 @@
 //! The trigger registry: the resolved bindings, and which of them an event goes to.
-//! (Skeleton: matching lands with the config loader.)
+//!
+//! Routing is a plain function of the bindings and the event, no I/O and no clock:
+//! ingress and the cron ticker call [`TriggerRegistry::route`] before the store write,
+//! and the rows it returns go into the same transaction as the event's dedupe claim.
+//! A binding whose filter or ordering key fails on one event is skipped for that
+//! event and reported in [`Routed::errors`]; it never stops the other bindings from
+//! matching, and it never matches by accident.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::binding::Binding;
+use super::binding::{Binding, DeadLetterScope, Handler};
+use super::filter::EventContext;
 use super::TriggerEvent;
-use crate::error::Result;
-use crate::outbox::model::Enqueue;
+use crate::error::{Error, Result};
+use crate::outbox::model::{Destination, Enqueue};
 
 /// What routing one event produced.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,13 +35,38 @@ pub struct TriggerRegistry {
 
 impl TriggerRegistry {
     /// Builds the registry; refuses duplicate ids and dead-letter scopes that name an
-    /// unknown binding.
+    /// unknown binding, the handler itself, or another dead-letter handler (whose
+    /// failures annotate a dead letter instead of making one, so there is nothing to
+    /// report on).
     pub fn new(bindings: Vec<Binding>) -> Result<TriggerRegistry> {
-        let by_id = bindings
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.id.clone(), i))
-            .collect();
+        let mut by_id = HashMap::with_capacity(bindings.len());
+        for (i, b) in bindings.iter().enumerate() {
+            if by_id.insert(b.id.clone(), i).is_some() {
+                return Err(Error::Config(format!(
+                    "two triggers have the id {:?}",
+                    b.id
+                )));
+            }
+        }
+        for b in &bindings {
+            let DeadLetterScope::Bindings(ids) = &b.dead_letter_for else {
+                continue;
+            };
+            for target in ids {
+                let problem = match by_id.get(target).map(|&i| &bindings[i]) {
+                    None => "which is not a configured trigger",
+                    Some(t) if t.id == b.id => "itself; a dead-letter handler never reports on itself",
+                    Some(t) if t.is_dead_letter_handler() => {
+                        "a dead-letter handler, whose failures annotate a dead letter instead of making one"
+                    }
+                    Some(_) => continue,
+                };
+                return Err(Error::Config(format!(
+                    "trigger {:?}: dead_letter_for names {target:?}, {problem}",
+                    b.id
+                )));
+            }
+        }
         Ok(TriggerRegistry {
             bindings: bindings.into_iter().map(Arc::new).collect(),
             by_id,
@@ -51,25 +83,42 @@ impl TriggerRegistry {
         self.by_id.get(id).map(|&i| &self.bindings[i])
     }
 
-    /// The rows an event produced at `depth` hops goes to.
+    /// The rows an event produced at `depth` hops goes to: one per binding that is not
+    /// a dead-letter handler, whose sources and event patterns take it and whose filter
+    /// is true. The event's variables are converted for CEL once, on the first
+    /// expression that needs them, and shared by every binding.
     pub fn route(&self, event: &TriggerEvent, depth: u32) -> Routed {
-        let _ = (event, depth);
-        Routed::default()
+        let ctx = EventContext::new(event);
+        let mut routed = Routed::default();
+        for b in &self.bindings {
+            if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) {
+                continue;
+            }
+            let matched = match &b.filter {
+                None => Ok(true),
+                Some(f) => f.eval_bool_in(&ctx).map_err(|e| format!("filter: {e}")),
+            };
+            let row = matched.and_then(|m| m.then(|| row_for(b, &ctx, depth)).transpose());
+            match row {
+                Ok(Some(row)) => routed.enqueue.push(row),
+                Ok(None) => {}
+                Err(e) => routed.errors.push((b.id.clone(), e)),
+            }
+        }
+        routed
     }
 
     /// The row for `binding` and `event` (its ordering key evaluated), whether or not
-    /// the binding's sources, events and filter match: for `outbox.enqueue` and replays
-    /// that name the binding.
+    /// the binding's sources, events and filter match: for `outbox.enqueue`, replays
+    /// and dead-letter fan-out, which name the binding. `Err` is the ordering key's
+    /// evaluation error.
     pub fn enqueue_for(
         &self,
         binding: &Binding,
         event: &TriggerEvent,
         depth: u32,
     ) -> std::result::Result<Enqueue, String> {
-        let _ = event;
-        let mut row = Enqueue::dispatch(&binding.id, &binding.fingerprint);
-        row.depth = depth;
-        Ok(row)
+        row_for(binding, &EventContext::new(event), depth)
     }
 
     /// The dead-letter handler bindings that report on `failed_binding`'s dead letters.
@@ -82,3 +131,25 @@ impl TriggerRegistry {
             .filter(move |b| b.dead_letter_for.covers(&b.id, failed_binding))
     }
 }
+
+/// The row of `binding` for the event behind `ctx`.
+fn row_for(
+    binding: &Binding,
+    ctx: &EventContext<'_>,
+    depth: u32,
+) -> std::result::Result<Enqueue, String> {
+    let mut row = Enqueue::dispatch(&binding.id, &binding.fingerprint);
+    row.depth = depth;
+    if let Some(key) = &binding.ordering_key {
+        row.ordering_key = key
+            .eval_key_in(ctx)
+            .map_err(|e| format!("ordering_key: {e}"))?;
+    }
+    if let Handler::Queue { queue } = &binding.handler {
+        row.destination = Destination::Queue(queue.clone());
+    }
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,10 @@
 //! timezone = "Europe/Berlin"
 //! catch_up = "latest"
 //! ```
+//!
+//! The deliver half (`[gateway]`, `[dispatcher]`, `event_retention`) is in [`deliver`];
+//! `[[triggers]]` and `[[queues]]` in [`crate::triggers::config`]; durations
+//! (`"30s"`, `"7d"`) are read by [`duration`].
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -33,6 +37,14 @@ use super::classify::Provider;
 use super::cron::{CatchUp, Schedule};
 use super::signature::MacEncoding;
 use crate::error::{Error, Result};
+use crate::triggers::config::{QueueConfig, QueueSpec, TriggerConfig};
+use crate::triggers::registry::TriggerRegistry;
+
+pub mod deliver;
+pub mod duration;
+
+pub use deliver::{DispatcherConfig, DispatcherSettings, GatewayConfig, GatewaySettings};
+pub use duration::DurationSetting;
 
 /// Default body limit: 10 MiB. Providers' own caps are lower (GitHub 25 MB is the
 /// exception and is truncated by GitHub itself at that size), and a larger body is far
@@ -45,6 +57,10 @@ pub const DEFAULT_DEDUPE_RETENTION_SECS: i64 = 7 * 24 * 3600;
 pub const DEFAULT_REJECTION_RETENTION_SECS: i64 = 30 * 24 * 3600;
 /// Default listener: loopback, so a fresh install exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// Default retention of events, dead letters and run records: 7 days, long enough to
+/// inspect and replay a weekend's failures on Monday.
+pub const DEFAULT_EVENT_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// The file as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -85,6 +101,20 @@ pub struct RuntimeConfig {
     /// The sources.
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
+    /// How long events, dead letters and run records are kept. Default
+    /// [`DEFAULT_EVENT_RETENTION`].
+    pub event_retention: Option<DurationSetting>,
+    /// The runtime's own gateway registration; required by `invoke` handlers.
+    pub gateway: Option<GatewayConfig>,
+    /// How the outbox is drained.
+    #[serde(default)]
+    pub dispatcher: DispatcherConfig,
+    /// Queues, for `queue` handlers and their consumers.
+    #[serde(default)]
+    pub queues: Vec<QueueConfig>,
+    /// Trigger bindings: which events go to which handler.
+    #[serde(default)]
+    pub triggers: Vec<TriggerConfig>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -332,6 +362,16 @@ pub struct ResolvedConfig {
     pub sweep_interval: std::time::Duration,
     /// Sources, in file order.
     pub sources: Vec<SourceSpec>,
+    /// The trigger bindings, shared by ingress, the cron sources and the dispatcher.
+    pub triggers: std::sync::Arc<TriggerRegistry>,
+    /// Queues: declared ones in file order, then the ones queue handlers name.
+    pub queues: Vec<QueueSpec>,
+    /// The runtime's gateway registration, if configured.
+    pub gateway: Option<GatewaySettings>,
+    /// Dispatcher settings.
+    pub dispatcher: DispatcherSettings,
+    /// Retention of events, dead letters and run records, ms.
+    pub event_retention_ms: i64,
 }
 
 impl RuntimeConfig {
@@ -413,6 +453,17 @@ impl RuntimeConfig {
                 s.resolve(&tenant, max_body, &env)
             })
             .collect::<Result<Vec<_>>>()?;
+        let gateway = self.gateway.as_ref().map(|g| g.resolve(&env)).transpose()?;
+        let source_ids = sources.iter().map(|s| s.id.as_str()).collect();
+        let known = crate::triggers::config::Known {
+            sources: &source_ids,
+            gateway: gateway.is_some(),
+        };
+        let (triggers, queues) =
+            crate::triggers::config::resolve(&self.triggers, &self.queues, &known)?;
+        let event_retention =
+            duration::duration_or(self.event_retention.as_ref(), DEFAULT_EVENT_RETENTION, true)
+                .map_err(|e| Error::Config(format!("event_retention: {e}")))?;
         Ok(ResolvedConfig {
             listen: self.listen,
             store,
@@ -425,6 +476,11 @@ impl RuntimeConfig {
             sweep_interval: std::time::Duration::from_secs(
                 self.sweep_interval_secs.unwrap_or(3600).max(1),
             ),
+            triggers: std::sync::Arc::new(triggers),
+            queues,
+            gateway,
+            dispatcher: self.dispatcher.resolve()?,
+            event_retention_ms: i64::try_from(event_retention.as_millis()).unwrap_or(i64::MAX),
             sources,
         })
     }

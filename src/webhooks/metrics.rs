@@ -4,6 +4,8 @@
 //! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`,
 //! `store_unavailable`, `unknown_source`; `rejections_total{source,reason}`;
 //! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
+//! `trigger_filter_errors_total{binding}` (events a binding skipped because its filter
+//! or ordering key failed to evaluate on them);
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
 //! commit included); and the group commit's `store_batches_total`,
 //! `store_batched_writes_total` and `store_dropped_audit_total`.
@@ -25,6 +27,7 @@ pub struct IngressMetrics {
     requests: Family<Labels, Counter>,
     rejections: Family<Labels, Counter>,
     audit_skipped: Family<Labels, Counter>,
+    trigger_filter_errors: Family<Labels, Counter>,
     duration: Histogram,
     batches: Counter,
     batched_writes: Counter,
@@ -44,6 +47,7 @@ impl IngressMetrics {
         let requests = Family::<Labels, Counter>::default();
         let rejections = Family::<Labels, Counter>::default();
         let audit_skipped = Family::<Labels, Counter>::default();
+        let trigger_filter_errors = Family::<Labels, Counter>::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.0001, 2.0, 16,
@@ -64,6 +68,11 @@ impl IngressMetrics {
             "audit_skipped",
             "Refusals not written to the audit table (over the per-source audit budget)",
             audit_skipped.clone(),
+        );
+        registry.register(
+            "trigger_filter_errors",
+            "Events a trigger binding skipped because its filter or ordering key failed on them",
+            trigger_filter_errors.clone(),
         );
         registry.register(
             "request_duration_seconds",
@@ -90,6 +99,7 @@ impl IngressMetrics {
             requests,
             rejections,
             audit_skipped,
+            trigger_filter_errors,
             duration,
             batches,
             batched_writes,
@@ -122,6 +132,14 @@ impl IngressMetrics {
     pub fn audit_skipped(&self, source: &str) {
         self.audit_skipped
             .get_or_create(&vec![("source", source.to_owned())])
+            .inc();
+    }
+
+    /// Counts an event that `binding` skipped because its filter or ordering key
+    /// failed to evaluate on it.
+    pub fn trigger_filter_error(&self, binding: &str) {
+        self.trigger_filter_errors
+            .get_or_create(&vec![("binding", binding.to_owned())])
             .inc();
     }
 

@@ -7,7 +7,7 @@
 //! may be stored of headers), [`ingest`] (the whole decision for one request),
 //! [`rate_limit`] (token buckets) and [`cron`] (schedules and catch-up). The shells:
 //! [`config`] (switchboard.toml), `server` and `admin` (the HTTP surface, axum),
-//! [`metrics`], and [`crate::runtime`], which wires them to the store.
+//! [`metrics`], `routing` (trigger bindings at ingest), and [`crate::runtime`], which wires them to the store.
 
 pub(crate) mod admin;
 pub mod classify;
@@ -17,6 +17,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod rate_limit;
 pub mod redact;
+pub(crate) mod routing;
 pub(crate) mod server;
 pub mod signature;
 pub(crate) mod ticker;

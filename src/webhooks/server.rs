@@ -9,8 +9,9 @@
 //! the dedupe claim makes the retry safe.
 //!
 //! Slack wants an answer within 3 s; the only work before the answer is verification
-//! (microseconds) and the group-committed insert (milliseconds), and anything slower
-//! (executing bindings) happens after, from the store.
+//! (microseconds), matching the trigger bindings (their CEL filters, microseconds) and
+//! the group-committed insert (milliseconds), which writes the event and its outbox
+//! rows together; anything slower (executing bindings) happens after, from the store.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,7 +31,9 @@ use super::ingest::{decide, Decision, Refusal, Request};
 use super::metrics::IngressMetrics;
 use super::rate_limit::TokenBucket;
 use super::redact::redact_headers;
+use super::routing::IngestRouter;
 use crate::store::{now_ms, Appended, Rejected, Store};
+use crate::triggers::registry::TriggerRegistry;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
 /// restarted database to come back, short next to providers' retry schedules.
@@ -79,7 +82,9 @@ pub(crate) struct Ingress {
     /// Source ids in configuration order, for listings.
     pub(crate) order: Vec<String>,
     pub(crate) store: Store,
-    pub(crate) metrics: IngressMetrics,
+    pub(crate) metrics: Arc<IngressMetrics>,
+    /// The trigger bindings each stored event is matched against.
+    pub(crate) router: IngestRouter,
     pub(crate) admin_token: Option<Secret>,
 }
 
@@ -87,6 +92,7 @@ impl Ingress {
     /// Builds the state, loading captured Notion tokens from the store.
     pub(crate) async fn new(
         sources: Vec<SourceSpec>,
+        triggers: Arc<TriggerRegistry>,
         store: Store,
         admin_token: Option<Secret>,
     ) -> crate::Result<Ingress> {
@@ -122,11 +128,13 @@ impl Ingress {
                 }),
             );
         }
+        let metrics = Arc::new(IngressMetrics::new());
         Ok(Ingress {
             sources: map,
             order,
             store,
-            metrics: IngressMetrics::new(),
+            router: IngestRouter::new(triggers, metrics.clone()),
+            metrics,
             admin_token,
         })
     }
@@ -255,9 +263,10 @@ async fn handle(
     match decision {
         Decision::Store(event) => {
             let event_id = event.id.clone();
+            let rows = app.router.route(&event);
             match app
                 .store
-                .append(*event, now + source.spec.retention_ms)
+                .append_enqueue(*event, now + source.spec.retention_ms, rows)
                 .await
             {
                 Ok(Appended::Stored(_)) => {

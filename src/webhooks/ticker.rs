@@ -9,6 +9,9 @@
 //! fire is persisted after each tick. On the very first start the current time is
 //! persisted as the baseline, so downtime after that is caught up on even before the
 //! first tick.
+//!
+//! Each tick is matched against the trigger bindings once, before it is stored; its
+//! outbox rows commit with it, and a retried store write carries the same rows.
 
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{CronRule, SourceSpec};
 use super::cron::missed_fires;
+use super::routing::IngestRouter;
 use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 
@@ -41,8 +45,21 @@ fn from_ms(ms: i64) -> DateTime<Utc> {
         .unwrap_or_else(Utc::now)
 }
 
-/// Runs `spec` (a cron source) until `cancel` fires.
-pub(crate) async fn run(spec: SourceSpec, rule: CronRule, store: Store, cancel: CancellationToken) {
+/// What every tick of a cron source needs besides its schedule.
+pub(crate) struct Ticker {
+    /// The source.
+    pub(crate) spec: SourceSpec,
+    /// Its schedule and payload.
+    pub(crate) rule: CronRule,
+    /// Where ticks are stored.
+    pub(crate) store: Store,
+    /// The bindings ticks are matched against.
+    pub(crate) router: IngestRouter,
+}
+
+/// Runs a cron source until `cancel` fires.
+pub(crate) async fn run(ticker: Ticker, cancel: CancellationToken) {
+    let (spec, rule, store) = (&ticker.spec, &ticker.rule, &ticker.store);
     let id = spec.id.clone();
     let Some(last) = retry(&cancel, || store.backend().get_state(&id, LAST_FIRE_KEY)).await else {
         return;
@@ -67,7 +84,7 @@ pub(crate) async fn run(spec: SourceSpec, rule: CronRule, store: Store, cancel: 
         Some(last) => {
             for at in missed_fires(&rule.schedule, Some(last), now, rule.catch_up, MAX_CATCH_UP) {
                 tracing::info!(source = %id, at = %at, "catching up a missed cron fire");
-                if !fire(&spec, &rule, &store, at, &cancel).await {
+                if !fire(&ticker, at, &cancel).await {
                     return;
                 }
             }
@@ -89,42 +106,42 @@ pub(crate) async fn run(spec: SourceSpec, rule: CronRule, store: Store, cancel: 
                 _ = tokio::time::sleep(wait.min(MAX_SLEEP)) => {}
             }
         }
-        if !fire(&spec, &rule, &store, next, &cancel).await {
+        if !fire(&ticker, next, &cancel).await {
             return;
         }
         cursor = next;
     }
 }
 
-/// Stores one tick and then records it as the last fire. False when cancelled first.
-async fn fire(
-    spec: &SourceSpec,
-    rule: &CronRule,
-    store: &Store,
-    at: DateTime<Utc>,
-    cancel: &CancellationToken,
-) -> bool {
+/// Stores one tick (with its outbox rows) and then records it as the last fire. False
+/// when cancelled first.
+async fn fire(ticker: &Ticker, at: DateTime<Utc>, cancel: &CancellationToken) -> bool {
+    let Ticker {
+        spec,
+        rule,
+        store,
+        router,
+    } = ticker;
     let at_ms = at.timestamp_millis();
-    let make = || {
-        TriggerEvent::new(
-            &spec.id,
-            "cron",
-            "tick".into(),
-            now_ms(),
-            Some(at_ms),
-            format!("cron:{}:{}", spec.id, at.timestamp()),
-            trace_id_from(None),
-            &spec.tenant,
-            Default::default(),
-            rule.payload.clone().into_bytes(),
-            serde_json::from_str(&rule.payload).unwrap_or_default(),
-            SignatureStatus::Internal,
-        )
-    };
+    let event = TriggerEvent::new(
+        &spec.id,
+        "cron",
+        "tick".into(),
+        now_ms(),
+        Some(at_ms),
+        format!("cron:{}:{}", spec.id, at.timestamp()),
+        trace_id_from(None),
+        &spec.tenant,
+        Default::default(),
+        rule.payload.clone().into_bytes(),
+        serde_json::from_str(&rule.payload).unwrap_or_default(),
+        SignatureStatus::Internal,
+    );
+    let rows = router.route(&event);
     if retry(cancel, || {
         // The claim runs from now, not from the scheduled time: a tick caught up after
         // an outage longer than the retention must still deduplicate.
-        store.append(make(), now_ms() + spec.retention_ms)
+        store.append_enqueue(event.clone(), now_ms() + spec.retention_ms, rows.clone())
     })
     .await
     .is_none()

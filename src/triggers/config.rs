@@ -1,0 +1,438 @@
+//! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
+//!
+//! Parsing checks shape (unknown keys are refused, as everywhere in the file);
+//! [`resolve`] checks meaning and builds the [`TriggerRegistry`] and the
+//! [`QueueSpec`]s. Every error names the trigger (or queue) and the option.
+//!
+//! ```toml
+//! [[queues]]
+//! name = "work"
+//! visibility_timeout = "30s"
+//! max_receives = 5
+//!
+//! [[triggers]]
+//! id = "issues-to-linear"
+//! sources = ["github-main"]          # default: every source
+//! events = ["issues.*"]              # default: every kind; a trailing * is a prefix
+//! filter = 'payload.action == "opened"'
+//! handler = { invoke = "acme.linear.main", capability = "create_issue", encoding = "json" }
+//! retry = { max_attempts = 5, backoff = "exponential", base = "1s", cap = "5m", jitter = 0.2 }
+//! ordering_key = 'payload.repository.full_name'
+//! max_concurrent = 16
+//! timeout = "30s"
+//!
+//! [[triggers]]
+//! id = "failures"
+//! handler = { queue = "dead" }       # a queue nobody declared: declared with defaults
+//! dead_letter_for = "*"              # or ["issues-to-linear"]
+//! ```
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::binding::{Binding, DeadLetterScope, Handler, DEFAULT_MAX_CONCURRENT, DEFAULT_TIMEOUT};
+use super::filter::Expression;
+use super::registry::TriggerRegistry;
+use crate::error::{Error, Result};
+use crate::outbox::retry::{self, Backoff, RetryPolicy};
+use crate::proto::PayloadEncoding;
+use crate::webhooks::config::duration::{duration_or, DurationSetting};
+
+/// Default queue visibility timeout: 30 s, the default attempt timeout, so a consumer
+/// that takes as long as a handler may keeps its message.
+pub const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default receives before a queue message is dead-lettered: 5, as many as a
+/// binding's default attempts.
+pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+
+/// One `[[triggers]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TriggerConfig {
+    /// Unique id: letters, digits, `-`, `_` and `.`.
+    pub id: String,
+    /// Source ids; empty = every source.
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Event kind patterns; empty = every kind.
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// CEL filter.
+    pub filter: Option<String>,
+    /// Where the events go.
+    pub handler: HandlerConfig,
+    /// Retry policy; each option defaults as in [`crate::outbox::retry`].
+    pub retry: Option<RetryConfig>,
+    /// CEL ordering key.
+    pub ordering_key: Option<String>,
+    /// Attempts in flight at once. Default [`DEFAULT_MAX_CONCURRENT`].
+    pub max_concurrent: Option<usize>,
+    /// Attempt timeout. Default [`DEFAULT_TIMEOUT`].
+    pub timeout: Option<DurationSetting>,
+    /// `"*"` or a list of trigger ids: makes this a dead-letter handler.
+    pub dead_letter_for: Option<DeadLetterFor>,
+}
+
+/// `handler = { … }` as written: exactly one of `invoke`, `local`, `queue`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct HandlerConfig {
+    /// Invoke this connector (ARN or dot key) through the gateway.
+    pub invoke: Option<String>,
+    /// Execute this locally registered connector.
+    pub local: Option<String>,
+    /// Put the event in this queue.
+    pub queue: Option<String>,
+    /// The capability (`invoke` and `local`).
+    pub capability: Option<String>,
+    /// The invoke payload's encoding: `json` (default), `bytes` (`raw_bytes`) or
+    /// `json_lines` (`invoke` only).
+    pub encoding: Option<String>,
+}
+
+/// `retry = { … }` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RetryConfig {
+    /// Attempts in all, at least 1.
+    pub max_attempts: Option<u32>,
+    /// `constant`, `linear` or `exponential`.
+    pub backoff: Option<String>,
+    /// The first delay (positive).
+    pub base: Option<DurationSetting>,
+    /// The largest delay, at least `base`. Default 5 minutes, or `base` if larger.
+    pub cap: Option<DurationSetting>,
+    /// Spread, in `[0, 1]`.
+    pub jitter: Option<f64>,
+}
+
+/// `dead_letter_for` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum DeadLetterFor {
+    /// `"*"`: every other binding.
+    All(String),
+    /// These bindings.
+    Bindings(Vec<String>),
+}
+
+/// One `[[queues]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct QueueConfig {
+    /// Unique name: letters, digits, `-`, `_` and `.`.
+    pub name: String,
+    /// How long a received message stays invisible. Default
+    /// [`DEFAULT_VISIBILITY_TIMEOUT`].
+    pub visibility_timeout: Option<DurationSetting>,
+    /// Receives before dead-lettering. Default [`DEFAULT_MAX_RECEIVES`].
+    pub max_receives: Option<u32>,
+}
+
+/// A queue, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueSpec {
+    /// Name.
+    pub name: String,
+    /// How long a received message stays invisible to other receivers.
+    pub visibility_timeout: Duration,
+    /// A message received this many times is dead-lettered instead of handed out.
+    pub max_receives: u32,
+    /// Declared only by a queue handler naming it, not by `[[queues]]`: a queue is
+    /// where a handler puts events, so naming it is enough to have one, with the
+    /// defaults; declaring it is only needed to change them.
+    pub implicit: bool,
+}
+
+/// What a trigger may refer to outside itself.
+pub(crate) struct Known<'a> {
+    /// The configured source ids.
+    pub(crate) sources: &'a HashSet<&'a str>,
+    /// Whether a `[gateway]` section is configured.
+    pub(crate) gateway: bool,
+}
+
+/// Resolves `[[triggers]]` and `[[queues]]`: every binding built and checked, the
+/// registry built (duplicate ids, dead-letter scopes), and the queues declared, plus
+/// one with default settings for each queue handler naming an undeclared queue.
+pub(crate) fn resolve(
+    triggers: &[TriggerConfig],
+    queues: &[QueueConfig],
+    known: &Known<'_>,
+) -> Result<(TriggerRegistry, Vec<QueueSpec>)> {
+    let bindings = triggers
+        .iter()
+        .map(|t| t.resolve(known))
+        .collect::<Result<Vec<_>>>()?;
+    let mut specs = queues
+        .iter()
+        .map(QueueConfig::resolve)
+        .collect::<Result<Vec<_>>>()?;
+    let mut names = HashSet::new();
+    for q in &specs {
+        if !names.insert(q.name.clone()) {
+            return Err(Error::Config(format!(
+                "two queues have the name {:?}",
+                q.name
+            )));
+        }
+    }
+    for b in &bindings {
+        if let Handler::Queue { queue } = &b.handler {
+            if names.insert(queue.clone()) {
+                specs.push(QueueSpec {
+                    name: queue.clone(),
+                    visibility_timeout: DEFAULT_VISIBILITY_TIMEOUT,
+                    max_receives: DEFAULT_MAX_RECEIVES,
+                    implicit: true,
+                });
+            }
+        }
+    }
+    Ok((TriggerRegistry::new(bindings)?, specs))
+}
+
+/// Checks an id or a name: non-empty letters, digits, `-`, `_` and `.`, which reads
+/// safely in URLs, metric labels and log lines.
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be non-empty letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+impl TriggerConfig {
+    fn resolve(&self, known: &Known<'_>) -> Result<Binding> {
+        let id = &self.id;
+        let bad =
+            |option: &str, what: String| Error::Config(format!("trigger {id:?}: {option}: {what}"));
+        check_name(id).map_err(|e| Error::Config(format!("trigger id {e}")))?;
+        if let Some(s) = self
+            .sources
+            .iter()
+            .find(|s| !known.sources.contains(s.as_str()))
+        {
+            return Err(bad(
+                "sources",
+                format!("{s:?} is not a configured source id (see [[sources]])"),
+            ));
+        }
+        for p in &self.events {
+            let star = p.find('*');
+            if p.is_empty() || star.is_some_and(|at| at + 1 != p.len()) {
+                return Err(bad(
+                    "events",
+                    format!("{p:?} is not a kind pattern; write a kind (issues.opened) or a prefix ending in * (issues.*)"),
+                ));
+            }
+        }
+        let dead_letter_for = match &self.dead_letter_for {
+            None => DeadLetterScope::None,
+            Some(DeadLetterFor::All(s)) if s == "*" => DeadLetterScope::All,
+            Some(DeadLetterFor::All(s)) => {
+                return Err(bad(
+                    "dead_letter_for",
+                    format!("{s:?}: write \"*\" (every trigger) or a list of trigger ids"),
+                ))
+            }
+            Some(DeadLetterFor::Bindings(ids)) if ids.is_empty() => return Err(bad(
+                "dead_letter_for",
+                "the list is empty; name trigger ids, or remove the option for an ordinary trigger"
+                    .into(),
+            )),
+            Some(DeadLetterFor::Bindings(ids)) => DeadLetterScope::Bindings(ids.clone()),
+        };
+        if dead_letter_for != DeadLetterScope::None {
+            let ingest_only = [
+                ("sources", !self.sources.is_empty()),
+                ("events", !self.events.is_empty()),
+                ("filter", self.filter.is_some()),
+            ];
+            if let Some((option, _)) = ingest_only.iter().find(|(_, set)| *set) {
+                return Err(bad(
+                    option,
+                    "does not apply to a dead-letter handler, which takes dead letters, not ingest events".into(),
+                ));
+            }
+        }
+        let compile = |option: &str, src: &Option<String>| {
+            src.as_deref()
+                .map(|s| Expression::compile(id, option, s))
+                .transpose()
+        };
+        let max_concurrent = match self.max_concurrent {
+            Some(0) => return Err(bad("max_concurrent", "must be at least 1".into())),
+            n => n.unwrap_or(DEFAULT_MAX_CONCURRENT),
+        };
+        let mut binding = Binding {
+            id: id.clone(),
+            sources: self.sources.clone(),
+            events: self.events.clone(),
+            filter: compile("filter", &self.filter)?,
+            handler: self.handler.resolve(known).map_err(|e| bad("handler", e))?,
+            retry: self
+                .retry
+                .clone()
+                .unwrap_or_default()
+                .resolve()
+                .map_err(|e| bad("retry", e))?,
+            ordering_key: compile("ordering_key", &self.ordering_key)?,
+            max_concurrent,
+            timeout: duration_or(self.timeout.as_ref(), DEFAULT_TIMEOUT, true)
+                .map_err(|e| bad("timeout", e))?,
+            dead_letter_for,
+            fingerprint: String::new(),
+        };
+        binding.fingerprint = binding.definition_fingerprint();
+        Ok(binding)
+    }
+}
+
+impl HandlerConfig {
+    fn resolve(&self, known: &Known<'_>) -> std::result::Result<Handler, String> {
+        let capability = || match self.capability.as_deref().map(str::trim) {
+            Some(c) if !c.is_empty() => Ok(c.to_owned()),
+            _ => Err("capability is required for invoke and local handlers".to_owned()),
+        };
+        let handler = match (&self.invoke, &self.local, &self.queue) {
+            (Some(target), None, None) => {
+                if !known.gateway {
+                    return Err(format!(
+                        "invoke {target:?} needs a [gateway] section: the runtime invokes other connectors over its own gateway registration; add [gateway], or use a local or queue handler"
+                    ));
+                }
+                Handler::Invoke {
+                    target: target.clone(),
+                    capability: capability()?,
+                    encoding: parse_encoding(self.encoding.as_deref().unwrap_or("json"))?,
+                }
+            }
+            (None, Some(connector), None) => Handler::Local {
+                connector: connector.clone(),
+                capability: capability()?,
+            },
+            (None, None, Some(queue)) => {
+                check_name(queue).map_err(|e| format!("queue {e}"))?;
+                if self.capability.is_some() {
+                    return Err("a queue handler takes no capability".into());
+                }
+                Handler::Queue {
+                    queue: queue.clone(),
+                }
+            }
+            _ => {
+                return Err(
+                    "name exactly one of invoke = \"…\", local = \"…\" or queue = \"…\"".into(),
+                )
+            }
+        };
+        if self.encoding.is_some() && !matches!(handler, Handler::Invoke { .. }) {
+            return Err("encoding applies to invoke handlers only".into());
+        }
+        Ok(handler)
+    }
+}
+
+/// A payload encoding by its lower-case name: `PayloadEncoding`'s proto name in lower
+/// case, or `bytes` for `raw_bytes`. Only the encodings [`crate::encoding`] implements
+/// are accepted, as a handler could not decode the others.
+fn parse_encoding(name: &str) -> std::result::Result<PayloadEncoding, String> {
+    let proto_name = match name {
+        "bytes" => "RAW_BYTES".to_owned(),
+        n if n == n.to_ascii_lowercase() => n.to_ascii_uppercase(),
+        _ => {
+            return Err(format!(
+                "encoding {name:?}: write it in lower case, e.g. json"
+            ))
+        }
+    };
+    match PayloadEncoding::from_str_name(&proto_name) {
+        Some(e @ (PayloadEncoding::Json | PayloadEncoding::RawBytes | PayloadEncoding::JsonLines)) => {
+            Ok(e)
+        }
+        Some(PayloadEncoding::Unspecified) | None => Err(format!(
+            "encoding {name:?} is unknown; use json, bytes or json_lines"
+        )),
+        Some(_) => Err(format!(
+            "encoding {name:?} is not one switchboard can encode (see crate::encoding); use json, bytes or json_lines"
+        )),
+    }
+}
+
+impl RetryConfig {
+    fn resolve(self) -> std::result::Result<RetryPolicy, String> {
+        let max_attempts = self.max_attempts.unwrap_or(retry::DEFAULT_MAX_ATTEMPTS);
+        if max_attempts == 0 {
+            return Err("max_attempts must be at least 1 (the first attempt counts)".into());
+        }
+        let backoff = match self.backoff.as_deref() {
+            None | Some("exponential") => Backoff::Exponential,
+            Some("linear") => Backoff::Linear,
+            Some("constant") => Backoff::Constant,
+            Some(other) => {
+                return Err(format!(
+                    "backoff {other:?}: expected \"constant\", \"linear\" or \"exponential\""
+                ))
+            }
+        };
+        let base = duration_or(self.base.as_ref(), retry::DEFAULT_BASE, true)
+            .map_err(|e| format!("base: {e}"))?;
+        let cap = duration_or(self.cap.as_ref(), retry::DEFAULT_CAP.max(base), true)
+            .map_err(|e| format!("cap: {e}"))?;
+        if base > cap {
+            return Err(format!("base ({base:?}) exceeds cap ({cap:?})"));
+        }
+        let jitter = self.jitter.unwrap_or(retry::DEFAULT_JITTER);
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(format!("jitter {jitter} is outside [0, 1]"));
+        }
+        Ok(RetryPolicy {
+            max_attempts,
+            backoff,
+            base,
+            cap,
+            jitter,
+        })
+    }
+}
+
+impl QueueConfig {
+    fn resolve(&self) -> Result<QueueSpec> {
+        let name = &self.name;
+        let bad =
+            |option: &str, what: String| Error::Config(format!("queue {name:?}: {option}: {what}"));
+        check_name(name).map_err(|e| Error::Config(format!("queue name {e}")))?;
+        let max_receives = match self.max_receives {
+            Some(0) => return Err(bad("max_receives", "must be at least 1".into())),
+            n => n.unwrap_or(DEFAULT_MAX_RECEIVES),
+        };
+        Ok(QueueSpec {
+            name: name.clone(),
+            visibility_timeout: duration_or(
+                self.visibility_timeout.as_ref(),
+                DEFAULT_VISIBILITY_TIMEOUT,
+                true,
+            )
+            .map_err(|e| bad("visibility_timeout", e))?,
+            max_receives,
+            implicit: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
