@@ -184,8 +184,7 @@ async fn a_file_that_is_not_a_database_fails_start_with_a_clear_error() {
         .unwrap();
     let err = switchboard::Runtime::start(config)
         .await
-        .err()
-        .expect("start fails");
+        .expect_err("start fails");
     assert_eq!(err.code(), "store_unavailable");
     assert!(
         err.to_string().contains("not a usable SQLite database"),

@@ -1,64 +1,211 @@
-//! The ingest runtime: one HTTP listener (ingress + admin API), the event store with
-//! its group commit, a task per cron source, and the sweeper that expires dedupe
-//! claims and old audit rows. Ingress and the cron sources share the configuration's
-//! trigger registry and write each event's outbox rows in the event's transaction. [`Runtime::start`] wires them from a
-//! [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight requests
-//! finish (their writes commit before they are answered), and ends every task.
+//! The runtime: one HTTP listener (ingress + admin API), the event store with its group
+//! commit and outbox, a task per cron source, the dispatcher that delivers matched
+//! events, the runtime's own gateway registration, and the sweeper that expires dedupe
+//! claims, old audit rows and, past `event_retention`, events and finished records.
+//!
+//! [`Runtime::start`] (or [`Runtime::builder`], to add local connectors) wires them
+//! from a [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight
+//! requests finish (their writes commit before they are answered), stops the
+//! dispatcher (in-flight attempts get the shutdown grace, what is still held is
+//! released), and ends every task.
+//!
+//! The wiring order matters once: the gateway registration exists before the handlers
+//! that deliver over it, the handlers before the operations that use them, and the
+//! operations are then handed to the registration's connector ([`connector::OpsSlot`]).
 
 pub(crate) mod admin;
 pub mod connector;
 pub mod ops;
+mod sweeper;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::connector::BaseConnector;
 use crate::error::{Error, Result};
-use crate::store::{now_ms, open_backend, redact_url, Store};
+use crate::mux::{
+    MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
+};
+use crate::outbox::deliver::{Deliver, Handlers};
+use crate::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
+use crate::outbox::metrics::DispatchMetrics;
+use crate::store::{open_backend, redact_url, Store};
+use crate::triggers::binding::Handler;
 use crate::webhooks::config::{ResolvedConfig, Rule};
 use crate::webhooks::server::{router, Ingress};
 use crate::webhooks::ticker::{self, Ticker};
+use ops::{DeliverOps, QueueLimits};
 
-/// A running ingest runtime.
+/// Executes the runtime's own registration may run at once: its capabilities are
+/// short store operations, except `triggers.invoke`, which waits for a handler.
+const RUNTIME_MAX_CONCURRENT: usize = 256;
+
+/// A running runtime.
 pub struct Runtime {
     addr: SocketAddr,
     store: Store,
     cancel: CancellationToken,
     server: JoinHandle<std::io::Result<()>>,
     tasks: Vec<JoinHandle<()>>,
+    dispatcher: Option<Dispatcher>,
+    runner: Option<(ShutdownHandle, JoinHandle<()>)>,
+    registration: Option<RegistrationHandle>,
+    ops: Arc<DeliverOps>,
 }
 
-impl Runtime {
-    /// Opens the store (running migrations), binds the listener and starts every task.
-    /// Fails with a clear error when the store cannot be opened or the address is
-    /// taken; nothing is left running on failure.
-    pub async fn start(config: ResolvedConfig) -> Result<Runtime> {
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Runtime`] with connectors of its own: `local` handlers deliver to a
+/// [`BaseConnector`] registered here by name, in this process, without a gateway.
+pub struct RuntimeBuilder {
+    config: ResolvedConfig,
+    local: HashMap<String, Arc<dyn BaseConnector>>,
+    deliver: Option<Arc<dyn Deliver>>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("local", &self.local.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeBuilder {
+    /// Registers `connector` under `name`, the name `handler = { local = "name" }`
+    /// bindings use.
+    pub fn local_connector(self, name: impl Into<String>, connector: impl BaseConnector) -> Self {
+        self.local_connector_shared(name, Arc::new(connector))
+    }
+
+    /// Like [`RuntimeBuilder::local_connector`], for a connector already shared.
+    pub fn local_connector_shared(
+        mut self,
+        name: impl Into<String>,
+        connector: Arc<dyn BaseConnector>,
+    ) -> Self {
+        self.local.insert(name.into(), connector);
+        self
+    }
+
+    /// Replaces the handlers with `deliver` for every binding (invoke and local): for
+    /// benchmarks and tests that measure the outbox without a handler's cost.
+    #[doc(hidden)]
+    pub fn deliver_with(mut self, deliver: Arc<dyn Deliver>) -> Self {
+        self.deliver = Some(deliver);
+        self
+    }
+
+    /// Opens the store (running migrations), connects to the gateway if configured,
+    /// binds the listener and starts every task. Fails with a clear error when the
+    /// store cannot be opened, the address is taken, or a `local` binding names a
+    /// connector that was not registered; nothing is left running on failure.
+    pub async fn start(self) -> Result<Runtime> {
+        let RuntimeBuilder {
+            config,
+            local,
+            deliver,
+        } = self;
+        if deliver.is_none() {
+            for b in config.triggers.bindings() {
+                if let Handler::Local { connector, .. } = &b.handler {
+                    if !local.contains_key(connector) {
+                        return Err(Error::Config(format!(
+                            "trigger {:?}: handler local = {connector:?}: no connector is registered under that name; register it with RuntimeBuilder::local_connector",
+                            b.id
+                        )));
+                    }
+                }
+            }
+        }
         let backend = open_backend(&config.store, &config.store_options).await?;
         tracing::info!(store = %redact_url(&config.store), backend = backend.name(), "store open");
-        let store = Store::new(backend);
+        let store = Store::new(backend.clone());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
         let addr = listener.local_addr()?;
-        // Everything fallible comes before the first task is spawned, so a failed start
-        // leaves nothing running.
         let cron: Vec<_> = config
             .sources
             .iter()
             .filter(|s| matches!(s.rule, Rule::Cron(_)))
             .cloned()
             .collect();
+        let registry = config.triggers.clone();
         let ingress = Arc::new(
             Ingress::new(
-                config.sources,
-                config.triggers,
+                config.sources.clone(),
+                registry.clone(),
                 store.clone(),
-                config.admin_token,
+                config.admin_token.clone(),
             )
             .await?,
         );
+
+        // The runtime's own registration, then its handlers, then the operations.
+        let slot: connector::OpsSlot = Arc::default();
+        let mut runner = None;
+        let mut registration = None;
+        if let Some(gw) = &config.gateway {
+            let mut builder = crate::ConnectorConfig::builder(gw.url.clone(), gw.tenant.clone())
+                .instance_id(gw.instance_id.clone())
+                .display_name(format!("switchboard runtime {}", gw.instance_id))
+                .max_concurrent_requests(RUNTIME_MAX_CONCURRENT);
+            if let Some(t) = &gw.token {
+                builder = builder.auth_token(String::from_utf8_lossy(t.expose()).into_owned());
+            }
+            let cfg = builder.build()?;
+            let conn = connector::RuntimeConnector::new(slot.clone(), gw.connector_type.clone());
+            let r = MultiConnectorRunner::new(RunnerOptions::default(), [])?;
+            let handle = r.add(Registration::new(cfg, conn)).await?;
+            registration = Some(handle);
+            runner = Some(r);
+        }
+        let handlers = Handlers::new(registration.clone(), local);
+        let can_deliver =
+            |b: &crate::triggers::binding::Binding| deliver.is_some() || handlers.can_deliver(b);
+        let d = &config.dispatcher;
+        let permits = Permits::new(&registry, can_deliver, d.max_in_flight);
+        let deliver: Arc<dyn Deliver> = deliver.unwrap_or_else(|| Arc::new(handlers));
+        let metrics = Arc::new(DispatchMetrics::new());
+        let ops = Arc::new(DeliverOps {
+            store: store.clone(),
+            registry: registry.clone(),
+            deliver: deliver.clone(),
+            permits: permits.clone(),
+            metrics: metrics.clone(),
+            queues: config
+                .queues
+                .iter()
+                .map(|q| {
+                    (
+                        q.name.clone(),
+                        QueueLimits {
+                            visibility: q.visibility_timeout,
+                            max_receives: q.max_receives,
+                        },
+                    )
+                })
+                .collect(),
+            max_depth: d.max_depth,
+            retention_ms: config.event_retention_ms,
+            tenant: config
+                .gateway
+                .as_ref()
+                .map_or_else(|| "default".to_owned(), |g| g.tenant.clone()),
+        });
+        let _ = slot.set(ops.clone());
+
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
         for spec in cron {
@@ -72,27 +219,74 @@ impl Runtime {
                 tasks.push(tokio::spawn(ticker::run(ticker, cancel.clone())));
             }
         }
-        tasks.push(tokio::spawn(sweeper(
+        tasks.push(tokio::spawn(sweeper::run(
             store.clone(),
-            config.rejection_retention_ms,
+            sweeper::Retention {
+                rejections_ms: config.rejection_retention_ms,
+                events_ms: config.event_retention_ms,
+            },
             config.sweep_interval,
             cancel.clone(),
         )));
-        let app = router(ingress);
+        let dispatcher = Dispatcher::start(
+            backend,
+            registry,
+            deliver,
+            permits,
+            metrics.clone(),
+            DispatcherOptions::default()
+                .with_max_in_flight(d.max_in_flight)
+                .with_batch(d.batch)
+                .with_lease(d.lease)
+                .with_poll_interval(d.poll_interval)
+                .with_shutdown_grace(d.shutdown_grace),
+        );
+        let runner = runner.map(|r: MultiConnectorRunner| {
+            let stop = r.shutdown_handle();
+            let task = tokio::spawn(async move {
+                if let Err(e) = r.run().await {
+                    tracing::error!(error = %e, "the runtime's gateway registration stopped");
+                }
+            });
+            (stop, task)
+        });
+        let _ = ingress.more_metrics.set(metrics);
+        let app = router(ingress, admin::routes(ops.clone()));
         let stop = cancel.clone();
         let server = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(stop.cancelled_owned())
                 .await
         });
-        tracing::info!(%addr, "ingest runtime listening");
+        tracing::info!(%addr, served = ?dispatcher.served(), "runtime listening");
         Ok(Runtime {
             addr,
             store,
             cancel,
             server,
             tasks,
+            dispatcher: Some(dispatcher),
+            runner,
+            registration,
+            ops,
         })
+    }
+}
+
+impl Runtime {
+    /// Opens the store, binds the listener and starts every task; see
+    /// [`RuntimeBuilder::start`]. Use [`Runtime::builder`] to add local connectors.
+    pub async fn start(config: ResolvedConfig) -> Result<Runtime> {
+        Self::builder(config).start().await
+    }
+
+    /// A builder, for local connectors.
+    pub fn builder(config: ResolvedConfig) -> RuntimeBuilder {
+        RuntimeBuilder {
+            config,
+            local: HashMap::new(),
+            deliver: None,
+        }
     }
 
     /// The bound address (useful with port 0).
@@ -103,6 +297,17 @@ impl Runtime {
     /// The store, for reads (tests, embedding applications).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The runtime's gateway registration, if a `[gateway]` is configured.
+    pub fn registration(&self) -> Option<&RegistrationHandle> {
+        self.registration.as_ref()
+    }
+
+    /// The deliver operations (enqueue, sync invoke, queues, dead letters, stats), as
+    /// the admin API and the runtime's capabilities run them.
+    pub fn ops(&self) -> &Arc<DeliverOps> {
+        &self.ops
     }
 
     /// A token that stops the runtime when cancelled (e.g. from a signal handler).
@@ -116,46 +321,25 @@ impl Runtime {
         self.shutdown().await
     }
 
-    /// Stops accepting, finishes in-flight requests and ends every task.
-    pub async fn shutdown(self) -> Result<()> {
+    /// Stops accepting, finishes in-flight requests, stops the dispatcher (attempts in
+    /// flight get the shutdown grace; rows still held are released), leaves the
+    /// gateway and ends every task.
+    pub async fn shutdown(mut self) -> Result<()> {
         self.cancel.cancel();
         let served = self
             .server
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-        for t in self.tasks {
+        for t in self.tasks.drain(..) {
             let _ = t.await;
         }
+        if let Some(d) = self.dispatcher.take() {
+            d.shutdown().await;
+        }
+        if let Some((runner, task)) = self.runner.take() {
+            runner.shutdown();
+            let _ = task.await;
+        }
         served.map_err(Error::Io)
-    }
-}
-
-async fn sweeper(
-    store: Store,
-    rejection_retention_ms: i64,
-    every: std::time::Duration,
-    cancel: CancellationToken,
-) {
-    loop {
-        let now = now_ms();
-        match store
-            .backend()
-            .sweep(now, now - rejection_retention_ms)
-            .await
-        {
-            Ok(s) if s.claims + s.rejections > 0 => {
-                tracing::info!(
-                    claims = s.claims,
-                    rejections = s.rejections,
-                    "swept expired dedupe claims and old audit rows"
-                )
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "sweep failed; will retry next period"),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
     }
 }

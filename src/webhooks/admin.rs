@@ -94,7 +94,11 @@ impl IntoResponse for ApiError {
 type ApiResult = Result<Response, ApiError>;
 
 /// Refuses a request without the configured bearer token (constant-time compare).
-async fn require_token(State(app): State<Arc<Ingress>>, req: Request, next: Next) -> Response {
+pub(crate) async fn require_token(
+    State(app): State<Arc<Ingress>>,
+    req: Request,
+    next: Next,
+) -> Response {
     if let Some(want) = &app.admin_token {
         let given = req
             .headers()
@@ -271,7 +275,14 @@ async fn rejections(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -
 }
 
 async fn metrics(State(app): State<Arc<Ingress>>) -> Response {
-    let body = app.metrics.render(app.store.stats());
+    let mut body = app.metrics.render(app.store.stats());
+    if let Some(more) = app.more_metrics.get() {
+        // One exposition: the first part's `# EOF` terminator goes, the last keeps it.
+        if let Some(cut) = body.rfind("# EOF") {
+            body.truncate(cut);
+        }
+        body.push_str(&more.render());
+    }
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }

@@ -86,6 +86,8 @@ pub(crate) struct Ingress {
     /// The trigger bindings each stored event is matched against.
     pub(crate) router: IngestRouter,
     pub(crate) admin_token: Option<Secret>,
+    /// Metrics of other parts (the dispatcher), appended to `/metrics`.
+    pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::outbox::metrics::DispatchMetrics>>,
 }
 
 impl Ingress {
@@ -136,16 +138,24 @@ impl Ingress {
             router: IngestRouter::new(triggers, metrics.clone()),
             metrics,
             admin_token,
+            more_metrics: std::sync::OnceLock::new(),
         })
     }
 }
 
 /// The whole HTTP surface: ingress plus admin.
-pub(crate) fn router(state: Arc<Ingress>) -> Router {
+/// The whole HTTP surface: ingress, the ingest admin API, and `deliver` (the deliver
+/// half's admin routes, state applied), which gets the same bearer-token check.
+pub(crate) fn router(state: Arc<Ingress>, deliver: Router) -> Router {
+    let deliver = deliver.route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        super::admin::require_token,
+    ));
     Router::new()
         .route("/hooks/{source_id}", post(hook))
         .merge(super::admin::routes(state.clone()))
         .with_state(state)
+        .merge(deliver)
 }
 
 fn json_error(status: StatusCode, reason: &str, detail: &str) -> Response {
