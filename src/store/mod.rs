@@ -25,12 +25,14 @@ use crate::error::{Error, Result};
 use crate::triggers::TriggerEvent;
 
 pub mod group_commit;
+mod outbox_rows;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_outbox;
 pub mod sqlite;
 mod sqlite_outbox;
+mod sqlite_queues;
 
 pub use group_commit::{GroupCommitStats, Store};
 
