@@ -29,7 +29,11 @@ mod outbox_rows;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_listen;
+#[cfg(feature = "postgres")]
 mod postgres_outbox;
+#[cfg(feature = "postgres")]
+mod postgres_queues;
 pub mod sqlite;
 mod sqlite_outbox;
 mod sqlite_queues;

@@ -51,15 +51,17 @@ pub(crate) fn annotation(binding_id: &str, error: &AttemptError) -> String {
     format!("{binding_id}: {}: {}", error.kind, error.message)
 }
 
-/// The error a queue message is dead-lettered with after `receives` receives.
+/// The error a queue message is dead-lettered with after `receives` receives. The
+/// message names only the limit, so PostgreSQL can build the error for many messages
+/// in one statement from one text.
 pub(crate) fn max_receives_error(receives: u32, max_receives: u32, now_ms: i64) -> AttemptError {
     AttemptError {
         attempt: receives,
         at_ms: now_ms,
         kind: MAX_RECEIVES_KIND.into(),
         message: format!(
-            "received {receives} times without an ack (max_receives {max_receives}); \
-             replay the dead letter once its consumer is fixed"
+            "not acked after {max_receives} receives (max_receives); replay the dead \
+             letter once its consumer is fixed"
         ),
     }
 }
