@@ -4,6 +4,7 @@
 //! PostgreSQL (otherwise the PostgreSQL variants say they were skipped).
 #![cfg(feature = "runtime")]
 
+#[macro_use]
 #[path = "ingest/support.rs"]
 mod support;
 
@@ -13,31 +14,6 @@ use serde_json::Value;
 use support::{
     all_sources, eventually, now_s, postgres_url, skip_postgres, Delivery, Harness, Kind, StoreKind,
 };
-
-/// Generates `sqlite_<case>` and `postgres_<case>` tests from `async fn <case>(StoreKind)`.
-macro_rules! on_both_stores {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::StoreKind::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    match super::postgres_url() {
-                        Some(url) => super::$case(super::StoreKind::Postgres(url)).await,
-                        None => super::skip_postgres(concat!("postgres::", stringify!($case))),
-                    }
-                }
-            )*
-        }
-    };
-}
 
 on_both_stores!(
     events_claims_and_captured_tokens_survive_a_restart,

@@ -25,12 +25,18 @@ use crate::error::{Error, Result};
 use crate::triggers::TriggerEvent;
 
 pub mod group_commit;
+mod outbox_rows;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_listen;
+#[cfg(feature = "postgres")]
 mod postgres_outbox;
+#[cfg(feature = "postgres")]
+mod postgres_queues;
 pub mod sqlite;
 mod sqlite_outbox;
+mod sqlite_queues;
 
 pub use group_commit::{GroupCommitStats, Store};
 

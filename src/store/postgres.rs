@@ -30,9 +30,10 @@ const MIGRATION_LOCK: i64 = 0x7377_6264;
 /// down (ingress then answers 503).
 const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE events (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE events (
         seq BIGSERIAL PRIMARY KEY,
         id TEXT NOT NULL UNIQUE,
         source TEXT NOT NULL,
@@ -72,7 +73,9 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         value TEXT NOT NULL,
         PRIMARY KEY (source, key)
     );",
-)];
+    ),
+    (2, super::postgres_outbox::SCHEMA),
+];
 
 /// One statement per batch: the appends arrive as arrays, a data-modifying CTE claims
 /// every key (`ON CONFLICT … DO UPDATE … WHERE expires_at <= now`, so only an expired
@@ -80,7 +83,14 @@ const MIGRATIONS: &[(i64, &str)] = &[(
 /// input row whether it was stored and, if not, which event holds the claim (as seen
 /// by the statement's snapshot). Keys are unique within the array: the caller answers
 /// repeats within a batch itself.
-const APPEND_BATCH: &str = "WITH input AS (
+///
+/// The same statement creates the outbox rows and queue messages of the stored events
+/// (`$15…$23`, one array entry per row, `$15` naming its event's position in the input
+/// arrays): they are joined to `inserted`, so a duplicate enqueues nothing, and they
+/// add no statement and no round trip to the batch (empty arrays when nothing is
+/// enqueued). If any row went in, it notifies `switchboard_outbox` once; PostgreSQL
+/// delivers the notification at commit.
+pub(super) const APPEND_BATCH: &str = "WITH input AS (
         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
             $6::BIGINT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[],
             $12::TEXT[], $13::BIGINT[])
@@ -100,8 +110,33 @@ const APPEND_BATCH: &str = "WITH input AS (
             trace_id, tenant, headers, body, signature
         FROM input WHERE id IN (SELECT event_id FROM claimed) ORDER BY ord
         RETURNING id
+    ), enq AS (
+        SELECT q.*, i.id AS event_id
+        FROM unnest($15::BIGINT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::INT[],
+            $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[])
+            WITH ORDINALITY AS q(event_ord, binding_id, fingerprint, ordering_key, depth,
+                queue, not_before, payload, dead_letter_id, n)
+        JOIN input i ON i.ord = q.event_ord
+        WHERE i.id IN (SELECT id FROM inserted)
+    ), dispatched AS (
+        INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
+            next_attempt_at, enqueued_at, due_at, payload, dead_letter_id)
+        SELECT binding_id, fingerprint, event_id, ordering_key, depth,
+            COALESCE(not_before, $14), $14, COALESCE(not_before, $14), payload, dead_letter_id
+        FROM enq WHERE queue IS NULL ORDER BY n
+        RETURNING 1
+    ), queued AS (
+        INSERT INTO queue_messages (queue, binding_id, fingerprint, event_id, depth,
+            enqueued_at, visible_at, payload)
+        SELECT queue, binding_id, fingerprint, event_id, depth, $14,
+            COALESCE(not_before, $14), payload
+        FROM enq WHERE queue IS NOT NULL ORDER BY n
+        RETURNING 1
+    ), notified AS (
+        SELECT pg_notify('switchboard_outbox', '')
+        FROM (SELECT 1 FROM dispatched UNION ALL SELECT 1 FROM queued LIMIT 1) AS any_row
     )
-    SELECT i.ord, n.id IS NOT NULL, c.event_id
+    SELECT i.ord, n.id IS NOT NULL, c.event_id, (SELECT count(*) FROM notified)
     FROM input i
     LEFT JOIN inserted n ON n.id = i.id
     LEFT JOIN dedupe_claims c ON c.source = i.source AND c.dedupe_key = i.dedupe_key
@@ -118,9 +153,14 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
 pub struct PostgresBackend {
     pool: Pool,
     url: String,
+    /// Woken by the `LISTEN switchboard_outbox` task on every notification.
+    pub(super) wake: std::sync::Arc<tokio::sync::Notify>,
+    /// Dropping it (with the backend) stops the listener task. `None` only while
+    /// `connect` migrates.
+    _listener: Option<tokio_util::sync::DropGuard>,
 }
 
-fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
+pub(super) fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
     move |e| store_err(&format!("postgres {what}"), e)
 }
 
@@ -132,6 +172,7 @@ impl PostgresBackend {
             .parse()
             .map_err(|e| Error::Config(format!("store {shown:?} is not a PostgreSQL URL: {e}")))?;
         cfg.connect_timeout(CONNECT_DEADLINE);
+        let listen_cfg = cfg.clone();
         let manager = Manager::from_config(
             cfg,
             NoTls,
@@ -146,12 +187,22 @@ impl PostgresBackend {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Config(format!("store {shown:?}: {e}")))?;
-        let backend = PostgresBackend { pool, url: shown };
+        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+        // Migrate before listening: a database that cannot be migrated is reported as
+        // such, not as a failed LISTEN.
+        let mut backend = PostgresBackend {
+            pool,
+            url: shown.clone(),
+            wake: wake.clone(),
+            _listener: None,
+        };
         backend.migrate().await?;
+        backend._listener = Some(super::postgres_listen::start(listen_cfg, wake, &shown).await?);
         Ok(backend)
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object> {
+    /// A pooled connection, or an error naming the server when none can be had.
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.pool
             .get()
             .await
@@ -247,6 +298,8 @@ struct Columns<'a> {
     /// (position, position of the first write with the same key).
     repeats: Vec<(usize, usize)>,
     rejections: Vec<&'a Rejected>,
+    /// The rows to enqueue with the events, keyed by array position (1-based).
+    enqueue: super::postgres_outbox::EnqueueColumns<'a>,
 }
 
 impl<'a> Columns<'a> {
@@ -268,15 +321,16 @@ impl<'a> Columns<'a> {
             index: vec![],
             repeats: vec![],
             rejections: vec![],
+            enqueue: Default::default(),
         };
         let mut first = std::collections::HashMap::new();
         for (at, w) in writes.iter().enumerate() {
-            let (e, expires) = match w {
+            let (e, expires, enqueue) = match w {
                 Write::Append {
                     event,
                     claim_expires_at_ms,
-                    enqueue: _,
-                } => (event, *claim_expires_at_ms),
+                    enqueue,
+                } => (event, *claim_expires_at_ms, enqueue),
                 Write::Reject(r) => {
                     c.rejections.push(r);
                     continue;
@@ -302,6 +356,7 @@ impl<'a> Columns<'a> {
             c.signatures.push(e.signature.as_str());
             c.expires.push(expires);
             c.index.push(at);
+            c.enqueue.push_for_ordinal(c.index.len() as i64, enqueue);
         }
         c
     }
@@ -345,6 +400,7 @@ impl Backend for PostgresBackend {
                 return Ok(Vec::new());
             }
             let c = &batch;
+            let q = &c.enqueue;
             tx.query(
                 &append,
                 &[
@@ -362,6 +418,15 @@ impl Backend for PostgresBackend {
                     &c.signatures,
                     &c.expires,
                     &now_ms,
+                    &q.event_ords,
+                    &q.binding_ids,
+                    &q.fingerprints,
+                    &q.ordering_keys,
+                    &q.depths,
+                    &q.queues,
+                    &q.not_before,
+                    &q.payloads,
+                    &q.dead_letter_ids,
                 ],
             )
             .await

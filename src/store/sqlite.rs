@@ -33,9 +33,10 @@ use crate::error::{Error, Result};
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
 /// Schema versions, applied in order. Never edit a released one: add the next.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE events (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE events (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         id TEXT NOT NULL,
         source TEXT NOT NULL,
@@ -75,7 +76,9 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         value TEXT NOT NULL,
         PRIMARY KEY (source, key)
     ) WITHOUT ROWID;",
-)];
+    ),
+    (2, super::sqlite_outbox::SCHEMA),
+];
 
 const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
     VALUES (?1, ?2, ?3, ?4)
@@ -102,8 +105,10 @@ pub const PAGE_SIZE: u32 = 16 * 1024;
 
 /// The SQLite backend.
 pub struct SqliteBackend {
-    writer: Arc<Mutex<Connection>>,
-    reader: Arc<Mutex<Connection>>,
+    pub(super) writer: Arc<Mutex<Connection>>,
+    pub(super) reader: Arc<Mutex<Connection>>,
+    /// Woken after every commit that made outbox rows or queue messages due.
+    pub(super) wake: Arc<tokio::sync::Notify>,
     /// Dropping it stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
 }
@@ -118,7 +123,7 @@ pub enum Synchronous {
     Normal,
 }
 
-fn sql_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
+pub(super) fn sql_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
     move |e| store_err(&format!("sqlite {what}"), e)
 }
 
@@ -188,11 +193,14 @@ impl SqliteBackend {
         Ok(SqliteBackend {
             writer: Arc::new(Mutex::new(writer)),
             reader: Arc::new(Mutex::new(reader)),
+            wake: Arc::new(tokio::sync::Notify::new()),
             _checkpointer: stop,
         })
     }
 
-    async fn with<T: Send + 'static>(
+    /// Runs `f` on `conn` on the blocking pool: SQLite calls block, and must never run
+    /// on an async worker.
+    pub(super) async fn with<T: Send + 'static>(
         conn: &Arc<Mutex<Connection>>,
         f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -260,14 +268,18 @@ fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// Applies a batch; returns each write's result and how many outbox rows and queue
+/// messages it created.
 fn write_all(
     conn: &mut Connection,
     writes: &[Write],
     now_ms: i64,
-) -> rusqlite::Result<Vec<Option<Appended>>> {
+) -> rusqlite::Result<(Vec<Option<Appended>>, usize)> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut out = Vec::with_capacity(writes.len());
+    let created;
     {
+        let mut enqueuer = super::sqlite_outbox::Enqueuer::new(&tx)?;
         let mut claim = tx.prepare_cached(CLAIM)?;
         let mut holder = tx.prepare_cached(HOLDER)?;
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
@@ -277,7 +289,7 @@ fn write_all(
                 Write::Append {
                     event: e,
                     claim_expires_at_ms,
-                    enqueue: _,
+                    enqueue,
                 } => {
                     let claimed = claim.execute(params![
                         e.source,
@@ -303,6 +315,7 @@ fn write_all(
                             e.body,
                             e.signature.as_str()
                         ])?;
+                        enqueuer.insert(&e.id, enqueue, now_ms)?;
                         out.push(Some(Appended::Stored(e.id.clone())));
                     } else {
                         let id: String =
@@ -323,9 +336,10 @@ fn write_all(
                 }
             }
         }
+        created = enqueuer.created;
     }
     tx.commit()?;
-    Ok(out)
+    Ok((out, created))
 }
 
 fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
@@ -366,10 +380,14 @@ impl Backend for SqliteBackend {
     }
 
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>> {
-        Self::with(&self.writer, move |c| {
+        let (out, created) = Self::with(&self.writer, move |c| {
             write_all(c, &writes, now_ms).map_err(sql_err("write"))
         })
-        .await
+        .await?;
+        if created > 0 {
+            self.wake.notify_one();
+        }
+        Ok(out)
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>> {

@@ -96,6 +96,34 @@ pub async fn fresh_postgres_schema(base: &str) -> String {
     format!("{base}{sep}options=-c%20search_path%3D{schema}")
 }
 
+/// Generates `sqlite::<case>` and `postgres::<case>` tests from `async fn <case>(StoreKind)`
+/// in the calling file, which imports `StoreKind`, `postgres_url` and `skip_postgres`
+/// from here; the PostgreSQL variants say they were skipped when no server is set.
+#[allow(unused_macros)]
+macro_rules! on_both_stores {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::StoreKind::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    match super::postgres_url() {
+                        Some(url) => super::$case(super::StoreKind::Postgres(url)).await,
+                        None => super::skip_postgres(concat!("postgres::", stringify!($case))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// Where a harness keeps its events.
 #[derive(Clone)]
 pub enum StoreKind {

@@ -1,0 +1,172 @@
+//! Cross-process wake-ups on PostgreSQL: one task per backend holds its own (non-pool)
+//! connection in `LISTEN switchboard_outbox` and wakes the backend's
+//! [`tokio::sync::Notify`] on every notification, so a dispatcher in any process
+//! learns at once that another process enqueued, released or replayed rows.
+//!
+//! Every outbox write that makes rows due notifies inside its transaction, so the
+//! wake-up arrives only once the rows are committed and claimable. When the listening
+//! connection drops (server restart, network cut, `pg_terminate_backend`) the task
+//! reconnects with backoff and jitter ([`Backoff`]) and then wakes the dispatcher once,
+//! since notifications sent while it was away are lost. It stops when the backend is
+//! dropped (its [`DropGuard`] cancels the task's token).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{oneshot, Notify};
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::outbox_rows::CHANNEL;
+use crate::error::{Error, Result};
+use crate::mux::backoff::{Backoff, BackoffPolicy};
+
+/// First reconnect delay: short, so a restarted server is listened to again within a
+/// fraction of a second (the dispatcher polls its next due time meanwhile anyway).
+pub(crate) const RECONNECT_INITIAL: Duration = Duration::from_millis(200);
+
+/// Longest reconnect delay: a long outage costs at most one connection attempt per
+/// 10 s per process.
+pub(crate) const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
+/// How long `connect` waits for the first `LISTEN` to be in place.
+const FIRST_LISTEN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The `application_name` of the listening connection, so an operator can tell it
+/// apart in `pg_stat_activity`.
+pub(crate) const APPLICATION_NAME: &str = "switchboard-outbox-listener";
+
+/// Starts the listener and returns once its first `LISTEN` is in place (so no commit
+/// after `connect` returns can go unnoticed), or with an error naming `shown` (the
+/// redacted URL) if it cannot be.
+pub(super) async fn start(
+    mut config: tokio_postgres::Config,
+    wake: Arc<Notify>,
+    shown: &str,
+) -> Result<DropGuard> {
+    config.application_name(APPLICATION_NAME);
+    let stop = CancellationToken::new();
+    let (ready, listening) = oneshot::channel();
+    tokio::spawn(run(config, wake, stop.clone(), ready));
+    let first = tokio::time::timeout(FIRST_LISTEN_DEADLINE, listening).await;
+    let failed = |why: String| {
+        Error::Store(format!(
+            "cannot LISTEN for outbox wake-ups on {shown}: {why}"
+        ))
+    };
+    match first {
+        Ok(Ok(Ok(()))) => Ok(stop.drop_guard()),
+        Ok(Ok(Err(e))) => Err(failed(e)),
+        Ok(Err(_)) => Err(failed("the listener task ended".into())),
+        Err(_) => Err(failed(format!(
+            "not listening after {FIRST_LISTEN_DEADLINE:?}"
+        ))),
+    }
+}
+
+/// Why a listening session ended.
+enum Ended {
+    /// The backend was dropped.
+    Stopped,
+    /// The connection failed or closed; reconnect.
+    Lost(String),
+}
+
+async fn run(
+    config: tokio_postgres::Config,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+    ready: oneshot::Sender<std::result::Result<(), String>>,
+) {
+    let mut ready = Some(ready);
+    let mut backoff = Backoff::new(BackoffPolicy::new(RECONNECT_INITIAL, RECONNECT_MAX));
+    loop {
+        match session(&config, &wake, &stop, &mut ready, &mut backoff).await {
+            Ended::Stopped => return,
+            Ended::Lost(why) => {
+                if let Some(first) = ready.take() {
+                    let _ = first.send(Err(why));
+                    return;
+                }
+                let delay = backoff.next_delay(rand::random());
+                tracing::warn!(error = %why, retry_in = ?delay, "outbox LISTEN connection lost; reconnecting");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// One connection: LISTEN, then wake on every notification until it drops.
+async fn session(
+    config: &tokio_postgres::Config,
+    wake: &Notify,
+    stop: &CancellationToken,
+    ready: &mut Option<oneshot::Sender<std::result::Result<(), String>>>,
+    backoff: &mut Backoff,
+) -> Ended {
+    let connected = tokio::select! {
+        _ = stop.cancelled() => return Ended::Stopped,
+        c = config.connect(NoTls) => c,
+    };
+    let (client, mut connection) = match connected {
+        Ok(c) => c,
+        Err(e) => return Ended::Lost(e.to_string()),
+    };
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    let sql = format!("LISTEN {CHANNEL}");
+    let listen = client.batch_execute(&sql);
+    tokio::pin!(listen);
+    // The connection only makes progress while its messages are polled, so the LISTEN
+    // is awaited beside them.
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ended::Stopped,
+            done = &mut listen => match done {
+                Ok(()) => break,
+                Err(e) => return Ended::Lost(e.to_string()),
+            },
+            m = messages.next() => if let Some(ended) = on_message(m, wake) {
+                return ended;
+            },
+        }
+    }
+    match ready.take() {
+        Some(first) => {
+            let _ = first.send(Ok(()));
+        }
+        None => {
+            tracing::info!("outbox LISTEN connection restored");
+            // Whatever was notified while the connection was down is lost.
+            wake.notify_one();
+        }
+    }
+    backoff.reset();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ended::Stopped,
+            m = messages.next() => if let Some(ended) = on_message(m, wake) {
+                return ended;
+            },
+        }
+    }
+}
+
+/// Handles one message of the listening connection; `Some` when it has ended.
+fn on_message(
+    message: Option<std::result::Result<AsyncMessage, tokio_postgres::Error>>,
+    wake: &Notify,
+) -> Option<Ended> {
+    match message {
+        Some(Ok(AsyncMessage::Notification(_))) => {
+            wake.notify_one();
+            None
+        }
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some(Ended::Lost(e.to_string())),
+        None => Some(Ended::Lost("connection closed by the server".into())),
+    }
+}

@@ -1,0 +1,174 @@
+//! A store for one outbox test: a SQLite file in a temp dir, or a fresh PostgreSQL
+//! schema; events and rows to enqueue; the claim and finish requests the tests repeat.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use switchboard::outbox::model::{AttemptError, ClaimRequest, ClaimedRow, Destination, Enqueue};
+use switchboard::store::{open_backend, Appended, Backend, Store, StoreOptions};
+use switchboard::triggers::{SignatureStatus, TriggerEvent};
+
+use super::support::{fresh_postgres_schema, StoreKind};
+
+/// A clock well past every real commit time, so rows enqueued "now" are due at it.
+pub const T: i64 = 4_000_000_000_000;
+
+/// A long lease, for claims whose lease must not run out during the test.
+pub const LEASE: i64 = 60_000;
+
+/// The binding most tests enqueue for.
+pub const B: &str = "binding-a";
+
+/// One store under test.
+pub struct Fixture {
+    pub backend: Arc<dyn Backend>,
+    pub store: Store,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// Opens a fresh store of `kind`.
+    pub async fn open(kind: &StoreKind) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let url = match kind {
+            StoreKind::Sqlite => format!("sqlite:{}", dir.path().join("outbox.db").display()),
+            StoreKind::Postgres(base) => fresh_postgres_schema(base).await,
+        };
+        let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
+        let store = Store::new(backend.clone());
+        Fixture {
+            backend,
+            store,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// Another backend on the same database, as a second process would open it.
+    pub async fn second_process(&self) -> Arc<dyn Backend> {
+        open_backend(&self.url, &StoreOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// Appends a fresh event (dedupe key `key`) with `rows`; returns what it did.
+    pub async fn append(&self, key: &str, rows: Vec<Enqueue>) -> Appended {
+        self.append_event(event(key, 1_000), rows).await
+    }
+
+    /// Appends `event` with `rows`.
+    pub async fn append_event(&self, event: TriggerEvent, rows: Vec<Enqueue>) -> Appended {
+        self.store.append_enqueue(event, T * 2, rows).await.unwrap()
+    }
+
+    /// Appends one event per key, each with one dispatch row for [`B`].
+    pub async fn append_rows(&self, keys: &[&str]) {
+        for k in keys {
+            self.append(k, vec![row(B)]).await;
+        }
+    }
+
+    /// Claims up to `limit` rows of [`B`] at `now` under `token`, leased for [`LEASE`].
+    pub async fn claim(&self, now: i64, token: i64, limit: usize) -> Vec<ClaimedRow> {
+        self.claim_for(&[B], now, token, limit).await
+    }
+
+    /// Claims rows of `bindings`.
+    pub async fn claim_for(
+        &self,
+        bindings: &[&str],
+        now: i64,
+        token: i64,
+        limit: usize,
+    ) -> Vec<ClaimedRow> {
+        self.backend
+            .claim(&claim_request(bindings, now, now + LEASE, token, limit))
+            .await
+            .unwrap()
+    }
+}
+
+/// A claim request.
+pub fn claim_request(
+    bindings: &[&str],
+    now: i64,
+    lease_until: i64,
+    token: i64,
+    limit: usize,
+) -> ClaimRequest {
+    ClaimRequest {
+        now_ms: now,
+        lease_until_ms: lease_until,
+        token,
+        limit,
+        bindings: bindings.iter().map(|b| b.to_string()).collect(),
+    }
+}
+
+/// A GitHub event with a JSON body naming its dedupe key, received at `received_at`.
+pub fn event(key: &str, received_at: i64) -> TriggerEvent {
+    let body = format!(r#"{{"delivery":"{key}"}}"#).into_bytes();
+    let payload = serde_json::from_slice(&body).unwrap();
+    TriggerEvent::new(
+        "gh",
+        "github",
+        "issues.opened".into(),
+        received_at,
+        None,
+        key.into(),
+        format!("{:032x}", key.len() + 1),
+        "acme",
+        Default::default(),
+        body,
+        payload,
+        SignatureStatus::Verified,
+    )
+}
+
+/// A dispatch row for `binding`, due at once.
+pub fn row(binding: &str) -> Enqueue {
+    Enqueue::dispatch(binding, format!("fp-{binding}"))
+}
+
+/// A dispatch row for [`B`] with an ordering key.
+pub fn keyed(key: &str) -> Enqueue {
+    Enqueue {
+        ordering_key: Some(key.into()),
+        ..row(B)
+    }
+}
+
+/// A dispatch row for [`B`] first due at `at`.
+pub fn due_at(at: i64) -> Enqueue {
+    Enqueue {
+        not_before_ms: Some(at),
+        ..row(B)
+    }
+}
+
+/// A message for `queue`, enqueued by [`B`].
+pub fn message(queue: &str) -> Enqueue {
+    Enqueue {
+        destination: Destination::Queue(queue.into()),
+        ..row(B)
+    }
+}
+
+/// A handler error of attempt `attempt`.
+pub fn failure(attempt: u32, at_ms: i64, message: &str) -> AttemptError {
+    AttemptError {
+        attempt,
+        at_ms,
+        kind: "handler".into(),
+        message: message.into(),
+    }
+}
+
+/// The stored event id of an append that must have been stored.
+pub fn stored(a: Appended) -> String {
+    match a {
+        Appended::Stored(id) => id,
+        other => panic!("expected a stored event, got {other:?}"),
+    }
+}
