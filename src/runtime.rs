@@ -1,9 +1,10 @@
 //! The ingest runtime: one HTTP listener (ingress + admin API), the event store with
 //! its group commit, a task per cron source, and the sweeper that expires dedupe
 //! claims and old audit rows. Ingress and the cron sources share the configuration's
-//! trigger registry and write each event's outbox rows in the event's transaction. [`Runtime::start`] wires them from a
-//! [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight requests
-//! finish (their writes commit before they are answered), and ends every task.
+//! trigger registry and write each event's outbox rows in the event's transaction.
+//! [`Runtime::start`] wires them from a [`ResolvedConfig`]; [`Runtime::shutdown`] stops
+//! accepting, lets in-flight requests finish (their writes commit before they are
+//! answered), and ends every task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
