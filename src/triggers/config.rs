@@ -1,7 +1,7 @@
 //! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
 //!
 //! Parsing checks shape (unknown keys are refused, as everywhere in the file);
-//! [`resolve`] checks meaning and builds the [`TriggerRegistry`] and the
+//! resolving (from [`crate::webhooks::config::RuntimeConfig::resolve`]) checks meaning and builds the [`TriggerRegistry`] and the
 //! [`QueueSpec`]s. Every error names the trigger (or queue) and the option.
 //!
 //! ```toml
