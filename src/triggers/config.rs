@@ -1,8 +1,9 @@
 //! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
 //!
 //! Parsing checks shape (unknown keys are refused, as everywhere in the file);
-//! resolving (from [`crate::webhooks::config::RuntimeConfig::resolve`]) checks meaning and builds the [`TriggerRegistry`] and the
-//! [`QueueSpec`]s. Every error names the trigger (or queue) and the option.
+//! resolving, from [`crate::webhooks::config::RuntimeConfig::resolve`], checks meaning
+//! and builds the [`TriggerRegistry`] and the [`QueueSpec`]s. Every error names the
+//! trigger (or queue) and the option.
 //!
 //! ```toml
 //! [[queues]]
