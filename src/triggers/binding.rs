@@ -102,7 +102,8 @@ pub struct Binding {
     /// Whether (and for which bindings) it handles dead letters. A dead-letter handler
     /// binding takes no events from ingest, only dead letters.
     pub dead_letter_for: DeadLetterScope,
-    /// A digest of the definition (everything above), recorded in each outbox row.
+    /// A digest of the definition (everything above but the id; see
+    /// [`Binding::definition_fingerprint`]), recorded in each outbox row.
     pub fingerprint: String,
 }
 

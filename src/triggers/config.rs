@@ -1,8 +1,9 @@
 //! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
 //!
 //! Parsing checks shape (unknown keys are refused, as everywhere in the file);
-//! [`resolve`] checks meaning and builds the [`TriggerRegistry`] and the
-//! [`QueueSpec`]s. Every error names the trigger (or queue) and the option.
+//! resolving, from [`crate::webhooks::config::RuntimeConfig::resolve`], checks meaning
+//! and builds the [`TriggerRegistry`] and the [`QueueSpec`]s. Every error names the
+//! trigger (or queue) and the option.
 //!
 //! ```toml
 //! [[queues]]
@@ -315,6 +316,7 @@ impl HandlerConfig {
                         "invoke {target:?} needs a [gateway] section: the runtime invokes other connectors over its own gateway registration; add [gateway], or use a local or queue handler"
                     ));
                 }
+                check_target(target)?;
                 Handler::Invoke {
                     target: target.clone(),
                     capability: capability()?,
@@ -344,6 +346,24 @@ impl HandlerConfig {
             return Err("encoding applies to invoke handlers only".into());
         }
         Ok(handler)
+    }
+}
+
+/// Checks an invoke target's form, so a typo fails the load rather than every
+/// attempt: an ARN `matrix:tenant:type:instance`, or a dot key `tenant.type.instance`
+/// (the instance may hold further dots or colons, as the gateway allows).
+fn check_target(target: &str) -> std::result::Result<(), String> {
+    let parts: Vec<&str> = if target.starts_with("matrix:") {
+        target.splitn(4, ':').skip(1).collect()
+    } else {
+        target.splitn(3, '.').collect()
+    };
+    if parts.len() == 3 && parts.iter().all(|p| !p.trim().is_empty()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invoke target {target:?} is neither an ARN (matrix:tenant:type:instance) nor a dot key (tenant.type.instance)"
+        ))
     }
 }
 

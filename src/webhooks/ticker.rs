@@ -45,7 +45,7 @@ fn from_ms(ms: i64) -> DateTime<Utc> {
         .unwrap_or_else(Utc::now)
 }
 
-/// What every tick of a cron source needs besides its schedule.
+/// A cron source and what its ticks need: the store and the trigger router.
 pub(crate) struct Ticker {
     /// The source.
     pub(crate) spec: SourceSpec,

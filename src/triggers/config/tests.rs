@@ -418,6 +418,22 @@ fn trigger_mistakes_name_the_trigger_and_the_option() {
             "{body:?}\n  gave: {msg}\n  wanted: {expected}"
         );
     }
+    for target in ["acme.linear", "matrix:acme:linear", "acme..main", ""] {
+        let handler = format!("handler = {{ invoke = {target:?}, capability = \"c\" }}");
+        let msg = err(&format!("{GATEWAY}\n{}", trigger(&handler)));
+        assert!(msg.contains("is neither an ARN"), "{target}: {msg}");
+    }
+    for target in [
+        "acme.linear.main",
+        "matrix:acme:linear:main",
+        "acme.linear.eu.1",
+    ] {
+        let handler = format!("handler = {{ invoke = {target:?}, capability = \"c\" }}");
+        assert!(
+            resolve(&format!("{GATEWAY}\n{}", trigger(&handler))).is_ok(),
+            "{target}"
+        );
+    }
     let twice = err(&format!("{}{}", trigger(q), trigger(q)));
     assert!(twice.contains("two triggers have the id \"t\""), "{twice}");
 }
