@@ -1,0 +1,187 @@
+//! A runtime with trigger bindings under test: started from TOML on a real port and a
+//! real store, with local connectors that record what they were given and fail on
+//! demand; plus a gateway with a recording connector for invoke bindings.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use switchboard::{BaseConnector, ExecuteContext, Payload, Runtime, RuntimeConfig};
+
+#[allow(unused_imports)]
+pub use crate::support::{env, fresh_postgres_schema, postgres_url, skip_postgres, StoreKind};
+
+/// One delivery a recorder saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub payload: Value,
+    pub context: HashMap<String, String>,
+    pub at: tokio::time::Instant,
+}
+
+impl Seen {
+    pub fn ctx(&self, key: &str) -> &str {
+        self.context.get(key).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// A connector that records every execute, and fails the first `fail_first` of them
+/// (or all, with `u32::MAX`) with a connector error.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    fail_first: Arc<std::sync::atomic::AtomicU32>,
+    /// While set, each execute waits for a permit from here first.
+    pub gate: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Recorder {
+    pub fn failing(n: u32) -> Recorder {
+        let r = Recorder::default();
+        r.fail_first.store(n, std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+
+    pub fn gated(gate: Arc<tokio::sync::Semaphore>) -> Recorder {
+        Recorder {
+            gate: Some(gate),
+            ..Recorder::default()
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl BaseConnector for Recorder {
+    fn connector_type(&self) -> &str {
+        "recorder"
+    }
+
+    async fn execute(&self, _: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
+        unreachable!("the runtime calls execute_with_context")
+    }
+
+    async fn execute_with_context(
+        &self,
+        payload: Payload,
+        _: Option<&str>,
+        ctx: &ExecuteContext,
+    ) -> switchboard::Result<Payload> {
+        if let Some(g) = &self.gate {
+            g.acquire().await.unwrap().forget();
+        }
+        let payload_json = match &payload {
+            Payload::Json(v) => v.clone(),
+            other => Value::String(format!("{other:?}")),
+        };
+        self.seen.lock().unwrap().push(Seen {
+            payload: payload_json.clone(),
+            context: ctx.values().clone(),
+            at: tokio::time::Instant::now(),
+        });
+        let left = self.fail_first.load(std::sync::atomic::Ordering::SeqCst);
+        if left > 0 {
+            if left != u32::MAX {
+                self.fail_first
+                    .store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            }
+            return Err(switchboard::Error::Connector(
+                "recorder told to fail".into(),
+            ));
+        }
+        Ok(Payload::Json(
+            serde_json::json!({"ok": true, "echo": payload_json}),
+        ))
+    }
+}
+
+/// A runtime on a SQLite file in its own temp dir, from `config` (TOML without the
+/// `listen` / `store` lines, which are added), with `locals` registered.
+pub struct Rt {
+    pub runtime: Option<Runtime>,
+    pub base: String,
+    pub dir: Arc<tempfile::TempDir>,
+    pub store_url: String,
+}
+
+impl Rt {
+    pub async fn sqlite(config: &str, locals: &[(&str, Recorder)]) -> Rt {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+        Rt::on(url, dir, config, locals).await
+    }
+
+    pub async fn on(
+        store_url: String,
+        dir: Arc<tempfile::TempDir>,
+        config: &str,
+        locals: &[(&str, Recorder)],
+    ) -> Rt {
+        let text = format!("listen = \"127.0.0.1:0\"\nstore = \"{store_url}\"\n{config}");
+        let resolved = RuntimeConfig::from_toml(&text)
+            .unwrap()
+            .resolve_with(env)
+            .unwrap();
+        let mut b = Runtime::builder(resolved);
+        for (name, r) in locals {
+            b = b.local_connector(*name, r.clone());
+        }
+        let runtime = b.start().await.unwrap();
+        let base = format!("http://{}", runtime.local_addr());
+        Rt {
+            runtime: Some(runtime),
+            base,
+            dir,
+            store_url,
+        }
+    }
+
+    pub fn rt(&self) -> &Runtime {
+        self.runtime.as_ref().unwrap()
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.runtime.take() {
+            r.shutdown().await.unwrap();
+        }
+    }
+
+    /// POSTs `body` to `path`; the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        reqwest::get(format!("{}{path}", self.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Enqueues `payload` for `binding` through the admin API.
+    pub async fn enqueue(&self, binding: &str, payload: Value) -> String {
+        let (status, v) = self
+            .post(&format!("/api/v1/triggers/{binding}/invoke"), payload)
+            .await;
+        assert_eq!(status, 202, "{v}");
+        v["event_id"].as_str().unwrap().to_owned()
+    }
+}
