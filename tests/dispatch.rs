@@ -43,3 +43,173 @@ async fn an_enqueued_row_is_delivered_once_to_its_local_connector_with_its_conte
     rt.stop().await;
     assert_eq!(rec.count(), 1, "delivered exactly once");
 }
+
+/// Enqueues through the runtime's operations (no HTTP), for paused-time tests.
+async fn enqueue_direct(rt: &Rt, binding: &str, payload: serde_json::Value) -> String {
+    let done = rt
+        .rt()
+        .ops()
+        .enqueue(switchboard::runtime::ops::EnqueueRequest {
+            binding: Some(binding.into()),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!done.duplicate && !done.dropped);
+    done.event_id
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_attempts_are_retried_on_the_exponential_schedule_in_virtual_time() {
+    let rec = Recorder::failing(3);
+    let config = r#"
+[[triggers]]
+id = "audit"
+handler = { local = "rec", capability = "record" }
+retry = { max_attempts = 5, backoff = "exponential", base = "10s", cap = "30s", jitter = 0.0 }
+"#;
+    let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
+    enqueue_direct(&rt, "audit", json!({"n": 1})).await;
+    // Virtual time: the deadline is generous because waiting costs nothing.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
+    while rec.count() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "four attempts within 10 virtual minutes; saw {}",
+            rec.count()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let seen = rec.seen();
+    let attempts: Vec<_> = seen
+        .iter()
+        .map(|s| s.ctx("switchboard.attempt").to_owned())
+        .collect();
+    assert_eq!(attempts, ["1", "2", "3", "4"]);
+    let gaps: Vec<u64> = seen
+        .windows(2)
+        .map(|w| (w[1].at - w[0].at).as_secs())
+        .collect();
+    // 10 s, 20 s, then 40 s capped at 30 s; time is virtual, so the gaps are exact to
+    // the second.
+    assert_eq!(gaps, [10, 20, 30]);
+    let triggers = rt.get_direct_counts("audit").await;
+    assert_eq!(
+        (triggers.dispatched, triggers.failed, triggers.retried),
+        (1, 3, 3)
+    );
+    rt.stop().await;
+}
+
+const DEAD_LETTERS: &str = r#"
+[[triggers]]
+id = "flaky"
+handler = { local = "flaky", capability = "x" }
+retry = { max_attempts = 2, backoff = "constant", base = "10ms", jitter = 0.0 }
+
+[[triggers]]
+id = "dl-ok"
+handler = { local = "dl_ok", capability = "x" }
+dead_letter_for = ["flaky"]
+
+[[triggers]]
+id = "dl-bad"
+handler = { local = "dl_bad", capability = "x" }
+dead_letter_for = "*"
+retry = { max_attempts = 2, backoff = "constant", base = "10ms", jitter = 0.0 }
+"#;
+
+#[tokio::test]
+async fn exhausted_rows_are_dead_lettered_fanned_out_and_a_failing_dl_handler_only_annotates() {
+    let flaky = Recorder::failing(u32::MAX);
+    let dl_ok = Recorder::default();
+    let dl_bad = Recorder::failing(u32::MAX);
+    let mut rt = Rt::sqlite(
+        DEAD_LETTERS,
+        &[
+            ("flaky", flaky.clone()),
+            ("dl_ok", dl_ok.clone()),
+            ("dl_bad", dl_bad.clone()),
+        ],
+    )
+    .await;
+    let event_id = rt.enqueue("flaky", json!({"order": 7})).await;
+    eventually("both dead-letter handlers to have run", || async {
+        dl_ok.count() == 1 && dl_bad.count() == 2
+    })
+    .await;
+    assert_eq!(flaky.count(), 2, "max_attempts = 2");
+    let report = &dl_ok.seen()[0];
+    assert_eq!(report.payload["event"], json!({"order": 7}));
+    assert_eq!(report.payload["dead_letter"]["binding_id"], "flaky");
+    assert_eq!(report.payload["dead_letter"]["event_id"], event_id.as_str());
+    assert_eq!(
+        report.payload["dead_letter"]["errors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let dl_id = report.payload["dead_letter"]["id"].as_i64().unwrap();
+    assert_eq!(report.ctx("switchboard.dead_letter_id"), dl_id.to_string());
+    // dl-bad's failures annotate the dead letter; they never make another one.
+    eventually("the annotation", || async {
+        let d = rt.get(&format!("/api/v1/dead-letters/{dl_id}")).await;
+        d["annotations"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let d = rt.get(&format!("/api/v1/dead-letters/{dl_id}")).await;
+    let note = d["annotations"][0].as_str().unwrap();
+    assert!(note.starts_with("dl-bad: handler:"), "{note}");
+    let list = rt.get("/api/v1/dead-letters").await;
+    assert_eq!(list["dead_letters"].as_array().unwrap().len(), 1, "{list}");
+    let stats = rt.get("/api/v1/outbox/stats").await;
+    assert_eq!(
+        stats["due"].as_u64().unwrap()
+            + stats["scheduled"].as_u64().unwrap()
+            + stats["leased"].as_u64().unwrap(),
+        0,
+        "{stats}"
+    );
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn a_replayed_dead_letter_is_delivered_again_from_attempt_one() {
+    let flaky = Recorder::failing(2);
+    let config = r#"
+[[triggers]]
+id = "flaky"
+handler = { local = "flaky", capability = "x" }
+retry = { max_attempts = 2, backoff = "constant", base = "10ms", jitter = 0.0 }
+"#;
+    let mut rt = Rt::sqlite(config, &[("flaky", flaky.clone())]).await;
+    rt.enqueue("flaky", json!({"n": 1})).await;
+    eventually("the dead letter", || async {
+        rt.get("/api/v1/dead-letters").await["dead_letters"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    let id = rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"]
+        .as_i64()
+        .unwrap();
+    let (status, v) = rt
+        .post(&format!("/api/v1/dead-letters/{id}/replay"), json!(null))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    eventually("the replayed delivery", || async { flaky.count() == 3 }).await;
+    assert_eq!(flaky.seen()[2].ctx("switchboard.attempt"), "1");
+    let d = rt.get(&format!("/api/v1/dead-letters/{id}")).await;
+    assert_eq!(d["replays"], 1);
+    let (status, v) = rt
+        .post("/api/v1/dead-letters/424242/replay", json!(null))
+        .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("not_found")),
+        "{v}"
+    );
+    rt.stop().await;
+}

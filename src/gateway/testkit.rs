@@ -61,8 +61,23 @@ impl TestGateway {
     /// Shuts the gateway down (every socket drops) and starts a fresh one on the same
     /// port, as a gateway restart looks to clients: registrations and counters are gone.
     pub async fn restart(&mut self) {
+        self.stop().await;
+        self.resume().await;
+    }
+
+    /// Shuts the gateway down and keeps its port number, for tests of what clients do
+    /// while it is away; [`TestGateway::resume`] brings it back. Using the gateway
+    /// (through `Deref`) while it is stopped panics.
+    pub async fn stop(&mut self) {
         if let Some(old) = self.gateway.take() {
             old.shutdown().await;
+        }
+    }
+
+    /// Starts a fresh gateway on the port of the stopped one (nothing if it runs).
+    pub async fn resume(&mut self) {
+        if self.gateway.is_some() {
+            return;
         }
         let deadline = tokio::time::Instant::now() + REBIND_DEADLINE;
         loop {
@@ -87,6 +102,6 @@ impl Deref for TestGateway {
     fn deref(&self) -> &Gateway {
         self.gateway
             .as_ref()
-            .expect("a TestGateway always holds a gateway outside restart")
+            .expect("a TestGateway holds a gateway unless it was stopped")
     }
 }

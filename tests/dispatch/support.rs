@@ -104,6 +104,15 @@ impl BaseConnector for Recorder {
     }
 }
 
+/// A binding's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub dispatched: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub dead_lettered: u64,
+}
+
 /// A runtime on a SQLite file in its own temp dir, from `config` (TOML without the
 /// `listen` / `store` lines, which are added), with `locals` registered.
 pub struct Rt {
@@ -142,6 +151,25 @@ impl Rt {
             base,
             dir,
             store_url,
+        }
+    }
+
+    /// A binding's dispatcher counts, read without HTTP (for paused-time tests).
+    pub async fn get_direct_counts(&self, binding: &str) -> Counts {
+        let v = self.rt().ops().triggers();
+        let t = v["triggers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == binding)
+            .unwrap()
+            .clone();
+        let n = |k: &str| t["counts"][k].as_u64().unwrap();
+        Counts {
+            dispatched: n("dispatched"),
+            failed: n("failed"),
+            retried: n("retried"),
+            dead_lettered: n("dead_lettered"),
         }
     }
 
