@@ -213,3 +213,203 @@ retry = { max_attempts = 2, backoff = "constant", base = "10ms", jitter = 0.0 }
     );
     rt.stop().await;
 }
+
+/// A connector that records `(key, seq)` arrivals and holds the `slow` key until told.
+#[derive(Clone, Default)]
+struct Ordered {
+    arrivals: std::sync::Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    release_slow: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl switchboard::BaseConnector for Ordered {
+    fn connector_type(&self) -> &str {
+        "ordered"
+    }
+    async fn execute(
+        &self,
+        payload: switchboard::Payload,
+        _: Option<&str>,
+    ) -> switchboard::Result<switchboard::Payload> {
+        let v = payload.as_json().cloned().unwrap_or_default();
+        let key = v["key"].as_str().unwrap_or_default().to_owned();
+        self.arrivals
+            .lock()
+            .unwrap()
+            .push((key.clone(), v["seq"].as_u64().unwrap_or_default()));
+        if key == "slow" {
+            self.release_slow.notified().await;
+        }
+        Ok(switchboard::Payload::Json(json!({})))
+    }
+}
+
+#[tokio::test]
+async fn one_ordering_key_runs_in_enqueue_order_and_a_slow_key_holds_back_no_other() {
+    let ordered = Ordered::default();
+    let config = r#"
+[[triggers]]
+id = "ordered"
+handler = { local = "ordered", capability = "x" }
+ordering_key = 'payload.key'
+max_concurrent = 8
+"#;
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{config}",
+        tempfile::tempdir().unwrap().keep().join("o.db").display()
+    );
+    let resolved = switchboard::RuntimeConfig::from_toml(&text)
+        .unwrap()
+        .resolve_with(dsupport::env)
+        .unwrap();
+    let runtime = switchboard::Runtime::builder(resolved)
+        .local_connector("ordered", ordered.clone())
+        .start()
+        .await
+        .unwrap();
+    let ops = runtime.ops().clone();
+    let enqueue = |key: &str, seq: u64| {
+        let ops = ops.clone();
+        let payload = serde_json::to_vec(&json!({"key": key, "seq": seq})).unwrap();
+        async move {
+            ops.enqueue(switchboard::runtime::ops::EnqueueRequest {
+                binding: Some("ordered".into()),
+                payload,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    };
+    enqueue("slow", 0).await;
+    enqueue("slow", 1).await;
+    for seq in 0..20 {
+        for key in ["a", "b", "c"] {
+            enqueue(key, seq).await;
+        }
+    }
+    let arrivals = ordered.arrivals.clone();
+    let count = |key: &'static str| {
+        let arrivals = arrivals.clone();
+        move || {
+            let n = arrivals
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k == key)
+                .count();
+            async move { n }
+        }
+    };
+    let (a, b, c) = (count("a"), count("b"), count("c"));
+    eventually(
+        "every fast key delivered while the slow key is held",
+        || {
+            let (a, b, c) = (a(), b(), c());
+            async move { a.await == 20 && b.await == 20 && c.await == 20 }
+        },
+    )
+    .await;
+    let slow = count("slow");
+    assert_eq!(
+        slow().await,
+        1,
+        "the slow key's second row waits for its first"
+    );
+    ordered.release_slow.notify_one();
+    eventually("the slow key's second row", || {
+        let s = slow();
+        let release = ordered.release_slow.clone();
+        async move {
+            release.notify_one();
+            s.await == 2
+        }
+    })
+    .await;
+    let arrivals = ordered.arrivals.lock().unwrap().clone();
+    for key in ["a", "b", "c", "slow"] {
+        let seqs: Vec<u64> = arrivals
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, s)| *s)
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: {seqs:?}");
+    }
+    runtime.shutdown().await.unwrap();
+}
+
+const QUEUES: &str = r#"
+[[queues]]
+name = "work"
+visibility_timeout = "30s"
+max_receives = 2
+
+[[triggers]]
+id = "to-work"
+handler = { queue = "work" }
+"#;
+
+#[tokio::test]
+async fn queue_messages_come_back_after_their_visibility_and_die_after_max_receives() {
+    let mut rt = Rt::sqlite(QUEUES, &[]).await;
+    let event_id = rt.enqueue("to-work", json!({"job": 1})).await;
+    let recv = |vis_ms: u64| {
+        let path = format!("/api/v1/queues/work/receive?max=5&visibility_ms={vis_ms}");
+        let rt = &rt;
+        async move { rt.post(&path, json!(null)).await }
+    };
+    let (status, first) = recv(50).await;
+    assert_eq!(status, 200, "{first}");
+    let msg = &first["messages"][0];
+    assert_eq!(msg["event_id"], event_id.as_str());
+    assert_eq!(msg["payload"], r#"{"job":1}"#);
+    assert_eq!(msg["receives"], 1);
+    let (_, hidden) = recv(50).await;
+    assert_eq!(
+        hidden["messages"].as_array().unwrap().len(),
+        0,
+        "invisible while received"
+    );
+    // The visibility (50 ms) runs out: the message comes back, received twice now.
+    let again = std::sync::Mutex::new(serde_json::Value::Null);
+    eventually("the message to come back", || async {
+        let got = recv(60_000).await.1;
+        let back = got["messages"].as_array().is_some_and(|m| m.len() == 1);
+        *again.lock().unwrap() = got;
+        back
+    })
+    .await;
+    let again = again.into_inner().unwrap();
+    assert_eq!(again["messages"][0]["receives"], 2);
+    // The first receipt no longer holds it.
+    let stale = format!(
+        "/api/v1/queues/work/messages/{}/ack?receipt={}",
+        msg["id"], msg["receipt"]
+    );
+    assert_eq!(rt.post(&stale, json!(null)).await.1["acked"], false);
+    // A nack with no delay makes it visible at once; the next receive is its third,
+    // past max_receives = 2, so it is dead-lettered instead of handed out.
+    let m = &again["messages"][0];
+    let nack = format!(
+        "/api/v1/queues/work/messages/{}/nack?receipt={}&delay_ms=0",
+        m["id"], m["receipt"]
+    );
+    assert_eq!(rt.post(&nack, json!(null)).await.1["nacked"], true);
+    let (_, third) = recv(50).await;
+    assert_eq!(third["messages"].as_array().unwrap().len(), 0, "{third}");
+    assert_eq!(third["dead_lettered"], 1);
+    let dl = rt.get("/api/v1/dead-letters").await;
+    assert_eq!(dl["dead_letters"][0]["queue"], "work", "{dl}");
+    // An ack of a live receipt deletes.
+    rt.enqueue("to-work", json!({"job": 2})).await;
+    let (_, got) = recv(60_000).await;
+    let m = &got["messages"][0];
+    let ack = format!(
+        "/api/v1/queues/work/messages/{}/ack?receipt={}",
+        m["id"], m["receipt"]
+    );
+    assert_eq!(rt.post(&ack, json!(null)).await.1["acked"], true);
+    let (status, v) = rt.post("/api/v1/queues/nope/receive", json!(null)).await;
+    assert_eq!((status, v["error"].as_str()), (404, Some("not_found")));
+    rt.stop().await;
+}
