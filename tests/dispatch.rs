@@ -413,3 +413,132 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     assert_eq!((status, v["error"].as_str()), (404, Some("not_found")));
     rt.stop().await;
 }
+
+/// Answers by what the payload asks: `ok`, `fail`, or `sleep_ms` then ok.
+#[derive(Clone, Default)]
+struct Scripted;
+
+#[async_trait::async_trait]
+impl switchboard::BaseConnector for Scripted {
+    fn connector_type(&self) -> &str {
+        "scripted"
+    }
+    async fn execute(
+        &self,
+        payload: switchboard::Payload,
+        _: Option<&str>,
+    ) -> switchboard::Result<switchboard::Payload> {
+        let v = payload.as_json().cloned().unwrap_or_default();
+        if let Some(ms) = v["sleep_ms"].as_u64() {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        match v["do"].as_str() {
+            Some("fail") => Err(switchboard::Error::Connector("told to fail".into())),
+            Some("busy") => Err(switchboard::Error::Overloaded("told to be busy".into())),
+            _ => Ok(switchboard::Payload::Json(json!({"answer": v}))),
+        }
+    }
+}
+
+const SYNC: &str = r#"
+[[queues]]
+name = "work"
+
+[[triggers]]
+id = "sync"
+handler = { local = "scripted", capability = "x" }
+timeout = "300ms"
+max_concurrent = 1
+
+[[triggers]]
+id = "to-work"
+handler = { queue = "work" }
+"#;
+
+#[tokio::test]
+async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() {
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{SYNC}",
+        tempfile::tempdir().unwrap().keep().join("s.db").display()
+    );
+    let resolved = switchboard::RuntimeConfig::from_toml(&text)
+        .unwrap()
+        .resolve_with(dsupport::env)
+        .unwrap();
+    let runtime = switchboard::Runtime::builder(resolved)
+        .local_connector("scripted", Scripted)
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", runtime.local_addr());
+    let client = reqwest::Client::new();
+    let call = |binding: &str, body: serde_json::Value| {
+        let req = client
+            .post(format!("{base}/api/v1/triggers/{binding}/invoke?wait=true"))
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    };
+    let (status, v) = call("sync", json!({"do": "ok", "n": 1})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["answer"]["n"], 1);
+    let (status, v) = call("sync", json!({"do": "fail"})).await;
+    assert_eq!((status, v["error"].as_str()), (502, Some("handler")), "{v}");
+    let (status, v) = call("sync", json!({"do": "busy"})).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (503, Some("overloaded")),
+        "{v}"
+    );
+    let (status, v) = call("sync", json!({"sleep_ms": 5_000})).await;
+    assert_eq!((status, v["error"].as_str()), (504, Some("timeout")), "{v}");
+    let (status, v) = call("to-work", json!({})).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (422, Some("validation")),
+        "{v}"
+    );
+    let (status, _) = call("nope", json!({})).await;
+    assert_eq!(status, 404);
+    // max_concurrent = 1: while one attempt runs, another is refused, not queued.
+    let slow = tokio::spawn(call("sync", json!({"sleep_ms": 250})));
+    let ops = runtime.ops().clone();
+    eventually("the slow attempt to hold the binding's permit", || async {
+        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
+            || matches!(
+                ops.invoke_now("sync", b"{}".to_vec(), 0, None).await,
+                Err(switchboard::runtime::ops::OpError::Busy(_))
+            )
+    })
+    .await;
+    assert_eq!(slow.await.unwrap().0, 200);
+    // The caller hangs up: the attempt still ends, and is recorded as abandoned.
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{base}/api/v1/triggers/sync/invoke?wait=true"))
+        .json(&json!({"sleep_ms": 200}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up");
+    let store = runtime.store().clone();
+    eventually("the abandoned run to be recorded", || async {
+        let runs = store.backend().runs(Some("sync"), 20).await.unwrap();
+        runs.iter().any(|r| r.abandoned && r.status == "ok")
+    })
+    .await;
+    let runs = store.backend().runs(Some("sync"), 20).await.unwrap();
+    let statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
+    for s in ["ok", "handler", "overloaded", "timeout"] {
+        assert!(statuses.contains(&s), "{statuses:?}");
+    }
+    runtime.shutdown().await.unwrap();
+}

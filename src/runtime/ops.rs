@@ -318,7 +318,6 @@ impl DeliverOps {
         let deliver = self.deliver.clone();
         let store = self.store.clone();
         tokio::spawn(async move {
-            let _permits = permits;
             let started = now_ms();
             let t0 = tokio::time::Instant::now();
             let input = AttemptInput {
@@ -337,6 +336,9 @@ impl DeliverOps {
                     format!("the handler did not answer within {:?}", binding.timeout),
                 )),
             };
+            // The permits go before the answer, so a caller that invokes again as soon
+            // as it has one is not refused by its own finished attempt.
+            drop(permits);
             let (status, error) = match &result {
                 Ok(_) => ("ok".to_owned(), None),
                 Err(f) => (f.kind.as_str().to_owned(), Some(f.message.clone())),
