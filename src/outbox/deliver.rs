@@ -163,9 +163,9 @@ impl Deliver for Handlers {
                     Failure::new(FailureKind::Platform, "no [gateway] is configured")
                 })?;
                 let payload = payload_in(input.payload, *encoding)?;
-                let mut options = InvokeOptions::default()
-                    .with_timeout(input.binding.timeout)
-                    .with_encoding(*encoding);
+                // The decoded payload carries its encoding; `with_encoding` is only for
+                // raw bytes.
+                let mut options = InvokeOptions::default().with_timeout(input.binding.timeout);
                 options.context = input.context();
                 let answer = gateway
                     .invoke(target, capability, payload, options)
