@@ -23,8 +23,14 @@ async fn target(
     gw: &TestGateway,
     rec: Recorder,
 ) -> (MultiConnectorRunner, tokio::task::JoinHandle<()>) {
+    // Reconnects fast, so after a gateway restart the target is back long before the
+    // rows that wait for it have spent their attempts.
     let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
         .instance_id("target")
+        .reconnect(switchboard::BackoffPolicy::new(
+            Duration::from_millis(20),
+            Duration::from_millis(100),
+        ))
         .build()
         .unwrap();
     let runner =
@@ -265,7 +271,7 @@ async fn rows_due_while_the_gateway_is_down_wait_and_are_delivered_when_it_retur
     let rec = Recorder::default();
     let (_r, _join) = target(&gw, rec.clone()).await;
     let config = format!(
-        "{}\n[dispatcher]\npoll_interval = \"100ms\"\n\n[[triggers]]\nid = \"to-target\"\nhandler = {{ invoke = \"acme.recorder.target\", capability = \"record\" }}\nretry = {{ max_attempts = 2, backoff = \"constant\", base = \"50ms\" }}\n",
+        "{}\n[dispatcher]\npoll_interval = \"100ms\"\n\n[[triggers]]\nid = \"to-target\"\nhandler = {{ invoke = \"acme.recorder.target\", capability = \"record\" }}\nretry = {{ max_attempts = 20, backoff = \"constant\", base = \"100ms\" }}\n",
         gateway_section(&gw)
     );
     let mut rt = Rt::sqlite(&config, &[]).await;
