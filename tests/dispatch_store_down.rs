@@ -1,0 +1,151 @@
+//! The database going away under a running dispatcher: PostgreSQL behind a TCP proxy
+//! in the test process that the test takes down (every connection cut, new ones
+//! refused) and brings back. The dispatcher backs off, ingest answers 503, and once
+//! the database is back everything accepted is delivered.
+
+#[path = "common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "dispatch/support.rs"]
+mod dsupport;
+#[path = "ingest/support.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::eventually;
+use dsupport::{Recorder, Rt};
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// A TCP proxy to PostgreSQL that can be taken down and brought back.
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    /// Cancelled to cut every open connection; replaced on `bring_up`.
+    cut: Arc<std::sync::Mutex<CancellationToken>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let cut = Arc::new(std::sync::Mutex::new(CancellationToken::new()));
+        let (u, c) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                if !u.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let token = c.lock().unwrap().clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut a, mut b) = (client, server);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
+                        _ = token.cancelled() => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, up, cut }
+    }
+
+    fn take_down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.lock().unwrap().cancel();
+    }
+
+    fn bring_up(&self) {
+        *self.cut.lock().unwrap() = CancellationToken::new();
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+const CONFIG: &str = r#"
+[dispatcher]
+poll_interval = "100ms"
+
+[[triggers]]
+id = "audit"
+handler = { local = "rec", capability = "x" }
+retry = { max_attempts = 50, backoff = "constant", base = "100ms" }
+"#;
+
+#[tokio::test]
+async fn the_dispatcher_backs_off_while_postgres_is_away_and_resumes_when_it_returns() {
+    let Some(base) = dsupport::postgres_url() else {
+        dsupport::skip_postgres(
+            "the_dispatcher_backs_off_while_postgres_is_away_and_resumes_when_it_returns",
+        );
+        return;
+    };
+    let direct = dsupport::fresh_postgres_schema(&base).await;
+    let proxy = Proxy::start("127.0.0.1:5432".into()).await;
+    let via_proxy = direct.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    assert_ne!(via_proxy, direct, "the test URL names 127.0.0.1:5432");
+    let rec = Recorder::default();
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let mut rt = Rt::on(via_proxy, dir, CONFIG, &[("rec", rec.clone())]).await;
+    for n in 0..3 {
+        rt.enqueue("audit", json!({"n": n})).await;
+    }
+    eventually("the first rows delivered", || async { rec.count() == 3 }).await;
+
+    proxy.take_down();
+    let (status, v) = rt
+        .post("/api/v1/triggers/audit/invoke", json!({"n": "refused"}))
+        .await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (503, Some("store_unavailable")),
+        "{v}"
+    );
+    // The dispatcher keeps trying (and counting its store errors) while it is away.
+    eventually("the dispatcher to notice the store is away", || async {
+        let m = reqwest::get(format!("{}/metrics", rt.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        m.lines()
+            .find(|l| l.starts_with("switchboard_dispatch_store_errors_total"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    })
+    .await;
+
+    proxy.bring_up();
+    eventually("ingest to accept again", || async {
+        rt.post("/api/v1/triggers/audit/invoke", json!({"n": 3}))
+            .await
+            .0
+            == 202
+    })
+    .await;
+    for n in 4..6 {
+        rt.enqueue("audit", json!({"n": n})).await;
+    }
+    eventually("the rows enqueued after the outage delivered", || async {
+        rec.count() >= 6
+    })
+    .await;
+    let ns: Vec<_> = rec.seen().iter().map(|s| s.payload["n"].clone()).collect();
+    assert!(
+        !ns.contains(&json!("refused")),
+        "a refused enqueue stored nothing: {ns:?}"
+    );
+    rt.stop().await;
+}
