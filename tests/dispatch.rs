@@ -542,3 +542,102 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
     }
     runtime.shutdown().await.unwrap();
 }
+
+const WEBHOOKS: &str = r#"
+[[sources]]
+id = "gh"
+provider = "github"
+secret_env = "GH_SECRET"
+
+[[triggers]]
+id = "opened"
+sources = ["gh"]
+events = ["issues.*"]
+filter = 'payload.action == "opened"'
+handler = { local = "opened", capability = "x" }
+
+[[triggers]]
+id = "closed"
+events = ["issues.closed"]
+handler = { local = "closed", capability = "x" }
+
+[[triggers]]
+id = "broken"
+filter = 'payload.missing.deeper == 1'
+handler = { local = "broken", capability = "x" }
+"#;
+
+#[tokio::test]
+async fn signed_webhooks_reach_matching_bindings_once_and_a_failing_filter_skips_only_itself() {
+    let (opened, closed, broken) = (
+        Recorder::default(),
+        Recorder::default(),
+        Recorder::default(),
+    );
+    let mut rt = Rt::sqlite(
+        WEBHOOKS,
+        &[
+            ("opened", opened.clone()),
+            ("closed", closed.clone()),
+            ("broken", broken.clone()),
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let post = |d: support::Delivery| {
+        let mut req = client
+            .post(format!("{}/hooks/gh", rt.base))
+            .body(d.body.clone());
+        for (k, v) in &d.headers {
+            req = req.header(k, v);
+        }
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let secret = dsupport::env("GH_SECRET").unwrap();
+    for id in ["d1", "d2", "d3"] {
+        assert_eq!(
+            post(support::Kind::Github.sign(&secret, id, support::now_s())).await,
+            200
+        );
+    }
+    // A redelivery of d1: acknowledged as a duplicate, enqueues nothing.
+    assert_eq!(
+        post(support::Kind::Github.sign(&secret, "d1", support::now_s())).await,
+        200
+    );
+    eventually("the three opened issues delivered", || async {
+        opened.count() == 3
+    })
+    .await;
+    let stats_quiet = || async {
+        let s = rt.get("/api/v1/outbox/stats").await;
+        s["due"] == 0 && s["leased"] == 0 && s["scheduled"] == 0
+    };
+    eventually("the outbox to drain", stats_quiet).await;
+    assert_eq!(opened.count(), 3, "the duplicate enqueued nothing");
+    assert_eq!((closed.count(), broken.count()), (0, 0));
+    let deliveries: Vec<String> = opened
+        .seen()
+        .iter()
+        .map(|s| s.payload["delivery"].as_str().unwrap().to_owned())
+        .collect();
+    let mut sorted = deliveries.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["d1", "d2", "d3"]);
+    let metrics = reqwest::get(format!("{}/metrics", rt.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("switchboard_ingress_trigger_filter_errors_total{binding=\"broken\"} 4"),
+        "every request's evaluation is counted: {metrics}"
+    );
+    assert!(
+        metrics.contains("switchboard_dispatch_dispatched_total{binding=\"opened\"} 3"),
+        "{metrics}"
+    );
+    assert_eq!(metrics.matches("# EOF").count(), 1, "one exposition");
+    rt.stop().await;
+}
