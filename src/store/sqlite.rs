@@ -100,6 +100,11 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
 /// WAL to about a second of writes and the work of each checkpoint small.
 pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Prepared statements kept per connection. rusqlite's default (16) is fewer than the
+/// writer runs (ingest, claims, finishes, queues, retention), and an evicted ingest
+/// statement would be prepared again on every batch.
+pub const STATEMENT_CACHE: usize = 64;
+
 /// Page size of a newly created database (an existing one keeps its own).
 pub const PAGE_SIZE: u32 = 16 * 1024;
 
@@ -167,6 +172,7 @@ impl SqliteBackend {
                     "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
                 ))
             })?;
+            conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             Ok(conn)
         };
         let mut writer = open("writer")?;
