@@ -701,3 +701,45 @@ async fn two_claimers_on_a_thousand_rows_never_receive_the_same_row(kind: StoreK
     assert_eq!(all.len(), 1_000, "every row claimed");
     assert_eq!(unique.len(), 1_000, "no row claimed twice");
 }
+
+#[tokio::test]
+async fn postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_is_back() {
+    use futures_util::FutureExt as _;
+    let Some(base) = postgres_url() else {
+        return skip_postgres(
+            "postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_is_back",
+        );
+    };
+    let Some((_, rest)) = base.split_once('@') else {
+        return skip_postgres(
+            "SWITCHBOARD_TEST_POSTGRES_URL must have the form postgres://user@host:port/db",
+        );
+    };
+    let target = rest.split('/').next().unwrap().to_owned();
+    let proxy = support::Proxy::start(target.clone()).await;
+    let schema_url = support::fresh_postgres_schema(&base).await;
+    let through_proxy = schema_url.replacen(&target, &proxy.addr.to_string(), 1);
+    let backend = switchboard::store::open_backend(&through_proxy, &Default::default())
+        .await
+        .unwrap();
+    let wake = backend.wake();
+    // A wake-up some other test's commit left behind must not pass for the reconnect's.
+    let _ = wake.notified().now_or_never();
+
+    proxy.down();
+    let claim = claim_request(&[B], T, T + LEASE, 1, 10);
+    let err = backend
+        .claim(&claim)
+        .await
+        .expect_err("no database, no claim");
+    assert!(
+        matches!(err, switchboard::Error::Store(_)) && err.to_string().contains("ostgre"),
+        "{err}"
+    );
+
+    proxy.up();
+    tokio::time::timeout(DEADLINE, wake.notified())
+        .await
+        .expect("the listener reconnects and wakes the dispatcher once");
+    assert!(backend.claim(&claim).await.unwrap().is_empty());
+}

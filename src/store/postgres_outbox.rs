@@ -486,9 +486,21 @@ impl PostgresBackend {
             .await
             .map_err(pg_err("enqueue dead-letter handlers"))?;
         }
-        drop(fanout);
         owned_tx.commit().await.map_err(pg_err("commit finish"))?;
         Ok(applied)
+    }
+
+    /// `sql` prepared on `client`, once per pooled connection: the dispatcher and the
+    /// queue consumers repeat these statements many times a second, and an unprepared
+    /// statement costs a second round trip (parse and describe) every time.
+    pub(super) async fn prepared(
+        client: &deadpool_postgres::Object,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement> {
+        client
+            .prepare_cached(sql)
+            .await
+            .map_err(pg_err("prepare an outbox statement"))
     }
 
     /// Splits (id, token) pairs into the two arrays the statements take.
@@ -504,10 +516,7 @@ impl crate::outbox::OutboxStore for PostgresBackend {
             return Ok(Vec::new());
         }
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(CLAIM)
-            .await
-            .map_err(pg_err("prepare claim"))?;
+        let stmt = Self::prepared(&client, CLAIM).await?;
         let found = client
             .query(
                 &stmt,
@@ -534,8 +543,9 @@ impl crate::outbox::OutboxStore for PostgresBackend {
         }
         let (ids, tokens) = Self::pairs(rows);
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, RELEASE).await?;
         let row = client
-            .query_one(RELEASE, &[&ids, &tokens, &now_ms])
+            .query_one(&stmt, &[&ids, &tokens, &now_ms])
             .await
             .map_err(pg_err("release outbox rows"))?;
         Ok(row.get::<_, i64>(0) as u64)
@@ -547,8 +557,9 @@ impl crate::outbox::OutboxStore for PostgresBackend {
         }
         let (ids, tokens) = Self::pairs(rows);
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, EXTEND).await?;
         client
-            .execute(EXTEND, &[&ids, &tokens, &until_ms])
+            .execute(&stmt, &[&ids, &tokens, &until_ms])
             .await
             .map_err(pg_err("extend outbox leases"))
     }
@@ -565,8 +576,9 @@ impl crate::outbox::OutboxStore for PostgresBackend {
             return Ok(None);
         }
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, NEXT_DUE).await?;
         let row = client
-            .query_one(NEXT_DUE, &[&bindings])
+            .query_one(&stmt, &[&bindings])
             .await
             .map_err(pg_err("read the next due time"))?;
         Ok(row.get(0))
@@ -629,8 +641,9 @@ impl crate::outbox::OutboxStore for PostgresBackend {
 
     async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>> {
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, REPLAY).await?;
         let row = client
-            .query_one(REPLAY, &[&id, &now_ms])
+            .query_one(&stmt, &[&id, &now_ms])
             .await
             .map_err(pg_err("replay a dead letter"))?;
         Ok(row.get(0))

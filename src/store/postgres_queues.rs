@@ -101,10 +101,7 @@ impl PostgresBackend {
         let receipt: i64 = rand::random();
         let error = rows::max_receives_error(req.max_receives, req.max_receives, req.now_ms);
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(RECEIVE)
-            .await
-            .map_err(pg_err("prepare receive"))?;
+        let stmt = Self::prepared(&client, RECEIVE).await?;
         let found = client
             .query(
                 &stmt,
@@ -147,8 +144,9 @@ impl PostgresBackend {
     /// Deletes a received message if `receipt` still holds it.
     pub(super) async fn ack_message(&self, queue: &str, id: i64, receipt: i64) -> Result<bool> {
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, ACK).await?;
         let n = client
-            .execute(ACK, &[&queue, &id, &receipt])
+            .execute(&stmt, &[&queue, &id, &receipt])
             .await
             .map_err(pg_err("ack a queue message"))?;
         Ok(n == 1)
@@ -164,8 +162,9 @@ impl PostgresBackend {
         visible_at_ms: i64,
     ) -> Result<bool> {
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, NACK).await?;
         let row = client
-            .query_one(NACK, &[&queue, &id, &receipt, &visible_at_ms])
+            .query_one(&stmt, &[&queue, &id, &receipt, &visible_at_ms])
             .await
             .map_err(pg_err("nack a queue message"))?;
         Ok(row.get::<_, i64>(0) == 1)
@@ -174,9 +173,10 @@ impl PostgresBackend {
     /// Appends a sync invocation record.
     pub(super) async fn insert_run(&self, run: &RunRecord) -> Result<()> {
         let client = self.client().await?;
+        let stmt = Self::prepared(&client, INSERT_RUN).await?;
         client
             .execute(
-                INSERT_RUN,
+                &stmt,
                 &[
                     &run.binding_id,
                     &run.event_id,
@@ -243,10 +243,7 @@ impl PostgresBackend {
                 }
             }
         }
-        let stmt = client
-            .prepare_cached(EXPIRE_EVENTS)
-            .await
-            .map_err(pg_err("prepare expire"))?;
+        let stmt = Self::prepared(&client, EXPIRE_EVENTS).await?;
         let mut cursor = (i64::MIN, i64::MIN);
         loop {
             let row = client

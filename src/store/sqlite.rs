@@ -100,6 +100,11 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
 /// WAL to about a second of writes and the work of each checkpoint small.
 pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Prepared statements kept per connection. rusqlite's default (16) is fewer than the
+/// writer runs (ingest, claims, finishes, queues, retention), and an evicted ingest
+/// statement would be prepared again on every batch.
+pub const STATEMENT_CACHE: usize = 64;
+
 /// Page size of a newly created database (an existing one keeps its own).
 pub const PAGE_SIZE: u32 = 16 * 1024;
 
@@ -167,6 +172,7 @@ impl SqliteBackend {
                     "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
                 ))
             })?;
+            conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             Ok(conn)
         };
         let mut writer = open("writer")?;
@@ -599,5 +605,79 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, MIGRATIONS.len() as i64);
+    }
+    #[tokio::test]
+    async fn a_garbage_file_is_refused_at_open_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garbage.db");
+        std::fs::write(&path, vec![0x5a; 64 * 1024]).unwrap();
+        let err = SqliteBackend::open(path.to_str().unwrap(), &StoreOptions::default())
+            .await
+            .err()
+            .expect("a garbage file is not opened");
+        let text = err.to_string();
+        assert!(matches!(err, Error::Store(_)), "{err:?}");
+        assert!(
+            text.contains("is not a usable SQLite database") && text.contains("move it aside"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_database_replaced_by_garbage_while_open_fails_each_call_with_a_store_error() {
+        use crate::outbox::model::{ClaimRequest, Enqueue, Finish};
+        use crate::outbox::OutboxStore;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replaced.db");
+        let b = SqliteBackend::open(path.to_str().unwrap(), &StoreOptions::default())
+            .await
+            .unwrap();
+        b.put_state("s", "k", Some("v")).await.unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.path().join(format!("replaced.db{suffix}"));
+            if file.exists() {
+                std::fs::write(&file, vec![0x5a; 64 * 1024]).unwrap();
+            }
+        }
+        let claim = ClaimRequest {
+            now_ms: 0,
+            lease_until_ms: 1,
+            token: 1,
+            limit: 10,
+            bindings: vec!["b".into()],
+        };
+        let event = crate::triggers::TriggerEvent::new(
+            "s",
+            "github",
+            "k".into(),
+            0,
+            None,
+            "d".into(),
+            "t".into(),
+            "default",
+            Default::default(),
+            b"{}".to_vec(),
+            serde_json::Value::Null,
+            SignatureStatus::Verified,
+        );
+        let append = Write::Append {
+            event: Box::new(event),
+            claim_expires_at_ms: 1,
+            enqueue: vec![Enqueue::dispatch("b", "f")],
+        };
+        let done = vec![Finish::Done { id: 1, token: 1 }];
+        let errors = [
+            b.claim(&claim).await.err(),
+            b.finish(done, 0).await.err(),
+            b.stats(0).await.err(),
+            b.expire(0, 10).await.err(),
+            b.write_batch(vec![append], 0).await.err(),
+        ];
+        for err in errors {
+            let err = err.expect("a call on a garbage file fails");
+            assert!(matches!(err, Error::Store(_)), "{err:?}");
+            assert!(err.to_string().contains("file is not a database"), "{err}");
+        }
     }
 }
