@@ -641,3 +641,109 @@ async fn signed_webhooks_reach_matching_bindings_once_and_a_failing_filter_skips
     assert_eq!(metrics.matches("# EOF").count(), 1, "one exposition");
     rt.stop().await;
 }
+
+#[tokio::test]
+async fn a_handler_longer_than_its_lease_keeps_its_row_and_runs_once() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let config = r#"
+[dispatcher]
+lease = "300ms"
+poll_interval = "50ms"
+
+[[triggers]]
+id = "slow"
+handler = { local = "rec", capability = "x" }
+"#;
+    let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
+    rt.enqueue("slow", json!({})).await;
+    let ops = rt.rt().ops().clone();
+    eventually("the attempt to start", || async {
+        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
+    })
+    .await;
+    // Hold the handler for several leases; the keeper extends the lease each third of
+    // one, so the row stays leased and is never claimed a second time.
+    let store = rt.rt().store().clone();
+    // The invariant is checked across four lease lengths (the waits pace the checks;
+    // nothing is synchronised on them).
+    for _ in 0..12 {
+        let stats = store
+            .backend()
+            .stats(switchboard::store::now_ms())
+            .await
+            .unwrap();
+        assert_eq!(stats.leased + stats.due + stats.scheduled, 1);
+        assert_eq!(stats.due, 0, "a row under a kept lease is never due");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rec.count(), 0, "still the first attempt, held");
+    gate.add_permits(1);
+    eventually("the attempt to finish", || async {
+        ops.triggers()["triggers"][0]["counts"]["dispatched"] == 1
+    })
+    .await;
+    rt.stop().await;
+    assert_eq!(rec.count(), 1, "one execution");
+}
+
+#[tokio::test]
+async fn shutdown_waits_its_grace_then_releases_held_rows_for_the_next_start() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let stuck = Recorder::gated(gate.clone());
+    let config = r#"
+[dispatcher]
+shutdown_grace = "200ms"
+
+[[triggers]]
+id = "work"
+handler = { local = "rec", capability = "x" }
+max_concurrent = 1
+"#;
+    let mut rt = Rt::sqlite(config, &[("rec", stuck.clone())]).await;
+    for n in 0..4 {
+        rt.enqueue("work", json!({"n": n})).await;
+    }
+    let ops = rt.rt().ops().clone();
+    eventually("one attempt to hold the binding's only permit", || async {
+        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
+    })
+    .await;
+    let store = rt.rt().store().clone();
+    let stats = store
+        .backend()
+        .stats(switchboard::store::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.leased, stats.due),
+        (1, 3),
+        "rows that got no permit are not held: {stats:?}"
+    );
+    let (dir, url) = (rt.dir.clone(), rt.store_url.clone());
+    rt.stop().await;
+    let stats = store
+        .backend()
+        .stats(switchboard::store::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.leased, stats.due),
+        (0, 4),
+        "the stuck attempt's row was released: {stats:?}"
+    );
+    let fresh = Recorder::default();
+    let mut again = Rt::on(url, dir, config, &[("rec", fresh.clone())]).await;
+    eventually("all four delivered after the restart", || async {
+        fresh.count() == 4
+    })
+    .await;
+    assert!(
+        fresh
+            .seen()
+            .iter()
+            .all(|s| s.ctx("switchboard.attempt") == "1"),
+        "a released attempt does not count"
+    );
+    again.stop().await;
+}
