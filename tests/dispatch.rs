@@ -254,19 +254,8 @@ handler = { local = "ordered", capability = "x" }
 ordering_key = 'payload.key'
 max_concurrent = 8
 "#;
-    let text = format!(
-        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{config}",
-        tempfile::tempdir().unwrap().keep().join("o.db").display()
-    );
-    let resolved = switchboard::RuntimeConfig::from_toml(&text)
-        .unwrap()
-        .resolve_with(dsupport::env)
-        .unwrap();
-    let runtime = switchboard::Runtime::builder(resolved)
-        .local_connector("ordered", ordered.clone())
-        .start()
-        .await
-        .unwrap();
+    let mut rt = Rt::sqlite_with(config, |b| b.local_connector("ordered", ordered.clone())).await;
+    let runtime = rt.rt();
     let ops = runtime.ops().clone();
     let enqueue = |key: &str, seq: u64| {
         let ops = ops.clone();
@@ -335,7 +324,7 @@ max_concurrent = 8
             .collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: {seqs:?}");
     }
-    runtime.shutdown().await.unwrap();
+    rt.stop().await;
 }
 
 const QUEUES: &str = r#"
@@ -457,19 +446,8 @@ handler = { queue = "work" }
 
 #[tokio::test]
 async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() {
-    let text = format!(
-        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{SYNC}",
-        tempfile::tempdir().unwrap().keep().join("s.db").display()
-    );
-    let resolved = switchboard::RuntimeConfig::from_toml(&text)
-        .unwrap()
-        .resolve_with(dsupport::env)
-        .unwrap();
-    let runtime = switchboard::Runtime::builder(resolved)
-        .local_connector("scripted", Scripted)
-        .start()
-        .await
-        .unwrap();
+    let mut rt = Rt::sqlite_with(SYNC, |b| b.local_connector("scripted", Scripted)).await;
+    let runtime = rt.rt();
     let base = format!("http://{}", runtime.local_addr());
     let client = reqwest::Client::new();
     let call = |binding: &str, body: serde_json::Value| {
@@ -540,7 +518,7 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
     for s in ["ok", "handler", "overloaded", "timeout"] {
         assert!(statuses.contains(&s), "{statuses:?}");
     }
-    runtime.shutdown().await.unwrap();
+    rt.stop().await;
 }
 
 const WEBHOOKS: &str = r#"

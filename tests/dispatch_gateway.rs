@@ -218,19 +218,8 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
         "{}\n[dispatcher]\nmax_depth = 3\n\n[[triggers]]\nid = \"loop\"\nhandler = {{ local = \"looper\", capability = \"x\" }}\n",
         gateway_section(&gw)
     );
-    let text = format!(
-        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{config}",
-        tempfile::tempdir().unwrap().keep().join("d.db").display()
-    );
-    let resolved = switchboard::RuntimeConfig::from_toml(&text)
-        .unwrap()
-        .resolve_with(dsupport::env)
-        .unwrap();
-    let runtime = switchboard::Runtime::builder(resolved)
-        .local_connector("looper", looper.clone())
-        .start()
-        .await
-        .unwrap();
+    let mut rt = Rt::sqlite_with(&config, |b| b.local_connector("looper", looper.clone())).await;
+    let runtime = rt.rt();
     runtime
         .registration()
         .unwrap()
@@ -262,7 +251,7 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
         stats["dead_letters"], 0,
         "dropped, not dead-lettered: {stats}"
     );
-    runtime.shutdown().await.unwrap();
+    rt.stop().await;
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
+use switchboard::runtime::RuntimeBuilder;
 use switchboard::{BaseConnector, ExecuteContext, Payload, Runtime, RuntimeConfig};
 
 #[allow(unused_imports)]
@@ -135,16 +136,43 @@ impl Rt {
         config: &str,
         locals: &[(&str, Recorder)],
     ) -> Rt {
+        let locals: Vec<(String, Recorder)> = locals
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.clone()))
+            .collect();
+        Rt::on_with(store_url, dir, config, move |mut b| {
+            for (name, r) in locals {
+                b = b.local_connector(name, r);
+            }
+            b
+        })
+        .await
+    }
+
+    /// A runtime on a fresh SQLite file whose builder `setup` completes (local
+    /// connectors of any type).
+    pub async fn sqlite_with(
+        config: &str,
+        setup: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+    ) -> Rt {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+        Rt::on_with(url, dir, config, setup).await
+    }
+
+    /// A runtime on `store_url` whose builder `setup` completes.
+    pub async fn on_with(
+        store_url: String,
+        dir: Arc<tempfile::TempDir>,
+        config: &str,
+        setup: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
+    ) -> Rt {
         let text = format!("listen = \"127.0.0.1:0\"\nstore = \"{store_url}\"\n{config}");
         let resolved = RuntimeConfig::from_toml(&text)
             .unwrap()
             .resolve_with(env)
             .unwrap();
-        let mut b = Runtime::builder(resolved);
-        for (name, r) in locals {
-            b = b.local_connector(*name, r.clone());
-        }
-        let runtime = b.start().await.unwrap();
+        let runtime = setup(Runtime::builder(resolved)).start().await.unwrap();
         let base = format!("http://{}", runtime.local_addr());
         Rt {
             runtime: Some(runtime),
