@@ -3,7 +3,6 @@
 //! executable through the gateway like any connector's.
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 #[path = "dispatch/support.rs"]
 mod dsupport;

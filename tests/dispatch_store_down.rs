@@ -4,7 +4,6 @@
 //! the database is back everything accepted is delivered.
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 #[path = "dispatch/support.rs"]
 mod dsupport;
