@@ -47,8 +47,10 @@ pub(super) async fn start(
 ) -> Result<DropGuard> {
     config.application_name(APPLICATION_NAME);
     let stop = CancellationToken::new();
+    // Held from the start: whichever way `start` fails, dropping it stops the task.
+    let guard = stop.clone().drop_guard();
     let (ready, listening) = oneshot::channel();
-    tokio::spawn(run(config, wake, stop.clone(), ready));
+    tokio::spawn(run(config, wake, stop, ready));
     let first = tokio::time::timeout(FIRST_LISTEN_DEADLINE, listening).await;
     let failed = |why: String| {
         Error::Store(format!(
@@ -56,7 +58,7 @@ pub(super) async fn start(
         ))
     };
     match first {
-        Ok(Ok(Ok(()))) => Ok(stop.drop_guard()),
+        Ok(Ok(Ok(()))) => Ok(guard),
         Ok(Ok(Err(e))) => Err(failed(e)),
         Ok(Err(_)) => Err(failed("the listener task ended".into())),
         Err(_) => Err(failed(format!(

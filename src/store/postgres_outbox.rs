@@ -210,6 +210,8 @@ const INSERT_ROWS: &str = "WITH fan AS (
     )
     SELECT (SELECT count(*) FROM notified)";
 
+/// The earliest `next_attempt_at` of the head-of-line rows (see
+/// [`super::sqlite_outbox`] for why held rows are left out).
 const NEXT_DUE: &str = "SELECT min(o.next_attempt_at) FROM outbox o
     WHERE o.binding_id = ANY($1::TEXT[])
         AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
