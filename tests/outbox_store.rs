@@ -743,3 +743,42 @@ async fn postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_i
         .expect("the listener reconnects and wakes the dispatcher once");
     assert!(backend.claim(&claim).await.unwrap().is_empty());
 }
+
+/// PostgreSQL only (SQLite has one process per file): when a delivered row held an
+/// ordering key, the key's next row became claimable, and another process hears it at
+/// once instead of at its next poll.
+#[tokio::test]
+async fn postgres_finishing_an_ordering_keys_head_wakes_other_processes() {
+    let Some(base) = postgres_url() else {
+        skip_postgres("postgres_finishing_an_ordering_keys_head_wakes_other_processes");
+        return;
+    };
+    let f = Fixture::open(&StoreKind::Postgres(base)).await;
+    f.append("a-1", vec![keyed("A")]).await;
+    f.append("a-2", vec![keyed("A")]).await;
+    let head = f.claim_for(&[B], T, 1, 10).await;
+    assert_eq!(head.len(), 1, "a-2 waits behind a-1");
+    let other = f.second_process().await;
+    let wake = other.wake();
+    // Consume the wake-ups the appends sent, so the next one is the finish's.
+    while tokio::time::timeout(std::time::Duration::from_millis(200), wake.notified())
+        .await
+        .is_ok()
+    {}
+    let done = Finish::Done {
+        id: head[0].id,
+        token: head[0].token,
+    };
+    assert_eq!(f.backend.finish(vec![done], T).await.unwrap(), 1);
+    tokio::time::timeout(DEADLINE, wake.notified())
+        .await
+        .expect("woken by the head's finish");
+    assert_eq!(
+        other
+            .claim(&claim_request(&[B], T, T + LEASE, 2, 10))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}

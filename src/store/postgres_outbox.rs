@@ -138,9 +138,18 @@ const EXTEND: &str = "UPDATE outbox o SET next_attempt_at = $3
     FROM unnest($1::BIGINT[], $2::BIGINT[]) AS r(id, token)
     WHERE o.id = r.id AND o.lease_token = r.token";
 
-const FINISH_DONE: &str =
-    "DELETE FROM outbox o USING unnest($1::BIGINT[], $2::BIGINT[]) AS d(id, token)
-    WHERE o.id = d.id AND o.lease_token = d.token";
+/// Deletes delivered rows. When one of them held an ordering key, the key's next row
+/// has just become claimable, possibly by another process: notify, so it does not wait
+/// for that process's poll.
+const FINISH_DONE: &str = "WITH gone AS (
+        DELETE FROM outbox o USING unnest($1::BIGINT[], $2::BIGINT[]) AS d(id, token)
+        WHERE o.id = d.id AND o.lease_token = d.token
+        RETURNING o.ordering_key
+    ), woke AS (
+        SELECT pg_notify('switchboard_outbox', '') FROM gone
+        WHERE ordering_key IS NOT NULL LIMIT 1
+    )
+    SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woke)";
 
 const FINISH_RETRY: &str = "UPDATE outbox o SET next_attempt_at = r.at, due_at = r.at,
         lease_token = NULL, errors = o.errors || jsonb_build_array(r.error::JSONB)
@@ -413,7 +422,8 @@ impl PostgresBackend {
             if b.done.0.is_empty() {
                 return Ok(0);
             }
-            tx.execute(&done, &[&b.done.0, &b.done.1]).await
+            let row = tx.query_one(&done, &[&b.done.0, &b.done.1]).await?;
+            Ok(row.get::<_, i64>(0) as u64)
         };
         let retries = async {
             if b.retry.0.is_empty() {
