@@ -43,3 +43,56 @@ async fn an_enqueued_row_is_delivered_once_to_its_local_connector_with_its_conte
     rt.stop().await;
     assert_eq!(rec.count(), 1, "delivered exactly once");
 }
+
+#[tokio::test]
+async fn an_invoke_binding_delivers_its_json_payload_through_the_gateway() {
+    use switchboard::gateway::{Gateway, GatewayConfig};
+    use switchboard::{ConnectorConfig, Registration, RunnerOptions};
+
+    let gateway = Gateway::start(GatewayConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let rec = Recorder::default();
+    let cfg = ConnectorConfig::builder(gateway.ws_url(), "acme")
+        .instance_id("main")
+        .build()
+        .unwrap();
+    let (runner, run) = common::start(
+        RunnerOptions::default(),
+        vec![Registration::new(cfg, rec.clone())],
+    )
+    .await;
+    let config = format!(
+        r#"
+[gateway]
+url = "{}"
+tenant = "acme"
+
+[[triggers]]
+id = "to-recorder"
+handler = {{ invoke = "acme.recorder.main", capability = "record" }}
+retry = {{ max_attempts = 1 }}
+"#,
+        gateway.ws_url()
+    );
+    let mut rt = Rt::sqlite(&config, &[]).await;
+    rt.rt()
+        .registration()
+        .unwrap()
+        .wait_registered(common::DEADLINE)
+        .await
+        .unwrap();
+    let id = rt.enqueue("to-recorder", json!({"n": 1})).await;
+    eventually("the invoke", || async { rec.count() == 1 }).await;
+    let seen = &rec.seen()[0];
+    assert_eq!(seen.payload, json!({"n": 1}));
+    assert_eq!(seen.ctx("switchboard.event_id"), id);
+    eventually("the dispatcher to count it delivered", || async {
+        rt.get("/api/v1/triggers").await["triggers"][0]["counts"]["dispatched"] == 1
+    })
+    .await;
+    rt.stop().await;
+    runner.shutdown_handle().shutdown();
+    let _ = run.await;
+    gateway.shutdown().await;
+}
