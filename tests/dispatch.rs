@@ -3,7 +3,6 @@
 //! SQLite store (and PostgreSQL where it matters).
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 #[path = "dispatch/support.rs"]
 mod dsupport;

@@ -239,6 +239,9 @@ mod tests {
         assert!(parse_errors("not json").is_empty());
         assert!(parse_annotations("{").is_empty());
         let e = max_receives_error(3, 3, 9);
-        assert_eq!(parse_errors(&errors_json(&[e.clone()])), vec![e]);
+        assert_eq!(
+            parse_errors(&errors_json(std::slice::from_ref(&e))),
+            vec![e]
+        );
     }
 }
