@@ -1,33 +1,72 @@
-//! `switchboard demo`: the whole loop on one machine with no setup.
+//! `switchboard demo`: the whole loop on one machine, with no setup and one command.
 //!
-//! Starts a reference gateway on an ephemeral loopback port, registers echo connectors
-//! for two tenants through one `MultiConnectorRunner` (so two sockets), sends execute
-//! requests through the gateway's HTTP API from several concurrent clients, checks
-//! every answer, and prints what happened.
+//! One in-process reference gateway on an ephemeral loopback port serves two sections:
+//!
+//! 1. **Execute** ([`execute`]): echo connectors for several tenants through one
+//!    `MultiConnectorRunner` (one socket per tenant); concurrent HTTP clients send
+//!    execute requests through the gateway's HTTP API and every answer is checked.
+//! 2. **Deliver** ([`deliver`], feature `runtime`): a [`switchboard::Runtime`] on an
+//!    embedded SQLite store in a temp dir. Signed GitHub webhooks are posted to its
+//!    ingress; its trigger bindings match them, the outbox takes the rows in the
+//!    webhook's own transaction, and the dispatcher delivers them by `invoke` through
+//!    the gateway to target connectors that share one socket. One binding always fails:
+//!    it is retried, dead-lettered, and its dead-letter handler runs.
+//!
+//! The deliver loop is the main part (the issue's "whole loop"), but the execute section
+//! stays and runs first: it is the multiplexer alone, the layer every delivery rides on,
+//! so if the loop ever fails the first table already says whether the sockets work. It
+//! is also the only section in a build without the `runtime` feature.
+//!
+//! Each section prints a table; any failed expectation (a wrong answer, a delivery
+//! missing, a count that disagrees) ends the demo with a message and a non-zero exit.
 
-use std::time::{Duration, Instant};
+mod execute;
 
-use serde_json::json;
+#[cfg(feature = "runtime")]
+mod connectors;
+#[cfg(feature = "runtime")]
+mod deliver;
+#[cfg(feature = "runtime")]
+mod histogram;
+#[cfg(feature = "runtime")]
+mod report;
+#[cfg(feature = "runtime")]
+mod webhooks;
+
+use std::time::Duration;
+
 use switchboard::gateway::{Gateway, GatewayConfig};
-use switchboard::{
-    ConnectorConfig, EchoConnector, Error, MultiConnectorRunner, Registration, RunnerOptions,
-};
 
-/// Demo sizing.
+/// Demo sizing. The defaults run in a few seconds in a release build.
 #[derive(clap::Args)]
 pub(crate) struct DemoArgs {
-    /// Tenants (one socket each).
+    /// Execute section: tenants (one socket each).
     #[arg(long, default_value_t = 2)]
     tenants: usize,
-    /// Echo registrations per tenant.
+    /// Execute section: echo registrations per tenant.
     #[arg(long, default_value_t = 4)]
     per_tenant: usize,
-    /// Execute requests to send in total.
+    /// Execute section: execute requests to send in total.
     #[arg(long, default_value_t = 2000)]
     requests: usize,
-    /// Concurrent HTTP clients.
+    /// Execute section: concurrent HTTP clients.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Deliver section: distinct signed webhooks to post (every fourth is an
+    /// `issues.closed`, the rest `issues.opened`; one more is a redelivery). At least 2,
+    /// so that both kinds occur.
+    #[cfg(feature = "runtime")]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(2..))]
+    webhooks: u32,
+    /// Deliver section: concurrent webhook senders.
+    #[cfg(feature = "runtime")]
+    #[arg(long, default_value_t = 8)]
+    webhook_concurrency: usize,
+    /// Deliver section: how long to wait for the outbox to drain and the dead-letter
+    /// handler to run before giving up, in seconds.
+    #[cfg(feature = "runtime")]
+    #[arg(long, default_value_t = 30)]
+    deadline_secs: u64,
 }
 
 pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
@@ -36,112 +75,42 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
         "127.0.0.1:0".parse().expect("literal"),
     )
     .await?;
-    let url = gateway.ws_url();
-    let mut regs = Vec::new();
-    for t in 0..args.tenants {
-        for i in 0..args.per_tenant {
-            let cfg = ConnectorConfig::builder(url.clone(), format!("tenant-{t}"))
-                .instance_id(format!("echo-{i}"))
-                .display_name(format!("demo echo {t}/{i}"))
-                .build()?;
-            regs.push(Registration::new(cfg, EchoConnector));
-        }
-    }
-    let total = regs.len();
-    let runner = std::sync::Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs)?);
-    let stop = runner.shutdown_handle();
-    let run = tokio::spawn({
-        let runner = runner.clone();
-        async move { runner.run().await }
-    });
-    runner.wait_registered(Duration::from_secs(10)).await?;
-    let arns: Vec<String> = runner
-        .registrations()
-        .iter()
-        .filter_map(|h| h.arn())
-        .collect();
-
-    let client = reqwest::Client::new();
-    let base = gateway.http_url();
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for w in 0..args.concurrency {
-        let (client, base, arns) = (client.clone(), base.clone(), arns.clone());
-        let n =
-            args.requests / args.concurrency + usize::from(w < args.requests % args.concurrency);
-        workers.push(tokio::spawn(async move {
-            drive(client, base, arns, w, n).await
-        }));
-    }
-    let mut latencies = Vec::with_capacity(args.requests);
-    let mut failures = 0usize;
-    for w in workers {
-        let (lat, failed) = w.await.map_err(|e| Error::Connector(e.to_string()))??;
-        latencies.extend(lat);
-        failures += failed;
-    }
-    let elapsed = started.elapsed();
-    latencies.sort_unstable();
-    let stats = gateway.stats();
-    stop.shutdown();
-    let _ = run.await;
+    let result = sections(&args, &gateway).await;
     gateway.shutdown().await;
+    result
+}
 
-    println!(
-        "switchboard demo: {} tenants x {} echo connectors, executes via the gateway HTTP API",
-        args.tenants, args.per_tenant
-    );
+async fn sections(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<()> {
+    println!("switchboard demo");
     println!();
-    println!("| tenants | sockets | registrations | requests | failed | req/s | p50 | p99 |");
-    println!("|---|---|---|---|---|---|---|---|");
-    println!(
-        "| {} | {} | {} | {} | {} | {:.0} | {} | {} |",
-        args.tenants,
-        stats.sockets_accepted,
-        total,
-        latencies.len(),
-        failures,
-        latencies.len() as f64 / elapsed.as_secs_f64(),
-        fmt_us(percentile(&latencies, 0.50)),
-        fmt_us(percentile(&latencies, 0.99)),
-    );
-    if failures > 0 {
-        return Err(Error::Connector(format!("{failures} execute(s) failed")));
+    let failed_executes = execute::run(args, gateway).await?;
+    #[cfg(feature = "runtime")]
+    {
+        println!();
+        // The execute section's sockets are closed by now; count the deliver section's
+        // from here.
+        let sockets_before = gateway.stats().sockets_accepted;
+        let sizing = deliver::Sizing {
+            webhooks: args.webhooks,
+            concurrency: args.webhook_concurrency.max(1),
+            deadline: Duration::from_secs(args.deadline_secs),
+        };
+        deliver::run(sizing, gateway, sockets_before).await?;
+    }
+    #[cfg(not(feature = "runtime"))]
+    {
+        println!();
+        println!("(the deliver section, webhooks through the outbox to connectors, needs the `runtime` feature: cargo run --release --features gateway,runtime -- demo)");
+    }
+    if failed_executes > 0 {
+        return Err(switchboard::Error::Connector(format!(
+            "demo: {failed_executes} execute(s) failed or came back with another request's payload"
+        )));
     }
     Ok(())
 }
 
-/// Sends `n` executes round-robin over the ARNs; checks that each answer echoes its
-/// own payload (a cross-routed response would carry another worker's sequence number).
-async fn drive(
-    client: reqwest::Client,
-    base: String,
-    arns: Vec<String>,
-    worker: usize,
-    n: usize,
-) -> switchboard::Result<(Vec<Duration>, usize)> {
-    let mut lat = Vec::with_capacity(n);
-    let mut failed = 0;
-    for seq in 0..n {
-        let arn = &arns[(worker + seq) % arns.len()];
-        let body = json!({ "payload": { "worker": worker, "seq": seq, "arn": arn } });
-        let t0 = Instant::now();
-        let resp = client
-            .post(format!("{base}/api/v1/connectors/{arn}/execute"))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| Error::Connector(format!("HTTP request failed: {e}")))?;
-        let ok = resp.status().is_success();
-        let v: serde_json::Value = resp.json().await.unwrap_or_default();
-        lat.push(t0.elapsed());
-        if !ok || v["success"] != json!(true) || v["payload"] != body["payload"] {
-            failed += 1;
-        }
-    }
-    Ok((lat, failed))
-}
-
+/// The value at quantile `q` of `sorted` (nearest rank), zero when empty.
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -149,6 +118,12 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-fn fmt_us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+/// A latency for the tables: microseconds below 10 ms, milliseconds above.
+fn fmt_latency(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 10_000.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{:.1} ms", us / 1000.0)
+    }
 }
