@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::Message as WsMessage;
+use axum::serve::ListenerExt as _;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -285,6 +286,15 @@ impl Gateway {
             tasks: TaskTracker::new(),
         });
         let app = super::http_api::router(shared.clone());
+        // Nagle off on every accepted socket, as the client already has it: the writer
+        // task sends small frames (an execute_request, an invoke_response) that must
+        // leave at once, and with Nagle a frame written while an earlier one is still
+        // unacknowledged waits for the peer's delayed ACK (40 ms on Linux).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted socket");
+            }
+        });
         let cancel = shared.cancel.clone();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)

@@ -162,9 +162,10 @@ impl Deliver for Handlers {
                 let gateway = self.gateway.as_ref().ok_or_else(|| {
                     Failure::new(FailureKind::Platform, "no [gateway] is configured")
                 })?;
+                // The decoded payload declares its own wire encoding (JSON, RAW_BYTES
+                // or JSON_LINES); `InvokeOptions::encoding` is only for bytes in an
+                // encoding this crate does not decode, and is refused otherwise.
                 let payload = payload_in(input.payload, *encoding)?;
-                // The decoded payload carries its encoding; `with_encoding` is only for
-                // raw bytes.
                 let mut options = InvokeOptions::default().with_timeout(input.binding.timeout);
                 options.context = input.context();
                 let answer = gateway

@@ -405,6 +405,8 @@ async fn claim_loop(
         let free = inner.global.available_permits();
         let in_flight = inner.options.max_in_flight.saturating_sub(free);
         let mut full_claim = false;
+        // The `now` of this pass's claim, if one ran: rows due after it were not seen.
+        let mut claimed_at = None;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
             let bindings: Vec<String> = inner
                 .served
@@ -420,6 +422,7 @@ async fn claim_loop(
                 .collect();
             if !bindings.is_empty() {
                 let now = inner.clock.now_ms();
+                claimed_at = Some(now);
                 let limit = inner.options.batch.min(free);
                 let req = ClaimRequest {
                     now_ms: now,
@@ -453,12 +456,15 @@ async fn claim_loop(
         let poll = inner.options.poll_interval;
         let now = inner.clock.now_ms();
         let until = match inner.store.next_due_ms(&inner.served).await {
-            // Something is due already but was not claimed: it waits behind its
-            // ordering key or a permit, and a finish or a freed permit wakes us.
             Ok(Some(due)) if due > now => inner
                 .clock
                 .instant_at(due)
                 .min(tokio::time::Instant::now() + poll),
+            // It came due while the claim and `admit` ran, after the claim looked:
+            // nothing else wakes us for it, so claim again rather than poll.
+            Ok(Some(due)) if claimed_at.is_some_and(|at| due > at) => continue,
+            // Something is due already but was not claimed: it waits behind its
+            // ordering key or a permit, and a finish or a freed permit wakes us.
             _ => tokio::time::Instant::now() + poll,
         };
         tokio::select! {

@@ -1,6 +1,7 @@
 //! The `switchboard` command: `gateway` runs the reference gateway, `demo` runs the
-//! whole loop in one process, `echo` runs echo connectors against a gateway, and
-//! `serve` (feature `runtime`) runs the webhook and cron ingest runtime.
+//! whole loop in one process (webhook to connector with feature `runtime`), `echo`
+//! runs echo connectors against a gateway, and `serve` (feature `runtime`) runs the
+//! webhook and cron ingest runtime.
 
 use std::net::SocketAddr;
 
@@ -26,8 +27,11 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
     },
-    /// Start an in-process gateway and echo connectors over two tenants, drive execute
-    /// traffic through the HTTP API, print a table and exit.
+    /// The whole loop in one process, no setup: an in-process gateway, echo connectors
+    /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
+    /// ingress, a SQLite outbox and the dispatcher to connectors by invoke, with a
+    /// retried, dead-lettered binding and its dead-letter handler; prints tables and
+    /// exits non-zero if anything went missing.
     Demo(demo::DemoArgs),
     /// Run the ingest runtime (webhook ingress, cron sources, admin API) until Ctrl-C.
     #[cfg(feature = "runtime")]
@@ -68,14 +72,21 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // The demo dead-letters on purpose, and the dispatcher warns once per dead letter;
+    // its table counts them instead. RUST_LOG still overrides.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn,switchboard::outbox::dispatcher=error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match Cli::parse().command {
+    let result = match cli.command {
         Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]

@@ -1,42 +1,24 @@
-//! `switchboard demo`: the whole loop on one machine with no setup.
+//! The demo's execute section: the multiplexer alone.
 //!
-//! Starts a reference gateway on an ephemeral loopback port, registers echo connectors
-//! for two tenants through one `MultiConnectorRunner` (so two sockets), sends execute
-//! requests through the gateway's HTTP API from several concurrent clients, checks
-//! every answer, and prints what happened.
+//! Registers echo connectors for several tenants through one `MultiConnectorRunner`
+//! (so one socket per tenant), sends execute requests through the gateway's HTTP API
+//! from several concurrent clients, checks every answer, and prints a table.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchboard::gateway::{Gateway, GatewayConfig};
+use switchboard::gateway::Gateway;
 use switchboard::{
     ConnectorConfig, EchoConnector, Error, MultiConnectorRunner, Registration, RunnerOptions,
 };
 
-/// Demo sizing.
-#[derive(clap::Args)]
-pub(crate) struct DemoArgs {
-    /// Tenants (one socket each).
-    #[arg(long, default_value_t = 2)]
-    tenants: usize,
-    /// Echo registrations per tenant.
-    #[arg(long, default_value_t = 4)]
-    per_tenant: usize,
-    /// Execute requests to send in total.
-    #[arg(long, default_value_t = 2000)]
-    requests: usize,
-    /// Concurrent HTTP clients.
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
-}
+use super::{fmt_latency, percentile, DemoArgs};
 
-pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
-    let gateway = Gateway::start(
-        GatewayConfig::default(),
-        "127.0.0.1:0".parse().expect("literal"),
-    )
-    .await?;
+/// Runs the section and prints its table; the executes that failed or came back wrong.
+pub(super) async fn run(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<usize> {
     let url = gateway.ws_url();
+    let sockets_before = gateway.stats().sockets_accepted;
     let mut regs = Vec::new();
     for t in 0..args.tenants {
         for i in 0..args.per_tenant {
@@ -48,7 +30,7 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
         }
     }
     let total = regs.len();
-    let runner = std::sync::Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs)?);
+    let runner = Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs)?);
     let stop = runner.shutdown_handle();
     let run = tokio::spawn({
         let runner = runner.clone();
@@ -63,12 +45,12 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
 
     let client = reqwest::Client::new();
     let base = gateway.http_url();
+    let concurrency = args.concurrency.max(1);
     let started = Instant::now();
     let mut workers = Vec::new();
-    for w in 0..args.concurrency {
+    for w in 0..concurrency {
         let (client, base, arns) = (client.clone(), base.clone(), arns.clone());
-        let n =
-            args.requests / args.concurrency + usize::from(w < args.requests % args.concurrency);
+        let n = args.requests / concurrency + usize::from(w < args.requests % concurrency);
         workers.push(tokio::spawn(async move {
             drive(client, base, arns, w, n).await
         }));
@@ -82,13 +64,12 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
     }
     let elapsed = started.elapsed();
     latencies.sort_unstable();
-    let stats = gateway.stats();
+    let sockets = gateway.stats().sockets_accepted - sockets_before;
     stop.shutdown();
     let _ = run.await;
-    gateway.shutdown().await;
 
     println!(
-        "switchboard demo: {} tenants x {} echo connectors, executes via the gateway HTTP API",
+        "1. execute: {} tenants x {} echo connectors, executes through the gateway HTTP API",
         args.tenants, args.per_tenant
     );
     println!();
@@ -97,18 +78,15 @@ pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
     println!(
         "| {} | {} | {} | {} | {} | {:.0} | {} | {} |",
         args.tenants,
-        stats.sockets_accepted,
+        sockets,
         total,
         latencies.len(),
         failures,
         latencies.len() as f64 / elapsed.as_secs_f64(),
-        fmt_us(percentile(&latencies, 0.50)),
-        fmt_us(percentile(&latencies, 0.99)),
+        fmt_latency(percentile(&latencies, 0.50)),
+        fmt_latency(percentile(&latencies, 0.99)),
     );
-    if failures > 0 {
-        return Err(Error::Connector(format!("{failures} execute(s) failed")));
-    }
-    Ok(())
+    Ok(failures)
 }
 
 /// Sends `n` executes round-robin over the ARNs; checks that each answer echoes its
@@ -140,15 +118,4 @@ async fn drive(
         }
     }
     Ok((lat, failed))
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-fn fmt_us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
