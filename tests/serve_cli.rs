@@ -112,3 +112,52 @@ fn a_config_naming_an_unset_secret_fails_with_a_message_naming_it() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn the_shipped_example_config_starts_with_its_bindings() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/switchboard.toml"
+    ))
+    .unwrap()
+    .replace(
+        "listen = \"127.0.0.1:8787\"",
+        &format!("listen = \"127.0.0.1:{port}\""),
+    )
+    .replace(
+        "store = \"sqlite:./switchboard-data/events.db\"",
+        &format!("store = \"sqlite:{}\"", dir.path().join("e.db").display()),
+    );
+    let path = dir.path().join("switchboard.toml");
+    std::fs::write(&path, example).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("GITHUB_WEBHOOK_SECRET", "dev")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("switchboard serve starts");
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_healthy(&http, &base).await;
+    let triggers: serde_json::Value = http
+        .get(format!("{base}/api/v1/triggers"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = triggers["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"dead-letters"), "{triggers}");
+    child.kill().unwrap();
+    let _ = child.wait();
+}

@@ -176,7 +176,7 @@ fn the_shipped_example_config_resolves() {
         .iter()
         .map(|b| b.id.as_str())
         .collect();
-    assert_eq!(ids, ["audit-pushes", "nightly-to-work", "dead-letters"]);
+    assert_eq!(ids, ["nightly-to-work", "dead-letters"]);
     let queues: Vec<_> = c.queues.iter().map(|q| q.name.as_str()).collect();
     assert_eq!(queues, ["work", "dead-letters"]);
     assert_eq!(c.dispatcher, DispatcherSettings::default());
@@ -208,6 +208,7 @@ fn the_shipped_example_config_resolves_with_its_gateway_and_invoke_binding_uncom
         .unwrap();
     assert_eq!(c.gateway.as_ref().unwrap().tenant, "acme");
     assert!(c.triggers.get("issues-to-linear").is_some());
+    assert!(c.triggers.get("audit-pushes").is_some());
 }
 
 #[test]
