@@ -33,8 +33,11 @@
 //! allows as many attempts as the process (`max_concurrent = 256`), so the process
 //! limit, not the binding's gate, bounds the dispatcher.
 //!
-//! Options (after `--`): `--rows N` (default 50,000; or `SWITCHBOARD_BENCH_ROWS`) and
-//! `--samples N` (default 300; or `SWITCHBOARD_BENCH_SAMPLES`).
+//! Options (after `--`): `--rows N` (default 50,000; or `SWITCHBOARD_BENCH_ROWS`),
+//! `--samples N` (default 300; or `SWITCHBOARD_BENCH_SAMPLES`), and, to profile one
+//! part, `--store sqlite,postgres` and `--only floor,noop,gateway,latency`
+//! (`SWITCHBOARD_BENCH_PERF_CTL` names a `perf record --control` fifo that is enabled
+//! only while the no-op dispatcher runs).
 //!
 //! `cargo bench --bench dispatch --all-features`
 
@@ -87,6 +90,20 @@ fn arg(name: &str, env: &str, default: usize) -> usize {
         .or_else(|| std::env::var(env).ok())
         .and_then(|v| v.replace('_', "").parse().ok())
         .unwrap_or(default)
+}
+
+/// Whether `item` is selected by the comma-separated list after `flag` (all are when
+/// the flag is absent).
+fn selected(flag: &str, item: &str) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    match args
+        .iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+    {
+        Some(list) => list.split(',').any(|x| x == item),
+        None => true,
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,6 +238,15 @@ async fn prefill(store: &Store, rows: usize) -> f64 {
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Writes `command` to the `perf record --control fifo:…` named by
+/// `SWITCHBOARD_BENCH_PERF_CTL`, if set, so a profile covers the timed part only
+/// (`perf record -D -1 --control fifo:/tmp/ctl …`).
+fn perf_control(command: &str) {
+    if let Some(fifo) = std::env::var_os("SWITCHBOARD_BENCH_PERF_CTL") {
+        std::fs::write(fifo, format!("{command}\n")).expect("write the perf control fifo");
+    }
+}
+
 /// Rows left in the outbox (due, leased or scheduled).
 async fn outbox_rows(backend: &dyn Backend) -> u64 {
     let s = backend
@@ -304,6 +330,7 @@ struct Rate {
 async fn noop_run(url: &str, rows: usize) -> Rate {
     let (backend, store) = open(url).await;
     let prefill_per_s = prefill(&store, rows).await;
+    perf_control("enable");
     let noop = Arc::new(Noop::default());
     let started = Instant::now();
     let d = start_dispatcher(
@@ -313,6 +340,7 @@ async fn noop_run(url: &str, rows: usize) -> Rate {
     );
     drained(&*backend, &noop.calls, rows as u64).await;
     let elapsed = started.elapsed();
+    perf_control("disable");
     d.shutdown().await;
     assert_eq!(
         noop.calls.load(Ordering::Relaxed),
@@ -612,8 +640,11 @@ async fn main() {
         postgres,
         made: AtomicU64::new(0),
     };
-    let mut kinds = vec![(Kind::Sqlite, "sqlite (FULL)", TARGET_SQLITE)];
-    if stores.postgres.is_some() {
+    let mut kinds = Vec::new();
+    if selected("--store", "sqlite") {
+        kinds.push((Kind::Sqlite, "sqlite (FULL)", TARGET_SQLITE));
+    }
+    if stores.postgres.is_some() && selected("--store", "postgres") {
         kinds.push((Kind::Postgres, "postgres", TARGET_POSTGRES));
     }
     println!(
@@ -626,37 +657,42 @@ async fn main() {
     println!("|---|---|---:|---:|---:|---|---|");
     let mut prefills = Vec::new();
     for &(kind, name, target) in &kinds {
-        let url = stores.url(kind).await;
-        let floor = match kind {
-            Kind::Sqlite => sqlite_floor(&url, rows).await,
-            Kind::Postgres => postgres_floor(&url, rows).await,
-        };
-        let floor_label = match kind {
-            Kind::Sqlite => "floor: select + delete 100 per txn",
-            Kind::Postgres => "floor: claim-and-delete 100 per statement",
-        };
-        println!(
-            "| {name} | {floor_label} | {:.0} | {:.0} | 1.00 | - | - |",
-            floor.rows_per_s, floor.rows_per_s
-        );
-        prefills.push((name, floor.prefill_per_s));
-        let noop = noop_run(&stores.url(kind).await, rows).await;
-        let ratio = noop.rows_per_s / floor.rows_per_s;
-        println!(
-            "| {name} | dispatcher, no-op handler | {:.0} | {:.0} | {ratio:.2} | ≥ {target:.0} rows/s, ≥ {TARGET_FLOOR_RATIO} × floor | {} |",
-            noop.rows_per_s,
-            floor.rows_per_s,
-            met(noop.rows_per_s >= target && ratio >= TARGET_FLOOR_RATIO)
-        );
-        prefills.push((name, noop.prefill_per_s));
-        let gw = gateway_run(&stores.url(kind).await, rows).await;
-        println!(
-            "| {name} | dispatcher, invoke via gateway to echo | {:.0} | {:.0} | {:.2} | - | - |",
-            gw.rows_per_s,
-            floor.rows_per_s,
-            gw.rows_per_s / floor.rows_per_s
-        );
-        prefills.push((name, gw.prefill_per_s));
+        let mut floor = f64::NAN;
+        if selected("--only", "floor") {
+            let url = stores.url(kind).await;
+            let (rate, label) = match kind {
+                Kind::Sqlite => (
+                    sqlite_floor(&url, rows).await,
+                    "floor: select + delete 100 per txn",
+                ),
+                Kind::Postgres => (
+                    postgres_floor(&url, rows).await,
+                    "floor: claim-and-delete 100 per statement",
+                ),
+            };
+            floor = rate.rows_per_s;
+            println!("| {name} | {label} | {floor:.0} | {floor:.0} | 1.00 | - | - |");
+            prefills.push((name, rate.prefill_per_s));
+        }
+        if selected("--only", "noop") {
+            let noop = noop_run(&stores.url(kind).await, rows).await;
+            let ratio = noop.rows_per_s / floor;
+            println!(
+                "| {name} | dispatcher, no-op handler | {:.0} | {floor:.0} | {ratio:.2} | ≥ {target:.0} rows/s, ≥ {TARGET_FLOOR_RATIO} × floor | {} |",
+                noop.rows_per_s,
+                met(noop.rows_per_s >= target && ratio >= TARGET_FLOOR_RATIO)
+            );
+            prefills.push((name, noop.prefill_per_s));
+        }
+        if selected("--only", "gateway") {
+            let gw = gateway_run(&stores.url(kind).await, rows).await;
+            println!(
+                "| {name} | dispatcher, invoke via gateway to echo | {:.0} | {floor:.0} | {:.2} | - | - |",
+                gw.rows_per_s,
+                gw.rows_per_s / floor
+            );
+            prefills.push((name, gw.prefill_per_s));
+        }
     }
     println!();
     println!(
@@ -665,7 +701,7 @@ async fn main() {
     println!();
     println!("| store | p50 µs from commit | p99 µs from commit | p50 µs from append call | p99 µs from append call | histogram p50 / p99 (bucket ≤) | target p50 | met |");
     println!("|---|---:|---:|---:|---:|---|---|---|");
-    for &(kind, name, _) in &kinds {
+    for &(kind, name, _) in kinds.iter().filter(|_| selected("--only", "latency")) {
         let mut l = latency_run(&stores.url(kind).await, samples).await;
         l.from_commit.sort_unstable();
         l.from_call.sort_unstable();
