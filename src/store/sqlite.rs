@@ -114,6 +114,9 @@ pub struct SqliteBackend {
     pub(super) reader: Arc<Mutex<Connection>>,
     /// Woken after every commit that made outbox rows or queue messages due.
     pub(super) wake: Arc<tokio::sync::Notify>,
+    /// How the writer syncs its commits (claims may sync less; see
+    /// [`super::sqlite_outbox`]).
+    pub(super) synchronous: Synchronous,
     /// Dropping it stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
 }
@@ -200,6 +203,7 @@ impl SqliteBackend {
             writer: Arc::new(Mutex::new(writer)),
             reader: Arc::new(Mutex::new(reader)),
             wake: Arc::new(tokio::sync::Notify::new()),
+            synchronous: options.synchronous,
             _checkpointer: stop,
         })
     }
