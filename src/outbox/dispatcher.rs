@@ -241,16 +241,6 @@ impl Dispatcher {
         &self.inner.served
     }
 
-    /// The permit gates, shared with the synchronous path so that a sync attempt
-    /// counts against the same `max_concurrent` and `max_in_flight` as dispatched ones.
-    pub fn permits(&self) -> Permits {
-        Permits {
-            size: self.inner.options.max_in_flight,
-            global: self.inner.global.clone(),
-            gates: self.inner.gates.clone(),
-        }
-    }
-
     /// Stops claiming, waits up to the shutdown grace for attempts in flight, commits
     /// their finishes, and releases the rows of attempts that did not end in time, so
     /// another process (or the next start) takes them at once rather than after their
@@ -332,7 +322,7 @@ impl Permits {
     }
 
     /// Whether this process delivers `binding_id`.
-    pub fn try_served(&self, binding_id: &str) -> bool {
+    pub fn serves(&self, binding_id: &str) -> bool {
         self.gates.contains_key(binding_id)
     }
 

@@ -204,26 +204,32 @@ impl DispatchMetrics {
         self.depth_dropped.get()
     }
 
-    /// One binding's counts so far.
+    /// One binding's counts so far. Reads only: a binding or failure kind never seen
+    /// reads as zero and creates no series in `/metrics`.
     pub fn counts(&self, binding_id: &str) -> BindingCounts {
+        fn read<M, F: Fn(&M) -> T, T: Default>(
+            family: Option<impl std::ops::Deref<Target = M>>,
+            f: F,
+        ) -> T {
+            family.map(|m| f(&m)).unwrap_or_default()
+        }
         let labels = binding(binding_id);
         let failed = ["validation", "handler", "overloaded", "timeout", "platform"]
             .iter()
             .map(|kind| {
-                self.failed
-                    .get_or_create(&vec![
-                        ("binding", binding_id.to_owned()),
-                        ("kind", (*kind).to_owned()),
-                    ])
-                    .get()
+                let labels = vec![
+                    ("binding", binding_id.to_owned()),
+                    ("kind", (*kind).to_owned()),
+                ];
+                read(self.failed.get(&labels), Counter::get)
             })
             .sum();
         BindingCounts {
-            dispatched: self.dispatched.get_or_create(&labels).get(),
+            dispatched: read(self.dispatched.get(&labels), Counter::get),
             failed,
-            retried: self.retried.get_or_create(&labels).get(),
-            dead_lettered: self.dead_lettered.get_or_create(&labels).get(),
-            in_flight: self.in_flight.get_or_create(&labels).get(),
+            retried: read(self.retried.get(&labels), Counter::get),
+            dead_lettered: read(self.dead_lettered.get(&labels), Counter::get),
+            in_flight: read(self.in_flight.get(&labels), Gauge::get),
         }
     }
 

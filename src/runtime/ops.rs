@@ -449,7 +449,7 @@ impl DeliverOps {
             .iter()
             .map(|b| {
                 let mut v = serde_json::to_value(&**b).unwrap_or(Value::Null);
-                v["served"] = json!(self.permits.try_served(&b.id));
+                v["served"] = json!(self.permits.serves(&b.id));
                 v["counts"] =
                     serde_json::to_value(self.metrics.counts(&b.id)).unwrap_or(Value::Null);
                 v
