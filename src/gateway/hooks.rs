@@ -102,11 +102,13 @@ impl Gateway {
             LobbyEvent::Error => EVENT_ERROR,
             LobbyEvent::Close => EVENT_CLOSE,
         };
-        link.tx.try_send(lobby_event_frame(join_ref, event)).is_ok()
+        link.phoenix_tx()
+            .is_some_and(|tx| tx.try_send(lobby_event_frame(join_ref, event)).is_ok())
     }
 
     fn queue(&self, socket_id: u64, frame: WsMessage) -> bool {
         self.socket(socket_id)
-            .is_some_and(|l| l.tx.try_send(frame).is_ok())
+            .and_then(|l| l.phoenix_tx().map(|tx| tx.try_send(frame).is_ok()))
+            .unwrap_or(false)
     }
 }

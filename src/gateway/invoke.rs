@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::server::{ExecuteCall, Shared, SocketLink};
+use super::link::SocketLink;
+use super::server::{ExecuteCall, Shared};
 use super::stats::InvokeOutcome;
 use super::TARGET_ARN_CONTEXT_KEY;
 use crate::error::Error;

@@ -85,13 +85,14 @@ impl<S: Clone> Registry<S> {
         }
     }
 
-    /// Registers `req` on `socket_id`. A socket is bound to the tenant of its first
+    /// Registers `req` on `socket_id` (a link of `transport`). A socket is bound to the tenant of its first
     /// successful registration; the same ARN from another socket replaces the old entry
     /// (the newest connection wins, as after a client reconnect the gateway has not
     /// noticed yet).
     pub(crate) fn register(
         &mut self,
         socket_id: u64,
+        transport: &str,
         req: &RegisterConnectorRequest,
         socket: S,
     ) -> RegisterOutcome {
@@ -144,7 +145,7 @@ impl<S: Clone> Registry<S> {
             connector_type: key.connector_type().to_owned(),
             instance_id: key.instance_id().to_owned(),
             status: "approved".into(),
-            transport: "websocket".into(),
+            transport: transport.to_owned(),
             socket_id,
             scope: scope.to_owned(),
             metrics,
@@ -259,7 +260,7 @@ mod tests {
     #[test]
     fn register_assigns_the_arn_from_sanitised_parts() {
         let mut r = Registry::new();
-        let out = r.register(1, &req("acme.io", "node 1"), ());
+        let out = r.register(1, "websocket", &req("acme.io", "node 1"), ());
         assert_eq!(
             out,
             RegisterOutcome::Accepted {
@@ -272,15 +273,15 @@ mod tests {
     #[test]
     fn a_socket_is_bound_to_its_first_tenant() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), ());
-        let out = r.register(1, &req("b", "y"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
+        let out = r.register(1, "websocket", &req("b", "y"), ());
         assert!(
             matches!(out, RegisterOutcome::Refused { ref arn, .. } if arn == "matrix:b:echo:y"),
             "{out:?}"
         );
         assert_eq!(r.len(), 1);
         assert!(matches!(
-            r.register(2, &req("b", "y"), ()),
+            r.register(2, "websocket", &req("b", "y"), ()),
             RegisterOutcome::Accepted { .. }
         ));
     }
@@ -288,8 +289,8 @@ mod tests {
     #[test]
     fn the_newest_socket_wins_an_arn_and_the_old_socket_no_longer_owns_it() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), 1u64);
-        r.register(2, &req("a", "x"), 2u64);
+        r.register(1, "websocket", &req("a", "x"), 1u64);
+        r.register(2, "websocket", &req("a", "x"), 2u64);
         assert_eq!(r.lookup("matrix:a:echo:x"), Some(2));
         assert_eq!(r.remove_socket(1), 0);
         assert_eq!(r.lookup("matrix:a:echo:x"), Some(2));
@@ -298,12 +299,12 @@ mod tests {
     #[test]
     fn removing_a_socket_removes_its_registrations_and_binding() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), ());
-        r.register(1, &req("a", "y"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
+        r.register(1, "websocket", &req("a", "y"), ());
         assert_eq!(r.remove_socket(1), 2);
         assert_eq!(r.len(), 0);
         assert!(matches!(
-            r.register(1, &req("b", "z"), ()),
+            r.register(1, "websocket", &req("b", "z"), ()),
             RegisterOutcome::Accepted { .. }
         ));
     }
@@ -311,15 +312,15 @@ mod tests {
     #[test]
     fn clearing_a_socket_keeps_its_tenant_binding() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
         assert_eq!(r.clear_socket(1), 1);
         assert_eq!(r.len(), 0);
         assert!(matches!(
-            r.register(1, &req("b", "y"), ()),
+            r.register(1, "websocket", &req("b", "y"), ()),
             RegisterOutcome::Refused { .. }
         ));
         assert!(matches!(
-            r.register(1, &req("a", "x"), ()),
+            r.register(1, "websocket", &req("a", "x"), ()),
             RegisterOutcome::Accepted { .. }
         ));
     }
@@ -327,8 +328,8 @@ mod tests {
     #[test]
     fn clearing_a_socket_spares_arns_another_socket_took_over() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), 1u64);
-        r.register(2, &req("a", "x"), 2u64);
+        r.register(1, "websocket", &req("a", "x"), 1u64);
+        r.register(2, "websocket", &req("a", "x"), 2u64);
         assert_eq!(r.clear_socket(1), 0);
         assert_eq!(r.lookup("matrix:a:echo:x"), Some(2));
     }
@@ -344,7 +345,7 @@ mod tests {
     #[test]
     fn an_address_resolves_by_arn_or_by_sanitised_dot_key() {
         let mut r = Registry::new();
-        r.register(1, &req("acme", "node 1"), 1u64);
+        r.register(1, "websocket", &req("acme", "node 1"), 1u64);
         let by_arn = r.resolve("matrix:acme:echo:node-1").unwrap();
         assert_eq!(by_arn.socket, 1);
         assert_eq!(by_arn.tenant, "acme");
@@ -369,8 +370,8 @@ mod tests {
             scope: ConnectorScope::Global as i32,
             ..req("acme", "g")
         };
-        r.register(1, &global, ());
-        r.register(1, &req("acme", "t"), ());
+        r.register(1, "websocket", &global, ());
+        r.register(1, "websocket", &req("acme", "t"), ());
         assert!(r.resolve("acme.echo.g").unwrap().global);
         assert!(!r.resolve("acme.echo.t").unwrap().global);
         let scopes: Vec<String> = r.list().into_iter().map(|i| i.scope).collect();
@@ -380,8 +381,8 @@ mod tests {
     #[test]
     fn a_metrics_report_is_kept_only_for_a_registration_of_the_reporting_socket() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), ());
-        r.register(2, &req("a", "y"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
+        r.register(2, "websocket", &req("a", "y"), ());
         assert!(r.record_metrics(1, report("matrix:a:echo:x", 5)));
         assert!(
             !r.record_metrics(1, report("matrix:a:echo:y", 6)),
@@ -396,11 +397,11 @@ mod tests {
     #[test]
     fn a_re_register_keeps_its_report_on_the_same_socket_and_drops_it_on_another() {
         let mut r = Registry::new();
-        r.register(1, &req("a", "x"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
         r.record_metrics(1, report("matrix:a:echo:x", 5));
-        r.register(1, &req("a", "x"), ());
+        r.register(1, "websocket", &req("a", "x"), ());
         assert!(r.list()[0].metrics.is_some());
-        r.register(2, &req("a", "x"), ());
+        r.register(2, "websocket", &req("a", "x"), ());
         assert_eq!(r.list()[0].metrics, None);
     }
 
@@ -408,7 +409,7 @@ mod tests {
     fn incomplete_identity_is_refused() {
         let mut r: Registry<()> = Registry::new();
         assert!(matches!(
-            r.register(1, &req("a", ""), ()),
+            r.register(1, "websocket", &req("a", ""), ()),
             RegisterOutcome::Refused { .. }
         ));
     }

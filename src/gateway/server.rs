@@ -12,19 +12,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::Message as WsMessage;
 use axum::serve::ListenerExt as _;
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::GatewayConfig;
+use super::link::SocketLink;
 use super::registry::{RegistrationInfo, Registry};
 use super::stats::{Counters, GatewayStats};
 use super::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
 use crate::error::{Error, Result};
-use crate::phoenix::{encode_proto, LOBBY_TOPIC};
 use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
@@ -48,11 +47,6 @@ pub struct ExecuteOutcome {
     pub duration_ms: i64,
 }
 
-/// Pending executes of one socket, keyed by request id. One map per socket, so the
-/// lock is shared only by that socket's reader and the callers executing on it, and it
-/// is never held across an `.await`.
-pub(crate) type Pending = Mutex<super::pending::Pending<oneshot::Sender<ExecuteResponse>>>;
-
 /// Removes a request from its socket's pending map when the execute's future ends
 /// without an answer: on timeout, and also when the caller drops the future (an HTTP
 /// client that hung up), which a timeout branch alone would leak.
@@ -68,68 +62,6 @@ impl Drop for PendingGuard<'_> {
             .lock()
             .expect("pending lock")
             .forget(self.request_id);
-    }
-}
-
-/// What the rest of the gateway holds of a socket: its writer queue, its pending
-/// executes, its current join ref, its in-flight slots, and a switch to kill it.
-#[derive(Debug)]
-pub(crate) struct SocketLink {
-    pub(crate) id: u64,
-    pub(crate) tx: mpsc::Sender<WsMessage>,
-    pub(crate) pending: Pending,
-    /// The join ref of the lobby channel while it is joined; the one place the
-    /// socket's join state lives, so that the socket task and the test hooks agree.
-    pub(crate) join_ref: Mutex<Option<String>>,
-    /// One permit per execute answered by, or invoke sent from, this socket
-    /// ([`GatewayConfig::max_in_flight_per_socket`]).
-    pub(crate) in_flight: Arc<Semaphore>,
-    pub(crate) kill: CancellationToken,
-}
-
-impl SocketLink {
-    /// Whether the lobby channel is joined.
-    pub(crate) fn joined(&self) -> bool {
-        self.join_ref.lock().expect("join ref lock").is_some()
-    }
-
-    /// `msg` as a server push on the lobby channel under the current join ref; `None`
-    /// while the lobby is not joined, since a closed channel receives nothing.
-    fn encode_push(&self, msg: &StreamMessage) -> Option<WsMessage> {
-        let jr = self.join_ref.lock().expect("join ref lock").clone()?;
-        Some(WsMessage::Text(
-            encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
-        ))
-    }
-
-    /// Queues a server push of `msg` on the lobby channel, waiting for queue space;
-    /// false when the lobby is not joined or the socket is gone.
-    pub(crate) async fn push(&self, msg: &StreamMessage) -> bool {
-        match self.encode_push(msg) {
-            Some(frame) => self.tx.send(frame).await.is_ok(),
-            None => false,
-        }
-    }
-
-    /// [`SocketLink::push`] without waiting: false also when the queue is full.
-    pub(crate) fn try_push(&self, msg: &StreamMessage) -> bool {
-        self.encode_push(msg)
-            .is_some_and(|frame| self.tx.try_send(frame).is_ok())
-    }
-
-    /// Takes one in-flight slot, or explains which limit refused it.
-    pub(crate) fn admit(
-        &self,
-        what: &str,
-        cap: usize,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit> {
-        self.in_flight.clone().try_acquire_owned().map_err(|_| {
-            Error::Overloaded(format!(
-                "socket {} already has {cap} executes and invokes in flight \
-                 (max_in_flight_per_socket); {what} refused, retry once some are answered",
-                self.id
-            ))
-        })
     }
 }
 

@@ -1,6 +1,6 @@
 //! One accepted Phoenix socket, server side: Phoenix semantics (join, heartbeat,
-//! duplicate join, `unmatched topic`, idle close) and the protocol's messages
-//! (register, heartbeat, execute responses, invokes, metrics reports).
+//! duplicate join, `unmatched topic`, idle close). The protocol's messages it unwraps
+//! are handled in `session.rs`, as a gRPC stream's are.
 //!
 //! A client may send a `StreamMessage` either as a `proto` text frame or as a binary
 //! WebSocket frame carrying the raw protobuf bytes; both are accepted on the joined
@@ -14,19 +14,16 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use prost::Message as _;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
-use super::registry::{tenant_of, RegisterOutcome};
-use super::server::{Shared, SocketLink};
+use super::link::{SocketLink, Wire};
+use super::server::Shared;
 use crate::phoenix::frame::{
     EVENT_CLOSE, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY,
 };
 use crate::phoenix::{Frame, LOBBY_TOPIC, PHOENIX_TOPIC};
-use crate::proto::{
-    stream_message::Message, HeartbeatResponse, MetricsReport, RegisterConnectorRequest,
-    RegisterConnectorResponse, RegistrationStatus, StreamMessage,
-};
+use crate::proto::StreamMessage;
 
 /// Frames queued to one socket's writer. When full, whoever pushes awaits: an execute
 /// caller, or this socket's own reader (backpressure on a client that does not read).
@@ -36,18 +33,16 @@ const WRITER_QUEUE: usize = 1024;
 pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     let id = shared.next_socket.fetch_add(1, Relaxed);
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let in_flight = shared
-        .config
-        .max_in_flight_per_socket
-        .min(Semaphore::MAX_PERMITS);
-    let link = Arc::new(SocketLink {
-        id,
-        tx,
-        pending: Mutex::default(),
+    let wire = Wire::Phoenix {
+        tx: tx.clone(),
         join_ref: Mutex::new(None),
-        in_flight: Arc::new(Semaphore::new(in_flight)),
-        kill: shared.cancel.child_token(),
-    });
+    };
+    let link = Arc::new(SocketLink::new(
+        id,
+        wire,
+        shared.config.max_in_flight_per_socket,
+        shared.cancel.child_token(),
+    ));
     shared
         .sockets
         .lock()
@@ -66,6 +61,7 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
     let mut conn = Conn {
         shared: &shared,
         link: &link,
+        tx,
     };
     loop {
         tokio::select! {
@@ -150,7 +146,7 @@ where
 /// fail at once; the socket, and its tenant binding, live on. Returns the join ref the
 /// channel had, under which the caller announces the end; `None` if it was not joined.
 pub(crate) fn end_lobby(shared: &Shared, link: &SocketLink) -> Option<String> {
-    let join_ref = link.join_ref.lock().expect("join ref lock").take()?;
+    let join_ref = link.replace_join_ref(None)?;
     let removed = shared.registry().clear_socket(link.id);
     if removed > 0 {
         shared.publish_registration_count();
@@ -182,15 +178,14 @@ pub(crate) fn lobby_event_frame(join_ref: String, event: &str) -> WsMessage {
 struct Conn<'a> {
     shared: &'a Arc<Shared>,
     link: &'a Arc<SocketLink>,
+    /// The socket's writer queue, for the frames only Phoenix has (replies, channel
+    /// events); protocol messages go through [`SocketLink::push`].
+    tx: mpsc::Sender<WsMessage>,
 }
 
 impl Conn<'_> {
     async fn send_frame(&self, frame: Frame) {
-        let _ = self
-            .link
-            .tx
-            .send(WsMessage::Text(frame.encode().into()))
-            .await;
+        let _ = self.tx.send(WsMessage::Text(frame.encode().into())).await;
     }
 
     async fn reply(&self, to: &Frame, status: &str, response: Value) {
@@ -225,7 +220,7 @@ impl Conn<'_> {
             return;
         }
         match StreamMessage::decode(bytes) {
-            Ok(msg) => self.on_message(msg).await,
+            Ok(msg) => super::session::on_message(self.shared, self.link, msg).await,
             Err(e) => {
                 tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable binary frame");
                 counters.drop_frame("bad_protobuf");
@@ -259,7 +254,7 @@ impl Conn<'_> {
                 self.leave().await;
             }
             EVENT_PROTO => match frame.proto() {
-                Ok(msg) => self.on_message(msg).await,
+                Ok(msg) => super::session::on_message(self.shared, self.link, msg).await,
                 Err(e) => {
                     tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable proto frame");
                     counters.drop_frame(e.reason());
@@ -281,7 +276,7 @@ impl Conn<'_> {
             .clone()
             .or_else(|| frame.msg_ref.clone())
             .unwrap_or_default();
-        *self.link.join_ref.lock().expect("join ref lock") = Some(jr);
+        self.link.replace_join_ref(Some(jr));
         self.reply(frame, "ok", json!({})).await;
     }
 
@@ -290,126 +285,7 @@ impl Conn<'_> {
     /// client treats `phx_close` as a lost join and re-registers after rejoining.
     async fn leave(&mut self) {
         if let Some(join_ref) = end_lobby(self.shared, self.link) {
-            let _ = self
-                .link
-                .tx
-                .send(lobby_event_frame(join_ref, EVENT_CLOSE))
-                .await;
+            let _ = self.tx.send(lobby_event_frame(join_ref, EVENT_CLOSE)).await;
         }
     }
-
-    async fn on_message(&mut self, msg: StreamMessage) {
-        let push = |m: Message| StreamMessage { message: Some(m) };
-        match msg.message {
-            Some(Message::RegisterRequest(req)) => {
-                if self.shared.drop_on_register.load(Relaxed) {
-                    tracing::info!(
-                        socket_id = self.link.id,
-                        "dropping the socket instead of registering (test hook)"
-                    );
-                    self.link.kill.cancel();
-                    return;
-                }
-                let resp = self.register(&req);
-                self.link.push(&push(Message::RegisterResponse(resp))).await;
-            }
-            Some(Message::HeartbeatRequest(hb)) => {
-                if self.shared.answer_app_heartbeats.load(Relaxed) {
-                    let resp = HeartbeatResponse {
-                        gateway_id: hb.gateway_id,
-                        timestamp_ms: hb.timestamp_ms,
-                        should_reconnect: false,
-                    };
-                    self.link
-                        .push(&push(Message::HeartbeatResponse(resp)))
-                        .await;
-                }
-            }
-            Some(Message::ExecuteResponse(resp)) => {
-                let waiter = self
-                    .link
-                    .pending
-                    .lock()
-                    .expect("pending lock")
-                    .complete(&resp.request_id);
-                match waiter {
-                    Some(tx) => {
-                        let _ = tx.send(resp);
-                    }
-                    None => {
-                        tracing::warn!(socket_id = self.link.id, request_id = %resp.request_id, "execute response for no pending request");
-                        self.shared.counters.drop_frame("unknown_request_id");
-                    }
-                }
-            }
-            Some(Message::InvokeRequest(req)) => {
-                super::invoke::on_invoke(self.shared, self.link, req).await;
-            }
-            Some(Message::MetricsReport(report)) => self.metrics_report(report),
-            Some(Message::HeartbeatResponse(_)) => {}
-            None => self.shared.counters.drop_frame("empty"),
-            Some(_) => self.shared.counters.drop_frame("unexpected_message"),
-        }
-    }
-
-    /// Keeps a report as its registration's latest, if that registration is on this
-    /// socket; a report for any other ARN is dropped, so a socket can neither fill the
-    /// registry with unknown names nor overwrite another connection's numbers.
-    fn metrics_report(&self, report: MetricsReport) {
-        let arn = report.connector_arn.clone();
-        if !self.shared.registry().record_metrics(self.link.id, report) {
-            tracing::warn!(socket_id = self.link.id, %arn, "metrics report for no registration of this socket");
-            self.shared.counters.drop_frame("unknown_arn");
-        }
-    }
-
-    fn register(&self, req: &RegisterConnectorRequest) -> RegisterConnectorResponse {
-        let refuse = self.shared.refuse_registers.load(Relaxed);
-        let outcome = {
-            let mut registry = self.shared.registry();
-            if refuse {
-                let arn = crate::identity::Arn::for_key(&crate::identity::RegistrationKey::new(
-                    &req.tenant_id,
-                    &req.connector_type,
-                    &req.instance_id,
-                ))
-                .to_string();
-                RegisterOutcome::Refused {
-                    arn,
-                    reason: "registrations are refused by this gateway right now".into(),
-                }
-            } else {
-                registry.register(self.link.id, req, self.link.clone())
-            }
-        };
-        match outcome {
-            RegisterOutcome::Accepted { arn } => {
-                self.shared.publish_registration_count();
-                tracing::debug!(socket_id = self.link.id, %arn, "registered");
-                RegisterConnectorResponse {
-                    success: true,
-                    connector_arn: arn,
-                    status: RegistrationStatus::Approved as i32,
-                    session_token: session_token(),
-                    ..Default::default()
-                }
-            }
-            RegisterOutcome::Refused { arn, reason } => {
-                tracing::info!(socket_id = self.link.id, tenant = %tenant_of(req), %reason, "register refused");
-                RegisterConnectorResponse {
-                    success: false,
-                    connector_arn: arn,
-                    error: reason,
-                    status: RegistrationStatus::Rejected as i32,
-                    ..Default::default()
-                }
-            }
-        }
-    }
-}
-
-fn session_token() -> String {
-    use rand::Rng as _;
-    let bytes: [u8; 16] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,0 +1,150 @@
+//! [`SocketLink`]: what the rest of the gateway holds of one connection to a
+//! connector, whichever transport carries it.
+//!
+//! A Phoenix socket carries many registrations of one tenant over its lobby channel;
+//! a gRPC `Connect` stream carries one registration. Both are a "link" here: an id the
+//! registry binds registrations to, a writer queue, a pending-execute map, in-flight
+//! slots and a kill switch. Only [`Wire`] differs, so the HTTP API, executes, invokes
+//! and the registration logic (`session.rs`) are written once for both.
+
+use std::sync::Mutex;
+
+use axum::extract::ws::Message as WsMessage;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::phoenix::{encode_proto, LOBBY_TOPIC};
+use crate::proto::{ExecuteResponse, StreamMessage};
+
+/// Pending executes of one link, keyed by request id. One map per link, so the lock
+/// is shared only by that link's reader and the callers executing on it, and it is
+/// never held across an `.await`.
+pub(crate) type Pending = Mutex<super::pending::Pending<oneshot::Sender<ExecuteResponse>>>;
+
+/// How messages reach the connector on a link.
+#[derive(Debug)]
+pub(crate) enum Wire {
+    /// A Phoenix socket: messages are `proto` pushes on the lobby channel, under its
+    /// current join ref, which is `None` while the lobby is not joined (a closed
+    /// channel receives nothing). The one place the socket's join state lives, so the
+    /// socket task and the test hooks agree.
+    Phoenix {
+        tx: mpsc::Sender<WsMessage>,
+        join_ref: Mutex<Option<String>>,
+    },
+    /// One gRPC `Connect` stream: messages go as they are, from the first one on.
+    Grpc { tx: mpsc::Sender<StreamMessage> },
+}
+
+/// The transport label of a Phoenix link, in `/api/v1/connectors` and `/metrics`.
+pub(crate) const TRANSPORT_WEBSOCKET: &str = "websocket";
+/// The transport label of a gRPC link.
+pub(crate) const TRANSPORT_GRPC: &str = "grpc";
+
+/// One connection to a connector: its writer queue, its pending executes, its
+/// in-flight slots, and a switch to kill it.
+#[derive(Debug)]
+pub(crate) struct SocketLink {
+    pub(crate) id: u64,
+    pub(crate) wire: Wire,
+    pub(crate) pending: Pending,
+    /// One permit per execute answered by, or invoke sent from, this link
+    /// ([`super::GatewayConfig::max_in_flight_per_socket`]).
+    pub(crate) in_flight: std::sync::Arc<Semaphore>,
+    pub(crate) kill: CancellationToken,
+}
+
+impl SocketLink {
+    /// A link with an empty pending map and `in_flight` slots.
+    pub(crate) fn new(id: u64, wire: Wire, in_flight: usize, kill: CancellationToken) -> Self {
+        SocketLink {
+            id,
+            wire,
+            pending: Mutex::default(),
+            in_flight: std::sync::Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
+            kill,
+        }
+    }
+
+    /// `websocket` or `grpc`.
+    pub(crate) fn transport(&self) -> &'static str {
+        match self.wire {
+            Wire::Phoenix { .. } => TRANSPORT_WEBSOCKET,
+            Wire::Grpc { .. } => TRANSPORT_GRPC,
+        }
+    }
+
+    /// Whether the link takes data: a Phoenix lobby that is joined, or any open stream.
+    pub(crate) fn joined(&self) -> bool {
+        match &self.wire {
+            Wire::Phoenix { join_ref, .. } => join_ref.lock().expect("join ref lock").is_some(),
+            Wire::Grpc { .. } => true,
+        }
+    }
+
+    /// The Phoenix writer queue, for frames only a Phoenix socket has (replies,
+    /// channel events, the test hooks' raw frames); `None` on a gRPC stream.
+    pub(crate) fn phoenix_tx(&self) -> Option<&mpsc::Sender<WsMessage>> {
+        match &self.wire {
+            Wire::Phoenix { tx, .. } => Some(tx),
+            Wire::Grpc { .. } => None,
+        }
+    }
+
+    /// Sets (`Some`) or clears the lobby's join ref; returns the one it had. A no-op
+    /// returning `None` on a gRPC stream, which has no channel.
+    pub(crate) fn replace_join_ref(&self, new: Option<String>) -> Option<String> {
+        match &self.wire {
+            Wire::Phoenix { join_ref, .. } => {
+                std::mem::replace(&mut *join_ref.lock().expect("join ref lock"), new)
+            }
+            Wire::Grpc { .. } => None,
+        }
+    }
+
+    /// Queues `msg`, waiting for queue space; false when the link takes no data or is
+    /// gone.
+    pub(crate) async fn push(&self, msg: &StreamMessage) -> bool {
+        match &self.wire {
+            Wire::Phoenix { tx, .. } => match self.phoenix_push(msg) {
+                Some(frame) => tx.send(frame).await.is_ok(),
+                None => false,
+            },
+            Wire::Grpc { tx } => tx.send(msg.clone()).await.is_ok(),
+        }
+    }
+
+    /// [`SocketLink::push`] without waiting: false also when the queue is full.
+    pub(crate) fn try_push(&self, msg: &StreamMessage) -> bool {
+        match &self.wire {
+            Wire::Phoenix { tx, .. } => self
+                .phoenix_push(msg)
+                .is_some_and(|frame| tx.try_send(frame).is_ok()),
+            Wire::Grpc { tx } => tx.try_send(msg.clone()).is_ok(),
+        }
+    }
+
+    /// `msg` as a server push on the lobby channel under the current join ref.
+    fn phoenix_push(&self, msg: &StreamMessage) -> Option<WsMessage> {
+        let Wire::Phoenix { join_ref, .. } = &self.wire else {
+            return None;
+        };
+        let jr = join_ref.lock().expect("join ref lock").clone()?;
+        Some(WsMessage::Text(
+            encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
+        ))
+    }
+
+    /// Takes one in-flight slot, or explains which limit refused it.
+    pub(crate) fn admit(&self, what: &str, cap: usize) -> Result<OwnedSemaphorePermit> {
+        self.in_flight.clone().try_acquire_owned().map_err(|_| {
+            Error::Overloaded(format!(
+                "{} link {} already has {cap} executes and invokes in flight \
+                 (max_in_flight_per_socket); {what} refused, retry once some are answered",
+                self.transport(),
+                self.id
+            ))
+        })
+    }
+}
