@@ -32,6 +32,12 @@ pub struct GatewayConfig {
     /// Beyond it an execute fails at once with `Error::Overloaded` (HTTP 503) and an
     /// invoke is answered with code `overloaded`.
     pub max_in_flight_per_socket: usize,
+    /// Where to serve gRPC (`ConnectorService`), beside the Phoenix socket's port;
+    /// `None` (the default) serves no gRPC. Port 0 picks a free port
+    /// ([`super::Gateway::grpc_addr`] tells which). gRPC streams share the other
+    /// limits: `max_frame_bytes` per message, `idle_timeout` and
+    /// `max_in_flight_per_socket` per stream.
+    pub grpc_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for GatewayConfig {
@@ -42,6 +48,7 @@ impl Default for GatewayConfig {
             max_execute_timeout: Duration::from_secs(300),
             max_frame_bytes: 16 * 1024 * 1024,
             max_in_flight_per_socket: 4096,
+            grpc_listen: None,
         }
     }
 }
@@ -74,6 +81,12 @@ impl GatewayConfig {
     /// Sets [`GatewayConfig::max_in_flight_per_socket`].
     pub fn with_max_in_flight_per_socket(mut self, n: usize) -> Self {
         self.max_in_flight_per_socket = n;
+        self
+    }
+
+    /// Sets [`GatewayConfig::grpc_listen`].
+    pub fn with_grpc_listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.grpc_listen = Some(addr);
         self
     }
 

@@ -42,6 +42,21 @@ impl Gateway {
         links.len()
     }
 
+    /// Cuts every open gRPC (HTTP/2) connection at the TCP level, as a failed network
+    /// path would: every stream on them dies at once, and clients must redial.
+    /// Connections accepted afterwards are not affected. Returns how many were open.
+    pub fn drop_grpc_connections(&self) -> u64 {
+        let open = self
+            .shared
+            .counters
+            .grpc_connections_open
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut cut = self.shared.grpc_cut.lock().expect("grpc cut lock");
+        cut.cancel();
+        *cut = self.shared.cancel.child_token();
+        open
+    }
+
     /// While set, every register is answered with `success: false`.
     pub fn set_refuse_registers(&self, refuse: bool) {
         self.shared.refuse_registers.store(refuse, Relaxed);

@@ -45,13 +45,11 @@ async fn list(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn stats(State(shared): State<Arc<Shared>>) -> Response {
-    let n = shared.registry().len();
-    Json(shared.counters.snapshot(n)).into_response()
+    Json(shared.stats()).into_response()
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let n = shared.registry().len();
-    let body = shared.counters.snapshot(n).to_prometheus();
+    let body = shared.stats().to_prometheus();
     (
         [(
             header::CONTENT_TYPE,

@@ -43,6 +43,7 @@
 //! shared socket (PROTOCOL.md §5 routes register responses by ARN).
 
 mod config;
+mod grpc;
 mod hooks;
 mod http_api;
 mod invoke;

@@ -218,6 +218,21 @@ impl<S: Clone> Registry<S> {
         self.by_arn.values().map(|e| e.info.clone()).collect()
     }
 
+    /// Registrations per transport, every transport present (zero included).
+    pub(crate) fn count_by_transport(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counts: std::collections::BTreeMap<String, u64> = [
+            super::link::TRANSPORT_WEBSOCKET,
+            super::link::TRANSPORT_GRPC,
+        ]
+        .iter()
+        .map(|t| ((*t).to_owned(), 0))
+        .collect();
+        for e in self.by_arn.values() {
+            *counts.entry(e.info.transport.clone()).or_default() += 1;
+        }
+        counts
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.by_arn.len()
     }

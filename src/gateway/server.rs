@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     pub(crate) answer_app_heartbeats: AtomicBool,
     pub(crate) registration_count: watch::Sender<usize>,
     pub(crate) cancel: CancellationToken,
+    /// Parent of every accepted gRPC connection's cut switch; replaced when the test
+    /// hook cuts them all, so later connections live on.
+    pub(crate) grpc_cut: Mutex<CancellationToken>,
     /// Every task the gateway starts: socket readers, writers, invokes.
     pub(crate) tasks: TaskTracker,
 }
@@ -99,6 +102,12 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry<Arc<SocketLink>>> {
         self.registry.lock().expect("registry lock")
+    }
+
+    /// The counters with the registry's counts.
+    pub(crate) fn stats(&self) -> GatewayStats {
+        let by_transport = self.registry().count_by_transport();
+        self.counters.snapshot(by_transport)
     }
 
     pub(crate) fn publish_registration_count(&self) {
@@ -187,6 +196,7 @@ impl Shared {
 pub struct Gateway {
     pub(crate) shared: Arc<Shared>,
     addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -198,10 +208,25 @@ impl Drop for Gateway {
 }
 
 impl Gateway {
-    /// Binds `addr` and starts serving; returns once the port accepts connections.
+    /// Binds `addr` (Phoenix socket and HTTP API) and, when
+    /// [`GatewayConfig::grpc_listen`] is set, the gRPC port; returns once both accept
+    /// connections.
     pub async fn start(config: GatewayConfig, addr: SocketAddr) -> Result<Gateway> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let grpc_listener = match config.grpc_listen {
+            Some(at) => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .map_err(|e| Error::Config(format!("cannot listen for gRPC on {at}: {e}")))?,
+            ),
+            None => None,
+        };
+        let grpc_addr = match &grpc_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
+        let cancel = CancellationToken::new();
         let shared = Arc::new(Shared {
             config,
             counters: Counters::default(),
@@ -214,9 +239,15 @@ impl Gateway {
             answer_phoenix_heartbeats: AtomicBool::new(true),
             answer_app_heartbeats: AtomicBool::new(true),
             registration_count: watch::channel(0).0,
-            cancel: CancellationToken::new(),
+            grpc_cut: Mutex::new(cancel.child_token()),
+            cancel,
             tasks: TaskTracker::new(),
         });
+        if let Some(listener) = grpc_listener {
+            shared
+                .tasks
+                .spawn(super::grpc::serve(shared.clone(), listener));
+        }
         let app = super::http_api::router(shared.clone());
         // Nagle off on every accepted socket, as the client already has it: the writer
         // task sends small frames (an execute_request, an invoke_response) that must
@@ -238,6 +269,7 @@ impl Gateway {
         Ok(Gateway {
             shared,
             addr,
+            grpc_addr,
             server: Some(server),
         })
     }
@@ -250,6 +282,16 @@ impl Gateway {
     /// The Phoenix socket URL connectors dial.
     pub fn ws_url(&self) -> String {
         format!("ws://{}/socket/connector/websocket", self.addr)
+    }
+
+    /// The bound gRPC address, when the gateway serves gRPC.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
+    }
+
+    /// The `grpc://` address connectors dial, when the gateway serves gRPC.
+    pub fn grpc_url(&self) -> Option<String> {
+        self.grpc_addr.map(|a| format!("grpc://{a}"))
     }
 
     /// The base URL of the HTTP API.
@@ -313,8 +355,7 @@ impl Gateway {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> GatewayStats {
-        let n = self.shared.registry().len();
-        self.shared.counters.snapshot(n)
+        self.shared.stats()
     }
 
     /// Waits until at least `n` registrations exist, at most `deadline`; false on timeout.

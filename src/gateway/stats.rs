@@ -61,6 +61,10 @@ impl InvokeOutcome {
 pub(crate) struct Counters {
     pub(crate) sockets_accepted: AtomicU64,
     pub(crate) sockets_open: AtomicU64,
+    pub(crate) grpc_connections_accepted: AtomicU64,
+    pub(crate) grpc_connections_open: AtomicU64,
+    pub(crate) grpc_streams_accepted: AtomicU64,
+    pub(crate) grpc_streams_open: AtomicU64,
     pub(crate) frames_in: AtomicU64,
     pub(crate) frames_out: AtomicU64,
     pub(crate) executes_routed: AtomicU64,
@@ -84,11 +88,17 @@ impl Counters {
             .or_default() += 1;
     }
 
-    pub(crate) fn snapshot(&self, registrations: usize) -> GatewayStats {
+    /// The counters now, with the registry's count of registrations per transport.
+    pub(crate) fn snapshot(&self, by_transport: BTreeMap<String, u64>) -> GatewayStats {
         GatewayStats {
             sockets_accepted: self.sockets_accepted.load(Relaxed),
             sockets_open: self.sockets_open.load(Relaxed),
-            registrations: registrations as u64,
+            grpc_connections_accepted: self.grpc_connections_accepted.load(Relaxed),
+            grpc_connections_open: self.grpc_connections_open.load(Relaxed),
+            grpc_streams_accepted: self.grpc_streams_accepted.load(Relaxed),
+            grpc_streams_open: self.grpc_streams_open.load(Relaxed),
+            registrations: by_transport.values().sum(),
+            registrations_by_transport: by_transport,
             frames_in: self.frames_in.load(Relaxed),
             frames_out: self.frames_out.load(Relaxed),
             executes_routed: self.executes_routed.load(Relaxed),
@@ -120,11 +130,21 @@ pub struct GatewayStats {
     pub sockets_accepted: u64,
     /// WebSocket connections open now.
     pub sockets_open: u64,
+    /// gRPC (HTTP/2) connections accepted since start.
+    pub grpc_connections_accepted: u64,
+    /// gRPC connections open now.
+    pub grpc_connections_open: u64,
+    /// gRPC `Connect` streams accepted since start (one per registration connection).
+    pub grpc_streams_accepted: u64,
+    /// gRPC `Connect` streams open now.
+    pub grpc_streams_open: u64,
     /// Registrations now.
     pub registrations: u64,
-    /// WebSocket messages (text or binary) received.
+    /// Registrations now, by transport (`websocket`, `grpc`); both always present.
+    pub registrations_by_transport: BTreeMap<String, u64>,
+    /// Messages received: WebSocket messages (text or binary) and gRPC stream messages.
     pub frames_in: u64,
-    /// WebSocket messages sent.
+    /// Messages sent, on either transport.
     pub frames_out: u64,
     /// Execute requests sent to connectors (API, test kit and invokes).
     pub executes_routed: u64,
@@ -162,18 +182,49 @@ impl GatewayStats {
             gauge(self.sockets_open),
         );
         registry.register(
+            "grpc_connections_accepted",
+            "gRPC (HTTP/2) connections accepted",
+            counter(self.grpc_connections_accepted),
+        );
+        registry.register(
+            "grpc_connections_open",
+            "gRPC (HTTP/2) connections open",
+            gauge(self.grpc_connections_open),
+        );
+        registry.register(
+            "grpc_streams_accepted",
+            "gRPC Connect streams accepted",
+            counter(self.grpc_streams_accepted),
+        );
+        registry.register(
+            "grpc_streams_open",
+            "gRPC Connect streams open",
+            gauge(self.grpc_streams_open),
+        );
+        registry.register(
             "registrations",
             "Connector registrations",
             gauge(self.registrations),
         );
+        let by_transport = Family::<Vec<(String, String)>, Gauge>::default();
+        for (transport, n) in &self.registrations_by_transport {
+            by_transport
+                .get_or_create(&vec![("transport".to_owned(), transport.clone())])
+                .set(*n as i64);
+        }
+        registry.register(
+            "registrations_by_transport",
+            "Connector registrations, by transport",
+            by_transport,
+        );
         registry.register(
             "frames_in",
-            "WebSocket messages received",
+            "Messages received (WebSocket and gRPC)",
             counter(self.frames_in),
         );
         registry.register(
             "frames_out",
-            "WebSocket messages sent",
+            "Messages sent (WebSocket and gRPC)",
             counter(self.frames_out),
         );
         registry.register(
@@ -219,13 +270,18 @@ mod tests {
         c.drop_frame("not_json");
         c.invoke(InvokeOutcome::Timeout);
         c.invoke(InvokeOutcome::Timeout);
-        let text = c.snapshot(3).to_prometheus();
+        let by_transport = BTreeMap::from([("websocket".to_owned(), 2), ("grpc".to_owned(), 1)]);
+        let text = c.snapshot(by_transport).to_prometheus();
         assert!(
             text.contains("switchboard_gateway_frames_in_total 7"),
             "{text}"
         );
         assert!(
             text.contains("switchboard_gateway_registrations 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"switchboard_gateway_registrations_by_transport{transport="grpc"} 1"#),
             "{text}"
         );
         assert!(

@@ -16,7 +16,8 @@ pub const TEST_EXECUTE_TIMEOUT: Duration = Duration::from_secs(10);
 const REBIND_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A gateway for tests: `TestGateway::start().await`, then use it as a [`Gateway`]
-/// (it derefs to one): `ws_url()`, `execute(arn, payload)`, `stats()`, the hooks.
+/// (it derefs to one): `ws_url()`, `grpc_url()`, `execute(arn, payload)`, `stats()`,
+/// the hooks.
 pub struct TestGateway {
     gateway: Option<Gateway>,
     config: GatewayConfig,
@@ -35,13 +36,21 @@ impl TestGateway {
         .await
     }
 
-    /// Starts on `127.0.0.1:0` with `config`. Panics when it cannot bind: this is a test
-    /// fixture, and a test cannot proceed without it.
-    pub async fn start_with(config: GatewayConfig) -> TestGateway {
-        let gateway = Gateway::start(config.clone(), "127.0.0.1:0".parse().expect("literal"))
+    /// Starts on `127.0.0.1:0` with `config`, serving gRPC too: on
+    /// [`GatewayConfig::grpc_listen`] when set, else on another ephemeral loopback port
+    /// ([`Gateway::grpc_url`]). Panics when it cannot bind: this is a test fixture, and
+    /// a test cannot proceed without it.
+    pub async fn start_with(mut config: GatewayConfig) -> TestGateway {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        if config.grpc_listen.is_none() {
+            config.grpc_listen = Some(loopback);
+        }
+        let gateway = Gateway::start(config.clone(), loopback)
             .await
             .expect("bind an ephemeral loopback port");
         let addr = gateway.local_addr();
+        // A restart keeps the gRPC port as well as the WebSocket one.
+        config.grpc_listen = gateway.grpc_addr();
         TestGateway {
             gateway: Some(gateway),
             config,

@@ -1,6 +1,7 @@
 //! The one task per socket: it drives the connection core.
 //!
-//! The task owns the WebSocket (dialling, reading, writing), the connectors' execute
+//! A "socket" is a Phoenix WebSocket or one gRPC stream (`wire.rs`); the task is the
+//! same for both. The task owns the connection (dialling, reading, writing), the connectors' execute
 //! futures (polled here in a `FuturesUnordered`, never spawned), the reconnect backoff,
 //! and the receiving end of the socket's one bounded command queue. Everything it
 //! learns goes into the core (`handle_*`), and everything the core decides comes back
@@ -16,40 +17,29 @@
 
 use std::collections::HashMap;
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::{AbortHandle, Abortable, BoxFuture};
 use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, Sink, SinkExt, StreamExt};
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
-use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, BackoffPolicy};
-use super::core::{Connection, Event, ExecId, Inbound, InvokeSpec, Now, RegistrationSpec};
+use super::core::{Connection, Event, ExecId, InvokeSpec, Now, RegistrationSpec};
 use super::handle::HandleState;
 use super::invoker::{Invoker, SocketLink};
-use super::metrics::SocketMetrics;
 use super::routing::HandleId;
+use super::wire::{Target, Wire};
 use crate::connector::{run_execute, BaseConnector, ExecuteContext};
 use crate::error::Result;
 use crate::proto::{
     stream_message::Message, ExecuteResponse, InvokeCapabilityResponse, WebSocketOpenResponse,
 };
-use crate::transport::websocket::{self, WsStream};
-
-/// How many inbound messages one pass reads before it lets the other branches
-/// (finished executes, commands, timers) run, so a flood of requests cannot starve
-/// them.
-const READ_BATCH: usize = 64;
-
-/// How long a clean close waits for the close frame to be written.
-const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The waiter of an invoke.
 pub(crate) type Waiter = oneshot::Sender<Result<Option<InvokeCapabilityResponse>>>;
@@ -92,7 +82,7 @@ pub(crate) enum Command {
 /// Settings of one socket's connection.
 #[derive(Debug, Clone)]
 pub(crate) struct SocketOptions {
-    pub(crate) url: String,
+    pub(crate) target: Target,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,
@@ -123,11 +113,7 @@ struct Driver {
     core: Core,
     link: Arc<SocketLink>,
     opts: SocketOptions,
-    ws: Option<WsStream>,
-    /// A frame the sink was not ready for yet.
-    unsent: Option<WsMessage>,
-    /// Whether frames were fed since the last flush.
-    dirty: bool,
+    conn: Option<Wire>,
     executes: FuturesUnordered<Abortable<ExecFuture>>,
     aborts: HashMap<ExecId, AbortHandle>,
     backoff: Backoff,
@@ -148,9 +134,7 @@ pub(crate) async fn run(
         core,
         link,
         opts,
-        ws: None,
-        unsent: None,
-        dirty: false,
+        conn: None,
         executes: FuturesUnordered::new(),
         aborts: HashMap::new(),
         backoff,
@@ -169,7 +153,7 @@ impl Driver {
         mut commands: mpsc::Receiver<Command>,
         cancel: &CancellationToken,
     ) -> Exit {
-        let mut dial: Option<BoxFuture<'static, Result<WsStream>>> = Some(self.dial());
+        let mut dial: Option<BoxFuture<'static, Result<Wire>>> = Some(self.dial());
         let mut retry_at: Option<Instant> = None;
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
@@ -177,7 +161,7 @@ impl Driver {
             if let Some(exit) = self.drain_events() {
                 return exit;
             }
-            if self.ws.is_none() && dial.is_none() && retry_at.is_none() {
+            if self.conn.is_none() && dial.is_none() && retry_at.is_none() {
                 retry_at = Some(self.schedule_reconnect());
             }
             let deadline = self.core.poll_timeout().map(Instant::from_std);
@@ -188,7 +172,10 @@ impl Driver {
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Exit::Cancelled,
-                lost = poll_fn(|cx| poll_io(&mut self.ws, &mut self.core, &mut self.unsent, &mut self.dirty, &self.link.metrics, cx)), if self.ws.is_some() => {
+                lost = poll_fn(|cx| match self.conn.as_mut() {
+                    Some(conn) => conn.poll_io(&mut self.core, &self.link.metrics, cx),
+                    None => Poll::Pending,
+                }), if self.conn.is_some() => {
                     if let Some(why) = lost {
                         self.lost(why);
                     }
@@ -207,8 +194,8 @@ impl Driver {
                 r = async { dial.as_mut().expect("guarded").await }, if dial.is_some() => {
                     dial = None;
                     match r {
-                        Ok(ws) => {
-                            self.ws = Some(ws);
+                        Ok(conn) => {
+                            self.conn = Some(conn);
                             self.core.handle_connected(now());
                         }
                         Err(e) => tracing::warn!(tenant = %self.core.tenant(), error = %e, "connect failed"),
@@ -222,13 +209,22 @@ impl Driver {
         }
     }
 
-    fn dial(&self) -> BoxFuture<'static, Result<WsStream>> {
-        let (url, timeout, max) = (
-            self.opts.url.clone(),
+    fn dial(&self) -> BoxFuture<'static, Result<Wire>> {
+        let (target, timeout, max) = (
+            self.opts.target.clone(),
             self.opts.connect_timeout,
             self.opts.max_frame_bytes,
         );
-        async move { websocket::connect(&url, timeout, max).await }.boxed()
+        async move {
+            match tokio::time::timeout(timeout, Wire::dial(target, timeout, max)).await {
+                Ok(r) => r,
+                Err(_) => Err(crate::error::Error::timeout(
+                    "connection to the gateway",
+                    timeout,
+                )),
+            }
+        }
+        .boxed()
     }
 
     /// Picks the reconnect delay; the backoff was reset only if a register succeeded
@@ -248,14 +244,12 @@ impl Driver {
 
     /// The connection is gone (read or write failed, or the core asked).
     fn lost(&mut self, why: String) {
-        if self.ws.take().is_none() {
+        if self.conn.take().is_none() {
             return;
         }
         if self.core.registered_since_connect() {
             self.backoff.reset();
         }
-        self.unsent = None;
-        self.dirty = false;
         self.link.metrics.disconnects.fetch_add(1, Relaxed);
         tracing::warn!(tenant = %self.core.tenant(), reason = %why, "connection lost");
         self.core.handle_disconnected(now());
@@ -415,18 +409,12 @@ impl Driver {
         }
     }
 
-    /// Closes the socket cleanly: what is queued is written, then a close frame.
+    /// Closes the connection cleanly: what is queued is written, then a close.
     async fn close(&mut self) {
-        let Some(mut ws) = self.ws.take() else {
+        let Some(conn) = self.conn.take() else {
             return;
         };
-        let flush = async {
-            while let Some(text) = self.core.poll_transmit() {
-                ws.feed(WsMessage::text(text)).await?;
-            }
-            ws.close(None).await
-        };
-        let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
+        conn.close(&mut self.core).await;
         self.core.handle_disconnected(now());
     }
 
@@ -442,90 +430,4 @@ impl Driver {
             user.state.mark_removed();
         }
     }
-}
-
-/// Writes what the core has, flushes, and reads up to a batch of inbound messages
-/// into the core. Ready with `Some(reason)` when the connection failed, `None`
-/// after some progress; pending while there is nothing to read.
-fn poll_io(
-    ws: &mut Option<WsStream>,
-    core: &mut Core,
-    unsent: &mut Option<WsMessage>,
-    dirty: &mut bool,
-    metrics: &SocketMetrics,
-    cx: &mut Context<'_>,
-) -> Poll<Option<String>> {
-    let Some(ws) = ws.as_mut() else {
-        return Poll::Pending;
-    };
-    if let Err(e) = poll_write(ws, core, unsent, dirty, cx) {
-        return Poll::Ready(Some(format!("write failed: {e}")));
-    }
-    let mut progress = false;
-    for _ in 0..READ_BATCH {
-        let msg = match ws.poll_next_unpin(cx) {
-            Poll::Pending => break,
-            Poll::Ready(None) => return Poll::Ready(Some("socket closed".into())),
-            Poll::Ready(Some(Err(tungstenite::Error::Capacity(e)))) => {
-                metrics.drop_frame("too_large");
-                return Poll::Ready(Some(format!("inbound message over max_frame_bytes: {e}")));
-            }
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(format!("read failed: {e}"))),
-            Poll::Ready(Some(Ok(msg))) => msg,
-        };
-        progress = true;
-        let now = now();
-        match msg {
-            WsMessage::Text(text) => core.handle_frame(now, Inbound::Text(text.as_str())),
-            WsMessage::Binary(bytes) => core.handle_frame(now, Inbound::Binary(bytes)),
-            WsMessage::Close(frame) => {
-                return Poll::Ready(Some(format!("server closed the socket: {frame:?}")))
-            }
-            // Pings are answered by tungstenite itself.
-            _ => core.handle_frame(now, Inbound::Activity),
-        }
-    }
-    if progress {
-        Poll::Ready(None)
-    } else {
-        Poll::Pending
-    }
-}
-
-/// Feeds the core's transmits to the sink while it is ready, then flushes once
-/// nothing is left; a frame the sink cannot take yet waits in `unsent`.
-fn poll_write(
-    ws: &mut WsStream,
-    core: &mut Core,
-    unsent: &mut Option<WsMessage>,
-    dirty: &mut bool,
-    cx: &mut Context<'_>,
-) -> std::result::Result<(), tungstenite::Error> {
-    loop {
-        let Some(msg) = unsent
-            .take()
-            .or_else(|| core.poll_transmit().map(WsMessage::text))
-        else {
-            break;
-        };
-        match Pin::new(&mut *ws).poll_ready(cx) {
-            Poll::Ready(Ok(())) => {
-                Pin::new(&mut *ws).start_send(msg)?;
-                *dirty = true;
-            }
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => {
-                *unsent = Some(msg);
-                return Ok(());
-            }
-        }
-    }
-    if *dirty {
-        match Pin::new(&mut *ws).poll_flush(cx) {
-            Poll::Ready(Ok(())) => *dirty = false,
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => {}
-        }
-    }
-    Ok(())
 }

@@ -9,19 +9,21 @@
 
 pub mod backoff;
 #[cfg(feature = "websocket")]
-mod core;
+pub(crate) mod core;
 #[cfg(feature = "websocket")]
-mod driver;
+pub(crate) mod driver;
 #[cfg(feature = "websocket")]
 mod handle;
 pub(crate) mod invoke;
 #[cfg(feature = "websocket")]
 pub(crate) mod invoker;
 #[cfg(feature = "websocket")]
-mod metrics;
+pub(crate) mod metrics;
 pub mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
+#[cfg(feature = "websocket")]
+mod wire;
 
 #[cfg(feature = "websocket")]
 pub use handle::RegistrationHandle;

@@ -1,7 +1,10 @@
 //! [`MultiConnectorRunner`]: runs any number of registrations, one socket per tenant.
 //!
-//! Registrations are grouped by sanitised tenant and gateway URL; each group shares
-//! one socket, driven by one task that owns the socket's connection core. Sockets are
+//! WebSocket registrations are grouped by sanitised tenant and gateway URL; each
+//! group shares one socket, driven by one task that owns the socket's connection
+//! core. A gRPC registration has a stream of its own, driven the same way by a task of
+//! its own, and the streams to one gateway share HTTP/2 connections
+//! ([`RunnerOptions::max_streams_per_channel`] each). A runner may mix both. Sockets are
 //! never shared across tenants: the gateway binds a socket to the tenant of its first
 //! registration. The socket's connection settings (timeouts, heartbeats, backoff) come
 //! from the first registration of the group. A socket whose last registration is
@@ -15,18 +18,27 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::core::{CoreOptions, RegistrationSpec};
+use super::core::{CoreOptions, Framing, RegistrationSpec};
 use super::driver::{self, now, Command, Core, RegUser, SocketOptions};
 use super::handle::{HandleState, RegistrationHandle};
 use super::invoker::{Invoker, SocketLink};
 use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
+use super::wire::Target;
 use crate::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::sanitize;
+use crate::transport::address::{GatewayAddress, Transport};
+#[cfg(feature = "grpc")]
+use crate::transport::grpc::{ChannelPool, GrpcTarget};
 
 /// How long `run` waits for tasks to finish after shutdown before returning anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Default for [`RunnerOptions::max_streams_per_channel`]: below the 100 concurrent
+/// streams many HTTP/2 servers (and proxies in front of them) allow per connection,
+/// with room for the occasional stream still closing.
+pub(crate) const DEFAULT_MAX_STREAMS_PER_CHANNEL: usize = 80;
 
 /// Options of the runner as a whole (per-registration settings live in
 /// [`ConnectorConfig`]).
@@ -46,6 +58,10 @@ pub struct RunnerOptions {
     /// (counted as `too_large`): a peer cannot make a connector hold more than this per
     /// socket.
     pub max_frame_bytes: usize,
+    /// Most gRPC streams (registrations) one HTTP/2 connection carries (default 80);
+    /// past it another connection opens. 80 stays under the 100 concurrent streams
+    /// many servers and proxies allow per connection.
+    pub max_streams_per_channel: usize,
 }
 
 impl Default for RunnerOptions {
@@ -54,6 +70,7 @@ impl Default for RunnerOptions {
             max_handlers_per_socket: 512,
             command_queue_capacity: 1024,
             max_frame_bytes: 16 * 1024 * 1024,
+            max_streams_per_channel: DEFAULT_MAX_STREAMS_PER_CHANNEL,
         }
     }
 }
@@ -74,6 +91,12 @@ impl RunnerOptions {
     /// Sets [`RunnerOptions::max_frame_bytes`].
     pub fn with_max_frame_bytes(mut self, n: usize) -> Self {
         self.max_frame_bytes = n;
+        self
+    }
+
+    /// Sets [`RunnerOptions::max_streams_per_channel`] (at least 1).
+    pub fn with_max_streams_per_channel(mut self, n: usize) -> Self {
+        self.max_streams_per_channel = n.max(1);
         self
     }
 }
@@ -128,7 +151,9 @@ struct Unstarted {
     opts: SocketOptions,
 }
 
-type SocketKey = (String, String);
+/// Tenant, gateway URL and, for a gRPC stream, the registration's dot key (a stream
+/// per registration); empty for a WebSocket, which the tenant's registrations share.
+type SocketKey = (String, String, String);
 
 #[derive(Default)]
 struct State {
@@ -136,6 +161,9 @@ struct State {
     handles: Vec<RegistrationHandle>,
     running: bool,
     next_socket: u64,
+    /// The HTTP/2 connection pool of each gRPC gateway, by URL.
+    #[cfg(feature = "grpc")]
+    pools: HashMap<String, Arc<ChannelPool>>,
 }
 
 struct Inner {
@@ -171,12 +199,32 @@ struct Prepared {
     user: RegUser,
     tenant: String,
     url: String,
+    /// The dot key for a gRPC registration (its own stream), empty for a WebSocket.
+    stream_of: String,
+    grpc: Option<GrpcTarget>,
     config: ConnectorConfig,
 }
 
+impl Prepared {
+    fn socket_key(&self) -> SocketKey {
+        (
+            self.tenant.clone(),
+            self.url.clone(),
+            self.stream_of.clone(),
+        )
+    }
+}
+
+#[cfg(not(feature = "grpc"))]
+type GrpcTarget = std::convert::Infallible;
+
 fn prepare(registration: Registration) -> Result<Prepared> {
     let Registration { config, connector } = registration;
-    let url = config.address()?.websocket_url()?;
+    let address = config.address()?;
+    let (url, grpc) = match address.transport {
+        Transport::WebSocket => (address.websocket_url()?, None),
+        Transport::Grpc => grpc_target(&address)?,
+    };
     let metrics = Arc::new(HandleMetrics::default());
     let spec = RegistrationSpec {
         key: config.key(connector.connector_type()),
@@ -194,11 +242,35 @@ fn prepare(registration: Registration) -> Result<Prepared> {
         state: HandleState::new(metrics),
     };
     Ok(Prepared {
+        stream_of: if grpc.is_some() {
+            spec.key.dot_key().to_owned()
+        } else {
+            String::new()
+        },
         spec,
         user,
         tenant: sanitize(&config.tenant_id),
         url,
+        grpc,
         config,
+    })
+}
+
+#[cfg(feature = "grpc")]
+fn grpc_target(address: &GatewayAddress) -> Result<(String, Option<GrpcTarget>)> {
+    let target = GrpcTarget {
+        host: address.host.clone(),
+        port: address.port,
+        tls: address.tls,
+    };
+    Ok((address.to_string(), Some(target)))
+}
+
+#[cfg(not(feature = "grpc"))]
+fn grpc_target(address: &GatewayAddress) -> Result<(String, Option<GrpcTarget>)> {
+    Err(Error::InvalidAddress {
+        address: address.to_string(),
+        reason: "this build has no gRPC transport (enable the `grpc` feature) ; use a ws:// or wss:// address".into(),
     })
 }
 
@@ -235,7 +307,7 @@ impl MultiConnectorRunner {
             let p = prepare(registration.clone())?;
             let (link, id, key, spec, user) = {
                 let mut state = self.inner.state();
-                let key = (p.tenant.clone(), p.url.clone());
+                let key = p.socket_key();
                 match state.sockets.get(&key) {
                     Some(entry) if entry.unstarted.is_none() => {
                         let (link, id) = (entry.link.clone(), entry.id);
@@ -313,7 +385,8 @@ impl MultiConnectorRunner {
         state.handles.clone()
     }
 
-    /// Number of open sockets (one per tenant and gateway URL that has registrations).
+    /// Number of open sockets: one per tenant and WebSocket gateway URL that has
+    /// registrations, plus one per gRPC registration (its stream).
     pub fn socket_count(&self) -> usize {
         self.inner.state().sockets.len()
     }
@@ -349,7 +422,7 @@ impl Inner {
         state: &mut State,
         p: Prepared,
     ) -> Result<RegistrationHandle> {
-        let key = (p.tenant.clone(), p.url.clone());
+        let key = p.socket_key();
         if !state.sockets.contains_key(&key) {
             let entry = self.new_socket(state, &p);
             state.sockets.insert(key.clone(), entry);
@@ -389,16 +462,18 @@ impl Inner {
     fn new_socket(&self, state: &mut State, p: &Prepared) -> SocketEntry {
         let metrics = Arc::new(SocketMetrics::default());
         let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
+        let (target, framing, max_handlers) = self.target(state, p);
         let core_opts = CoreOptions {
             tenant: p.tenant.clone(),
             heartbeat: p.config.heartbeat.clone(),
             join_timeout: p.config.connect_timeout,
-            max_handlers: self.options.max_handlers_per_socket,
+            max_handlers,
             max_frame_bytes: self.options.max_frame_bytes,
             seed: rand::random(),
+            framing,
         };
         let opts = SocketOptions {
-            url: p.url.clone(),
+            target,
             connect_timeout: p.config.connect_timeout,
             reconnect: p.config.reconnect.clone(),
             max_frame_bytes: self.options.max_frame_bytes,
@@ -412,6 +487,37 @@ impl Inner {
                 commands,
                 opts,
             }),
+        }
+    }
+
+    /// Where a new socket for `p` connects, how it frames, and how many registrations
+    /// it takes: a shared Phoenix socket, or a gRPC stream of its own on the gateway's
+    /// pool (created with the first registration that needs it; its connection
+    /// settings come from that registration, like a socket's).
+    fn target(&self, state: &mut State, p: &Prepared) -> (Target, Framing, usize) {
+        match &p.grpc {
+            None => (
+                Target::WebSocket(p.url.clone()),
+                Framing::Phoenix,
+                self.options.max_handlers_per_socket,
+            ),
+            #[cfg(feature = "grpc")]
+            Some(grpc) => {
+                let pool = state
+                    .pools
+                    .entry(p.url.clone())
+                    .or_insert_with(|| {
+                        Arc::new(ChannelPool::new(
+                            grpc.clone(),
+                            self.options.max_streams_per_channel,
+                            p.config.connect_timeout,
+                        ))
+                    })
+                    .clone();
+                (Target::Grpc(pool), Framing::Stream, 1)
+            }
+            #[cfg(not(feature = "grpc"))]
+            Some(never) => match *never {},
         }
     }
 

@@ -143,7 +143,7 @@ impl GatewayAddress {
         if self.transport == Transport::Grpc {
             return Err(Error::InvalidAddress {
                 address: self.to_string(),
-                reason: "the gRPC transport is reserved and not yet available; use a ws:// or wss:// address".into(),
+                reason: "a gRPC address has no WebSocket URL; the runner dials it over gRPC, or use a ws:// or wss:// address for the Phoenix socket".into(),
             });
         }
         let scheme = if self.tls { "wss" } else { "ws" };
@@ -384,12 +384,12 @@ mod tests {
     }
 
     #[test]
-    fn websocket_url_for_grpc_says_the_transport_is_reserved() {
+    fn websocket_url_for_grpc_says_it_is_a_grpc_address() {
         match parse("grpc://gw").websocket_url() {
             Err(Error::InvalidAddress { address, reason }) => {
                 assert_eq!(address, "grpc://gw:50061");
                 assert!(
-                    reason.contains("reserved") && reason.contains("ws://"),
+                    reason.contains("gRPC address") && reason.contains("ws://"),
                     "{reason}"
                 );
             }

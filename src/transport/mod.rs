@@ -1,6 +1,9 @@
-//! Transports: gateway address parsing and dialling the Phoenix WebSocket.
+//! Transports: gateway address parsing, dialling the Phoenix WebSocket, and the gRPC
+//! stream pool.
 
 pub mod address;
+#[cfg(feature = "grpc")]
+pub(crate) mod grpc;
 #[cfg(feature = "websocket")]
 pub(crate) mod websocket;
 

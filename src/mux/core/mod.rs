@@ -14,9 +14,10 @@
 //!
 //! 1. [`Connection::new`]; [`Connection::add`] for each registration (also later, at
 //!    any time).
-//! 2. When a WebSocket opens, [`Connection::handle_connected`]; when it dies,
+//! 2. When the connection opens (a WebSocket, or a gRPC stream whose request side is
+//!    open), [`Connection::handle_connected`]; when it dies,
 //!    [`Connection::handle_disconnected`].
-//! 3. Feed every inbound WebSocket message to [`Connection::handle_frame`]; when the
+//! 3. Feed every inbound message to [`Connection::handle_frame`]; when the
 //!    instant from [`Connection::poll_timeout`] arrives, call
 //!    [`Connection::handle_timeout`]; when an execute started by
 //!    [`Event::StartExecute`] finishes, [`Connection::handle_execute_done`]. Commands:
@@ -24,8 +25,19 @@
 //!    [`Connection::cancel_invoke`], [`Connection::send_metrics_report`],
 //!    [`Connection::send`].
 //! 4. After every input, drain [`Connection::poll_event`] (act on each event) and
-//!    [`Connection::poll_transmit`] (write each text frame; flush when it returns
+//!    [`Connection::poll_transmit`] (write each frame; flush when it returns
 //!    `None`), then sleep until the new [`Connection::poll_timeout`].
+//!
+//! # Framing
+//!
+//! The same core serves both transports ([`Framing`]); only what a connection is
+//! differs. A Phoenix socket carries many registrations of one tenant over the lobby
+//! channel: the core joins it, sends Phoenix heartbeats and encodes every message as
+//! a `proto` push. A gRPC `Connect` stream carries one registration and no channel:
+//! the stream is "joined" as soon as it opens, so the register request is the first
+//! message on it (PROTOCOL.md §3), and messages travel as they are. Registration,
+//! execute admission and deadlines, invoke correlation, application heartbeats, the
+//! idle watchdog and metrics reports are the same code for both.
 //!
 //! Inputs never block and never fail: what cannot be done is answered on the wire
 //! (an `overloaded` or `timeout` execute response), reported as an [`Event`], or
@@ -82,6 +94,26 @@ pub(crate) struct CoreOptions {
     pub(crate) max_frame_bytes: usize,
     /// Seed of the jitter source for register retries, so tests are deterministic.
     pub(crate) seed: u64,
+    /// How messages are framed on this connection.
+    pub(crate) framing: Framing,
+}
+
+/// How a connection frames its messages; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Phoenix Channels v2 over a WebSocket.
+    Phoenix,
+    /// One gRPC `Connect` stream: `StreamMessage`s as they are, no channel.
+    Stream,
+}
+
+/// One frame for the driver to write.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Transmit {
+    /// A Phoenix text frame ([`Framing::Phoenix`]).
+    Text(String),
+    /// A message of a gRPC stream ([`Framing::Stream`]).
+    Message(StreamMessage),
 }
 
 /// What the driver must do, besides writing transmits.
@@ -147,7 +179,7 @@ pub(crate) struct Connection<W, U> {
     executes: HashMap<ExecId, execute::Exec>,
     next_exec: ExecId,
     timers: Timers,
-    transmits: VecDeque<String>,
+    transmits: VecDeque<Transmit>,
     events: VecDeque<Event<W>>,
     link: Link,
     rng: u64,
@@ -226,8 +258,8 @@ impl<W, U> Connection<W, U> {
         }
     }
 
-    /// The next text frame to write; `None` means flush.
-    pub(crate) fn poll_transmit(&mut self) -> Option<String> {
+    /// The next frame to write; `None` means flush.
+    pub(crate) fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
 
@@ -250,17 +282,23 @@ impl<W, U> Connection<W, U> {
     }
 
     fn liveness_due(&self, c: &Connected) -> Instant {
-        c.next_phoenix_heartbeat
-            .min(c.last_inbound + self.opts.heartbeat.inbound_idle_timeout)
+        let idle = c.last_inbound + self.opts.heartbeat.inbound_idle_timeout;
+        match self.opts.framing {
+            Framing::Phoenix => c.next_phoenix_heartbeat.min(idle),
+            Framing::Stream => idle,
+        }
     }
 
-    /// A WebSocket opened: send the lobby join.
+    /// The connection opened: a WebSocket sends the lobby join; a gRPC stream is
+    /// joined at once and sends its register first.
     pub(crate) fn handle_connected(&mut self, now: Now) {
         let t = now.instant;
         self.channel.reset();
-        let join = self.channel.join().encode();
         self.transmits.clear();
-        self.transmits.push_back(join);
+        if self.opts.framing == Framing::Phoenix {
+            let join = self.channel.join().encode();
+            self.transmits.push_back(Transmit::Text(join));
+        }
         let hb = &self.opts.heartbeat;
         self.link = Link::Joining {
             since: Connected {
@@ -271,9 +309,12 @@ impl<W, U> Connection<W, U> {
             },
             deadline: t + self.opts.join_timeout,
         };
+        if self.opts.framing == Framing::Stream {
+            self.joined(now);
+        }
     }
 
-    /// The WebSocket died (or the driver closed it after [`Event::Reconnect`]): every
+    /// The connection died (or the driver closed it after [`Event::Reconnect`]): every
     /// pending invoke fails at once with a recoverable error, every execute is dropped
     /// (the gateway failed them with the socket), and the registrations wait for the
     /// next join.
@@ -303,7 +344,7 @@ impl<W, U> Connection<W, U> {
         }
     }
 
-    /// Handles one inbound WebSocket message.
+    /// Handles one inbound message.
     pub(crate) fn handle_frame(&mut self, now: Now, frame: Inbound<'_>) {
         if let Link::Joining { since: c, .. } | Link::Joined(c) = &mut self.link {
             c.last_inbound = now.instant;
@@ -312,6 +353,14 @@ impl<W, U> Connection<W, U> {
         }
         let msg = match frame {
             Inbound::Activity => return,
+            Inbound::Message(msg) => {
+                self.metrics.frames_in.fetch_add(1, Relaxed);
+                if !matches!(self.link, Link::Joined(_)) {
+                    self.metrics.drop_frame("message_before_open");
+                    return;
+                }
+                msg
+            }
             Inbound::Text(text) => {
                 self.metrics.frames_in.fetch_add(1, Relaxed);
                 if text.len() > self.opts.max_frame_bytes {
@@ -381,7 +430,12 @@ impl<W, U> Connection<W, U> {
         };
         self.link = Link::Joined(since);
         self.metrics.connects.fetch_add(1, Relaxed);
-        tracing::info!(tenant = %self.opts.tenant, "joined connector:lobby");
+        match self.opts.framing {
+            Framing::Phoenix => {
+                tracing::info!(tenant = %self.opts.tenant, "joined connector:lobby")
+            }
+            Framing::Stream => tracing::debug!(tenant = %self.opts.tenant, "stream open"),
+        }
         let handles: Vec<HandleId> = self.regs.keys().copied().collect();
         for h in handles {
             self.send_register(now, h);
@@ -409,7 +463,7 @@ impl<W, U> Connection<W, U> {
         self.metrics.drop_frame("channel_lost");
         self.channel_gone();
         let join = self.channel.join().encode();
-        self.transmits.push_back(join);
+        self.transmits.push_back(Transmit::Text(join));
         self.link = Link::Joining {
             since,
             deadline: now.instant + self.opts.join_timeout,
@@ -526,10 +580,10 @@ impl<W, U> Connection<W, U> {
                     self.reconnect(why);
                     return;
                 }
-                if t >= c.next_phoenix_heartbeat {
+                if self.opts.framing == Framing::Phoenix && t >= c.next_phoenix_heartbeat {
                     c.next_phoenix_heartbeat = t + hb.phoenix_interval;
                     match self.channel.heartbeat() {
-                        Some(frame) => self.transmits.push_back(frame.encode()),
+                        Some(frame) => self.transmits.push_back(Transmit::Text(frame.encode())),
                         None => {
                             self.reconnect("Phoenix heartbeat not answered".into());
                             return;
@@ -574,9 +628,12 @@ impl<W, U> Connection<W, U> {
         let msg = StreamMessage {
             message: Some(message),
         };
-        let text = self.channel.encode_data(&msg);
         self.metrics.frames_out.fetch_add(1, Relaxed);
-        self.transmits.push_back(text);
+        let frame = match self.opts.framing {
+            Framing::Phoenix => Transmit::Text(self.channel.encode_data(&msg)),
+            Framing::Stream => Transmit::Message(msg),
+        };
+        self.transmits.push_back(frame);
     }
 
     /// Sends a message for a registration that its connector produced outside an
@@ -597,9 +654,12 @@ impl<W, U> Connection<W, U> {
     }
 }
 
-/// One inbound WebSocket message, as the core takes it.
+/// One inbound message, as the core takes it.
 #[derive(Debug)]
 pub(crate) enum Inbound<'a> {
+    /// A message of a gRPC stream, already decoded (and size-checked) by the
+    /// transport.
+    Message(StreamMessage),
     /// A Phoenix v2 text frame.
     Text(&'a str),
     /// A binary frame carrying a raw protobuf `StreamMessage`, as some gateways of the

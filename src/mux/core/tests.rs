@@ -10,3 +10,4 @@ mod link;
 mod metrics;
 mod registration;
 mod remove;
+mod stream;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::super::{Connection, CoreOptions, Event, ExecId, Inbound, Now};
+use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Inbound, Now, Transmit};
 use super::wire::registered;
 use crate::config::HeartbeatSettings;
 use crate::identity::RegistrationKey;
@@ -75,6 +75,14 @@ impl Clock {
     }
 }
 
+/// A Phoenix core's transmit, which is always a text frame.
+pub(super) fn text(t: Transmit) -> String {
+    match t {
+        Transmit::Text(text) => text,
+        Transmit::Message(m) => panic!("a Phoenix core wrote a raw message: {m:?}"),
+    }
+}
+
 /// The socket settings every test starts from.
 pub(super) fn opts() -> CoreOptions {
     CoreOptions {
@@ -88,6 +96,7 @@ pub(super) fn opts() -> CoreOptions {
         max_handlers: 8,
         max_frame_bytes: 1 << 20,
         seed: 7,
+        framing: Framing::Phoenix,
     }
 }
 
@@ -193,7 +202,8 @@ impl Harness {
     /// first transmit.
     pub(super) fn connect(&mut self) -> String {
         self.conn.handle_connected(self.clock.now());
-        let join = Frame::decode(&self.conn.poll_transmit().expect("a join")).expect("a frame");
+        let join =
+            Frame::decode(&text(self.conn.poll_transmit().expect("a join"))).expect("a frame");
         assert_eq!(join.event, "phx_join", "first transmit is the join");
         let jr = join.msg_ref.expect("the join has a ref");
         self.join_ref = Some(jr.clone());
@@ -299,7 +309,7 @@ impl Harness {
     /// Drains every transmit as a decoded frame.
     pub(super) fn frames(&mut self) -> Vec<Frame> {
         std::iter::from_fn(|| self.conn.poll_transmit())
-            .map(|t| Frame::decode(&t).expect("the core writes valid frames"))
+            .map(|t| Frame::decode(&text(t)).expect("the core writes valid frames"))
             .collect()
     }
 

@@ -1,0 +1,265 @@
+//! The gateway's gRPC server: `ConnectorService.Connect` (PROTOCOL.md §3), one bidi
+//! stream per registration, on its own port (`GatewayConfig::grpc_listen`).
+//!
+//! Each accepted stream is a [`SocketLink`] with a [`Wire::Grpc`]: the registry binds
+//! registrations to it, executes and invokes reach it, and its messages are handled
+//! by `session.rs`, exactly as a Phoenix socket's, so registrations of both
+//! transports are listed, executed and invoked side by side. The stream's reader task
+//! has the same idle timeout as a socket; its writer is the response stream, which
+//! ends (with status OK) when the link is killed or its reader stops.
+//!
+//! Accepted TCP connections are wrapped so that they are counted (connections
+//! accepted and open, in `/metrics` and [`super::GatewayStats`]) and can be cut by the
+//! test hooks, as a failed network path would. Inbound messages are bounded by
+//! `max_frame_bytes` in tonic's decoder: a larger one fails its stream with
+//! `OutOfRange` before it is buffered whole, counted as `too_large`.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::link::{SocketLink, Wire};
+use super::server::Shared;
+use crate::proto::connector_service_server::{ConnectorService, ConnectorServiceServer};
+use crate::proto::StreamMessage;
+
+/// Messages queued to one stream's response side. When full, whoever pushes awaits,
+/// as on a socket's writer queue.
+const WRITER_QUEUE: usize = 1024;
+
+/// Serves `ConnectorService` on `listener` until the gateway is cancelled.
+pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    let service = ConnectorServiceServer::new(Service {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(shared.config.max_frame_bytes)
+    .max_encoding_message_size(shared.config.max_frame_bytes);
+    let incoming = futures_util::stream::unfold(
+        (listener, shared.clone()),
+        |(listener, shared)| async move {
+            let accepted = tokio::select! {
+                _ = shared.cancel.cancelled() => return None,
+                r = listener.accept() => r,
+            };
+            let item = accepted.map(|(tcp, _)| CountedIo::new(&shared, tcp));
+            Some((item, (listener, shared)))
+        },
+    );
+    let cancel = shared.cancel.clone();
+    let result = tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "gRPC server failed");
+    }
+}
+
+struct Service {
+    shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl ConnectorService for Service {
+    type ConnectStream = BoxStream<'static, Result<StreamMessage, Status>>;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<StreamMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let shared = self.shared.clone();
+        let id = shared.next_socket.fetch_add(1, Relaxed);
+        let (tx, rx) = mpsc::channel(WRITER_QUEUE);
+        let kill = shared.cancel.child_token();
+        let link = Arc::new(SocketLink::new(
+            id,
+            Wire::Grpc { tx },
+            shared.config.max_in_flight_per_socket,
+            kill.clone(),
+        ));
+        shared
+            .sockets
+            .lock()
+            .expect("sockets lock")
+            .insert(id, link.clone());
+        shared.counters.grpc_streams_accepted.fetch_add(1, Relaxed);
+        shared.counters.grpc_streams_open.fetch_add(1, Relaxed);
+        tracing::debug!(link_id = id, "gRPC stream accepted");
+        shared
+            .tasks
+            .spawn(read_loop(shared.clone(), link, request.into_inner()));
+        let counters = shared.clone();
+        let out = futures_util::stream::unfold((rx, kill), move |(mut rx, kill)| {
+            let shared = counters.clone();
+            async move {
+                let msg = tokio::select! {
+                    biased;
+                    m = rx.recv() => m?,
+                    _ = kill.cancelled() => return None,
+                };
+                shared.counters.frames_out.fetch_add(1, Relaxed);
+                Some((Ok(msg), (rx, kill)))
+            }
+        });
+        Ok(Response::new(out.boxed()))
+    }
+}
+
+/// Reads one stream until it ends, fails, idles out or is killed; then forgets its
+/// link as a closing socket does, which also ends the response side.
+async fn read_loop(
+    shared: Arc<Shared>,
+    link: Arc<SocketLink>,
+    mut inbound: Streaming<StreamMessage>,
+) {
+    let idle_timeout = shared.config.idle_timeout;
+    let mut last_inbound = Instant::now();
+    let idle = sleep_until(last_inbound + idle_timeout);
+    tokio::pin!(idle);
+    loop {
+        tokio::select! {
+            _ = link.kill.cancelled() => break,
+            _ = &mut idle => {
+                let due = last_inbound + idle_timeout;
+                if Instant::now() >= due {
+                    tracing::info!(link_id = link.id, ?idle_timeout, "closing idle gRPC stream");
+                    break;
+                }
+                idle.as_mut().reset(due);
+            }
+            msg = inbound.message() => {
+                last_inbound = Instant::now();
+                match msg {
+                    Ok(Some(msg)) => {
+                        shared.counters.frames_in.fetch_add(1, Relaxed);
+                        super::session::on_message(&shared, &link, msg).await;
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        if status.code() == Code::OutOfRange {
+                            tracing::warn!(
+                                link_id = link.id,
+                                limit = shared.config.max_frame_bytes,
+                                "closing a gRPC stream that sent an oversized message"
+                            );
+                            shared.counters.drop_frame("too_large");
+                        } else {
+                            tracing::debug!(link_id = link.id, %status, "gRPC stream failed");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    link.kill.cancel();
+    shared
+        .sockets
+        .lock()
+        .expect("sockets lock")
+        .remove(&link.id);
+    let removed = shared.registry().remove_socket(link.id);
+    shared.publish_registration_count();
+    let failed = link.pending.lock().expect("pending lock").close();
+    drop(failed);
+    shared.counters.grpc_streams_open.fetch_sub(1, Relaxed);
+    tracing::debug!(link_id = link.id, removed, "gRPC stream closed");
+}
+
+/// An accepted TCP connection, counted while open and cut when its token fires (the
+/// gateway's shutdown or [`super::Gateway::drop_grpc_connections`]).
+pub(crate) struct CountedIo {
+    tcp: TcpStream,
+    shared: Arc<Shared>,
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl CountedIo {
+    fn new(shared: &Arc<Shared>, tcp: TcpStream) -> Self {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY on a gRPC connection");
+        }
+        shared
+            .counters
+            .grpc_connections_accepted
+            .fetch_add(1, Relaxed);
+        shared.counters.grpc_connections_open.fetch_add(1, Relaxed);
+        let token: CancellationToken = shared.grpc_cut.lock().expect("grpc cut lock").child_token();
+        CountedIo {
+            tcp,
+            shared: shared.clone(),
+            cut: Box::pin(token.cancelled_owned()),
+        }
+    }
+
+    fn is_cut(&mut self, cx: &mut Context<'_>) -> bool {
+        self.cut.poll_unpin(cx).is_ready()
+    }
+}
+
+impl Drop for CountedIo {
+    fn drop(&mut self) {
+        self.shared
+            .counters
+            .grpc_connections_open
+            .fetch_sub(1, Relaxed);
+    }
+}
+
+fn cut_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "connection cut by the gateway",
+    )
+}
+
+impl AsyncRead for CountedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.is_cut(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CountedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.is_cut(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for CountedIo {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}

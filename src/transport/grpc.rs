@@ -1,0 +1,418 @@
+//! The gRPC transport, client side (PROTOCOL.md §3): one `ConnectorService.Connect`
+//! bidi stream per registration, streams sharing HTTP/2 connections.
+//!
+//! [`ChannelPool`] holds the HTTP/2 connections to one gateway. A registration takes
+//! a [`Lease`] on a connection that carries fewer than `max_streams` streams (the
+//! runner's `max_streams_per_channel`); when none has room, a new connection is
+//! dialled, and every registration that asked meanwhile waits for that one dial
+//! instead of dialling its own. A stream that fails with a transport error marks its
+//! connection broken: it leaves the pool, so the next streams dial a fresh one, each
+//! after its registration's reconnect backoff (the driver's, the same as for a
+//! WebSocket). tonic's own reconnect is never relied on.
+//!
+//! [`GrpcStream`] is one open stream as the driver polls it: the request side is an
+//! mpsc queue the core's transmits are fed into, the response side tonic's
+//! `Streaming`. The register is queued before the response headers arrive, since a
+//! gateway may send none until it has read the first message.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use tokio::sync::{mpsc, OnceCell};
+use tokio_util::sync::PollSender;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Status, Streaming};
+
+use crate::error::{Error, Result};
+use crate::mux::core::{Inbound, Transmit};
+use crate::mux::driver::{now, Core};
+use crate::mux::metrics::SocketMetrics;
+use crate::proto::connector_service_client::ConnectorServiceClient;
+use crate::proto::StreamMessage;
+
+/// Messages queued on a stream's request side before the driver's writes wait: a
+/// burst of execute responses fits, and a gateway that stops reading stalls only this
+/// stream.
+const OUTBOUND_QUEUE: usize = 256;
+
+/// Where the pool's connections go.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct GrpcTarget {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) tls: bool,
+}
+
+impl fmt::Debug for GrpcTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+impl GrpcTarget {
+    fn url(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// HTTP/2 connections to one gateway, shared by the streams of many registrations.
+pub(crate) struct ChannelPool {
+    target: GrpcTarget,
+    max_streams: usize,
+    connect_timeout: Duration,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    next_id: u64,
+    live: Vec<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    /// Filled by the first lease's dial; every lease of the slot waits for that one.
+    channel: Arc<OnceCell<Channel>>,
+    streams: usize,
+}
+
+impl fmt::Debug for ChannelPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelPool")
+            .field("target", &self.target)
+            .field("max_streams", &self.max_streams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelPool {
+    /// A pool with no connection yet.
+    pub(crate) fn new(target: GrpcTarget, max_streams: usize, connect_timeout: Duration) -> Self {
+        ChannelPool {
+            target,
+            max_streams: max_streams.max(1),
+            connect_timeout,
+            slots: Mutex::default(),
+        }
+    }
+
+    /// A stream's share of a connection with room, dialling one if none has.
+    pub(crate) async fn acquire(self: &Arc<Self>) -> Result<Lease> {
+        let (slot, cell) = {
+            let mut slots = self.slots.lock().expect("pool lock");
+            let max = self.max_streams;
+            match slots.live.iter_mut().find(|s| s.streams < max) {
+                Some(s) => {
+                    s.streams += 1;
+                    (s.id, s.channel.clone())
+                }
+                None => {
+                    slots.next_id += 1;
+                    let id = slots.next_id;
+                    let channel = Arc::new(OnceCell::new());
+                    slots.live.push(Slot {
+                        id,
+                        channel: channel.clone(),
+                        streams: 1,
+                    });
+                    (id, channel)
+                }
+            }
+        };
+        let mut lease = Lease {
+            pool: self.clone(),
+            slot,
+            channel: None,
+        };
+        match cell.get_or_try_init(|| self.dial()).await {
+            Ok(channel) => {
+                lease.channel = Some(channel.clone());
+                Ok(lease)
+            }
+            Err(e) => {
+                lease.broken();
+                Err(e)
+            }
+        }
+    }
+
+    async fn dial(&self) -> Result<Channel> {
+        let url = self.target.url();
+        let fail = |reason: String| Error::Connect {
+            url: url.clone(),
+            reason,
+        };
+        // The scheme only names the authority here: the connector below makes the
+        // TCP (and TLS) connection itself, so tonic's own TLS is never involved.
+        let endpoint = Endpoint::from_shared(format!(
+            "http://{}:{}",
+            host_for_uri(&self.target.host),
+            self.target.port
+        ))
+        .map_err(|e| fail(e.to_string()))?;
+        let target = self.target.clone();
+        let connector = tower::service_fn(move |_: Uri| {
+            let target = target.clone();
+            async move { connect_io(&target).await.map(TokioIo::new) }
+        });
+        tracing::debug!(target = ?self.target, "dialling a gRPC connection");
+        match tokio::time::timeout(
+            self.connect_timeout,
+            endpoint.connect_with_connector(connector),
+        )
+        .await
+        {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => Err(fail(error_chain(&e))),
+            Err(_) => Err(Error::timeout(
+                format!("gRPC connection to {url}"),
+                self.connect_timeout,
+            )),
+        }
+    }
+
+    fn release(&self, slot: u64, broken: bool) {
+        let mut slots = self.slots.lock().expect("pool lock");
+        if let Some(i) = slots.live.iter().position(|s| s.id == slot) {
+            if broken {
+                slots.live.remove(i);
+            } else {
+                let s = &mut slots.live[i];
+                s.streams -= 1;
+                if s.streams == 0 {
+                    // The last stream closed: close the connection with it, as a
+                    // socket whose last registration is removed does.
+                    slots.live.remove(i);
+                }
+            }
+        }
+    }
+}
+
+/// The TCP connection under one HTTP/2 connection.
+async fn connect_io(target: &GrpcTarget) -> std::io::Result<tokio::net::TcpStream> {
+    if target.tls {
+        return Err(std::io::Error::other(
+            "grpcs:// needs TLS, which this build does not dial yet",
+        ));
+    }
+    let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
+}
+
+fn host_for_uri(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// An error and its sources, for a reason line: tonic's transport error alone says
+/// only "transport error".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// One stream's share of a pooled connection; dropping it gives the share back.
+pub(crate) struct Lease {
+    pool: Arc<ChannelPool>,
+    slot: u64,
+    channel: Option<Channel>,
+}
+
+impl Lease {
+    /// The connection failed under this stream: take it out of the pool, so the next
+    /// stream dials a fresh one.
+    fn broken(&mut self) {
+        self.pool.release(self.slot, true);
+        self.slot = 0;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.slot != 0 {
+            self.pool.release(self.slot, false);
+        }
+    }
+}
+
+/// One open `Connect` stream, polled by the driver.
+pub(crate) struct GrpcStream {
+    lease: Lease,
+    out: PollSender<StreamMessage>,
+    /// The call until its response headers arrive.
+    call: Option<
+        BoxFuture<'static, std::result::Result<tonic::Response<Streaming<StreamMessage>>, Status>>,
+    >,
+    inbound: Option<Streaming<StreamMessage>>,
+    unsent: Option<StreamMessage>,
+}
+
+impl GrpcStream {
+    /// Opens a stream on a connection of `pool`. The call is started but not awaited:
+    /// the stream counts as open at once, so the core's register goes first.
+    pub(crate) async fn open(pool: &Arc<ChannelPool>, max_message: usize) -> Result<GrpcStream> {
+        let lease = pool.acquire().await?;
+        let channel = lease
+            .channel
+            .clone()
+            .expect("an acquired lease has a channel");
+        let mut client = ConnectorServiceClient::new(channel)
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message);
+        let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let requests =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
+            );
+        let call = async move { client.connect(tonic::Request::new(requests)).await }.boxed();
+        Ok(GrpcStream {
+            lease,
+            out: PollSender::new(tx),
+            call: Some(call),
+            inbound: None,
+            unsent: None,
+        })
+    }
+
+    /// Writes what the core has, then reads up to `batch` messages into `feed`.
+    /// Ready with `Some(reason)` when the stream failed, `None` after progress;
+    /// pending while there is nothing to do.
+    pub(crate) fn poll_io(
+        &mut self,
+        cx: &mut Context<'_>,
+        batch: usize,
+        core: &mut Core,
+        metrics: &SocketMetrics,
+    ) -> Poll<Option<String>> {
+        if let Err(why) = self.poll_write(cx, core) {
+            return Poll::Ready(Some(why));
+        }
+        if let Some(call) = self.call.as_mut() {
+            match call.poll_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(resp)) => {
+                    self.call = None;
+                    self.inbound = Some(resp.into_inner());
+                }
+                Poll::Ready(Err(status)) => {
+                    self.call = None;
+                    return Poll::Ready(Some(self.failed(&status)));
+                }
+            }
+        }
+        let Some(inbound) = self.inbound.as_mut() else {
+            return Poll::Pending;
+        };
+        let mut progress = false;
+        for _ in 0..batch {
+            match inbound.poll_next_unpin(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    return Poll::Ready(Some("the gateway ended the stream".into()))
+                }
+                Poll::Ready(Some(Err(status))) => {
+                    if status.code() == Code::OutOfRange
+                        || status.message().contains("message length too large")
+                    {
+                        metrics.drop_frame("too_large");
+                    }
+                    return Poll::Ready(Some(self.failed(&status)));
+                }
+                Poll::Ready(Some(Ok(msg))) => {
+                    progress = true;
+                    core.handle_frame(now(), Inbound::Message(msg));
+                }
+            }
+        }
+        if progress {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        core: &mut Core,
+    ) -> std::result::Result<(), String> {
+        loop {
+            let msg = match self.unsent.take() {
+                Some(m) => m,
+                None => match core.poll_transmit() {
+                    Some(Transmit::Message(m)) => m,
+                    // A stream core writes no Phoenix frames.
+                    Some(Transmit::Text(_)) => continue,
+                    None => return Ok(()),
+                },
+            };
+            match self.out.poll_reserve(cx) {
+                Poll::Ready(Ok(())) => {
+                    if self.out.send_item(msg).is_err() {
+                        return Err("the stream's request side closed".into());
+                    }
+                }
+                Poll::Ready(Err(_)) => return Err("the stream's request side closed".into()),
+                Poll::Pending => {
+                    self.unsent = Some(msg);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The reason line for a failed stream; a transport failure also takes its
+    /// connection out of the pool.
+    fn failed(&mut self, status: &Status) -> String {
+        // A status the gateway sent has no source; one tonic made of an I/O or HTTP/2
+        // failure has.
+        let transport =
+            status.code() == Code::Unavailable || std::error::Error::source(status).is_some();
+        if transport {
+            self.lease.broken();
+        }
+        let mut why = format!("stream failed: {:?}: {}", status.code(), status.message());
+        if let Some(source) = std::error::Error::source(status) {
+            why.push_str(": ");
+            why.push_str(&error_chain(source));
+        }
+        why
+    }
+
+    /// Queues what is left to write and ends the request side; the gateway sees the
+    /// stream end once those are sent.
+    pub(crate) fn close(mut self, rest: impl Iterator<Item = Transmit>) {
+        let mut queue: VecDeque<StreamMessage> = self.unsent.take().into_iter().collect();
+        queue.extend(rest.filter_map(|t| match t {
+            Transmit::Message(m) => Some(m),
+            Transmit::Text(_) => None,
+        }));
+        if let Some(tx) = self.out.get_ref() {
+            for m in queue {
+                if tx.try_send(m).is_err() {
+                    break;
+                }
+            }
+        }
+        self.out.close();
+    }
+}
