@@ -138,7 +138,7 @@ impl GatewayAddress {
     /// A path that already ends in `/websocket` is kept (the gateway is mounted
     /// elsewhere); any other non-empty path is treated as a reverse-proxy prefix and the
     /// socket path is appended to it, so `wss://h/gw` dials `wss://h:443/gw/socket/...`.
-    /// A gRPC address is an error: that transport is reserved and not yet available.
+    /// A gRPC address is an error: it has no Phoenix socket URL.
     pub fn websocket_url(&self) -> Result<String> {
         if self.transport == Transport::Grpc {
             return Err(Error::InvalidAddress {
