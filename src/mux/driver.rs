@@ -41,6 +41,7 @@ use crate::error::Result;
 use crate::proto::{
     stream_message::Message, ExecuteResponse, InvokeCapabilityResponse, WebSocketOpenResponse,
 };
+use crate::transport::dial::Dialer;
 use crate::transport::websocket::{self, WsStream};
 
 /// How many inbound messages one pass reads before it lets the other branches
@@ -96,6 +97,7 @@ pub(crate) struct SocketOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,
+    pub(crate) dialer: Dialer,
 }
 
 /// The present, from the runtime's clock (paused in tests) and the wall clock.
@@ -223,12 +225,13 @@ impl Driver {
     }
 
     fn dial(&self) -> BoxFuture<'static, Result<WsStream>> {
-        let (url, timeout, max) = (
+        let (url, timeout, max, dialer) = (
             self.opts.url.clone(),
             self.opts.connect_timeout,
             self.opts.max_frame_bytes,
+            self.opts.dialer.clone(),
         );
-        async move { websocket::connect(&url, timeout, max).await }.boxed()
+        async move { websocket::connect(&url, &dialer, timeout, max).await }.boxed()
     }
 
     /// Picks the reconnect delay; the backoff was reset only if a register succeeded

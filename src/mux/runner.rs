@@ -3,9 +3,10 @@
 //! Registrations are grouped by sanitised tenant and gateway URL; each group shares
 //! one socket, driven by one task that owns the socket's connection core. Sockets are
 //! never shared across tenants: the gateway binds a socket to the tenant of its first
-//! registration. The socket's connection settings (timeouts, heartbeats, backoff) come
-//! from the first registration of the group. A socket whose last registration is
-//! removed closes, and the next registration of its tenant opens a new one.
+//! registration. The socket's connection settings (timeouts, heartbeats, backoff, proxy
+//! and CA bundle) come from the first registration of the group. A socket whose last
+//! registration is removed closes, and the next registration of its tenant opens a new
+//! one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -24,6 +25,7 @@ use crate::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::sanitize;
+use crate::transport::dial::Dialer;
 
 /// How long `run` waits for tasks to finish after shutdown before returning anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -204,7 +206,7 @@ fn prepare(registration: Registration) -> Result<Prepared> {
 
 impl MultiConnectorRunner {
     /// Admits every registration; fails with a typed error (handler cap, duplicate key,
-    /// bad address) before anything connects.
+    /// bad address, unreadable CA bundle) before anything connects.
     pub fn new(
         options: RunnerOptions,
         registrations: impl IntoIterator<Item = Registration>,
@@ -227,7 +229,7 @@ impl MultiConnectorRunner {
 
     /// Admits one more registration. Before `run` it waits to start; while running it
     /// starts at once (opening its tenant's socket if it is the first). Admission
-    /// errors (handler cap, duplicate key, bad address) are typed.
+    /// errors (handler cap, duplicate key, bad address, unreadable CA bundle) are typed.
     pub async fn add(&self, registration: Registration) -> Result<RegistrationHandle> {
         // A socket whose task is ending (its last registration was just removed) can
         // refuse the command; then a fresh socket is opened for this registration.
@@ -351,7 +353,7 @@ impl Inner {
     ) -> Result<RegistrationHandle> {
         let key = (p.tenant.clone(), p.url.clone());
         if !state.sockets.contains_key(&key) {
-            let entry = self.new_socket(state, &p);
+            let entry = self.new_socket(state, &p)?;
             state.sockets.insert(key.clone(), entry);
         }
         let entry = state.sockets.get_mut(&key).expect("inserted above");
@@ -386,7 +388,10 @@ impl Inner {
         Ok(handle)
     }
 
-    fn new_socket(&self, state: &mut State, p: &Prepared) -> SocketEntry {
+    fn new_socket(&self, state: &mut State, p: &Prepared) -> Result<SocketEntry> {
+        // Fails on an unreadable CA bundle or a bad proxy variable, before anything
+        // connects.
+        let dialer = Dialer::new(&p.config)?;
         let metrics = Arc::new(SocketMetrics::default());
         let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
         let core_opts = CoreOptions {
@@ -402,9 +407,10 @@ impl Inner {
             connect_timeout: p.config.connect_timeout,
             reconnect: p.config.reconnect.clone(),
             max_frame_bytes: self.options.max_frame_bytes,
+            dialer,
         };
         state.next_socket += 1;
-        SocketEntry {
+        Ok(SocketEntry {
             id: state.next_socket,
             link: Arc::new(SocketLink::new(tx, metrics.clone())),
             unstarted: Some(Unstarted {
@@ -412,7 +418,7 @@ impl Inner {
                 commands,
                 opts,
             }),
-        }
+        })
     }
 
     fn start_sockets(self: &Arc<Self>, state: &mut State) {
