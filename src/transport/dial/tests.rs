@@ -162,3 +162,72 @@ fn wrong_name_and_expiry_are_told_apart() {
     let e = io::Error::new(io::ErrorKind::ConnectionReset, "reset by peer");
     assert!(tls_failure_reason("gw.test", &e, None).contains("reset by peer"));
 }
+
+/// A proxy on loopback that answers the first CONNECT with `reply`, then echoes
+/// nothing; returns its URL and the request it received.
+async fn one_shot_proxy(
+    reply: &'static [u8],
+) -> (String, tokio::task::JoinHandle<(Vec<u8>, TcpStream)>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") {
+            tcp.read_exact(&mut byte).await.unwrap();
+            request.push(byte[0]);
+        }
+        tcp.write_all(reply).await.unwrap();
+        (request, tcp)
+    });
+    (url, task)
+}
+
+fn via(url: &str) -> Dialer {
+    dialer(
+        config("ws://gateway.test").proxy(ProxySetting::Url(url.to_owned())),
+        &[],
+    )
+}
+
+#[tokio::test]
+async fn tunnel_bytes_sent_with_the_proxy_answer_are_kept() {
+    let (url, proxy) = one_shot_proxy(b"HTTP/1.1 200 OK\r\n\r\nfirst tunnel bytes").await;
+    let mut tcp = via(&url).tcp("gateway.test", 4000).await.unwrap();
+    assert!(tcp.nodelay().unwrap());
+    let mut got = [0u8; 18];
+    tcp.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"first tunnel bytes");
+    let (request, _) = proxy.await.unwrap();
+    assert_eq!(
+        String::from_utf8(request).unwrap(),
+        "CONNECT gateway.test:4000 HTTP/1.1\r\nHost: gateway.test:4000\r\n\r\n"
+    );
+}
+
+#[tokio::test]
+async fn proxy_refusal_is_a_connect_error_with_the_status_line() {
+    let (url, _proxy) = one_shot_proxy(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
+    let err = via(&url).tcp("gateway.test", 4000).await.unwrap_err();
+    assert_eq!(err.code(), "connect");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("gateway.test:4000") && msg.contains("403 Forbidden"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_proxy_fails_the_dial_instead_of_hanging() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts and holds the connection, never answering.
+    let _holder = tokio::spawn(async move {
+        let held = listener.accept().await;
+        std::future::pending::<()>().await;
+        drop(held);
+    });
+    let err = via(&url).tcp("gateway.test", 4000).await.unwrap_err();
+    assert!(err.to_string().contains("no answer to CONNECT"), "{err}");
+}
