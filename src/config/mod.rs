@@ -25,7 +25,8 @@ pub use network::ProxySetting;
 /// Default for [`ConnectorConfig::register_timeout`]: long enough for a gateway that
 /// validates a JWT against a remote issuer, short enough that a dead peer is noticed.
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default for [`ConnectorConfig::connect_timeout`] (TCP + TLS + WebSocket upgrade).
+/// Default for [`ConnectorConfig::connect_timeout`] (TCP, the proxy tunnel if any, TLS
+/// and the WebSocket upgrade).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for [`ConnectorConfig::max_concurrent_requests`]: enough parallelism for
 /// I/O-bound connectors while bounding memory if the gateway floods one registration.

@@ -92,9 +92,7 @@ impl Dialer {
                 let url = ProxyUrl::parse(url).map_err(Error::Config)?;
                 Some(proxy(url, EXPLICIT_SOURCE, NoProxy::default()))
             }
-            // `ProxySetting` is non-exhaustive; a future variant defaults to the
-            // environment until it is handled here.
-            _ => proxy_from_env(&lookup, address.tls)?
+            ProxySetting::FromEnvironment => proxy_from_env(&lookup, address.tls)?
                 .map(|p| proxy(p.url, p.source, NoProxy::from_env(&lookup))),
         };
         let roots = root_store(config.ca_bundle.as_deref())?;
