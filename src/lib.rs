@@ -39,7 +39,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/matrix.connectors.v1.rs"));
 }
 
-pub use config::{ConnectorConfig, ConnectorConfigBuilder, HeartbeatSettings};
+pub use config::{ConnectorConfig, ConnectorConfigBuilder, HeartbeatSettings, ProxySetting};
 pub use connector::{BaseConnector, EchoConnector, ExecuteContext};
 pub use encoding::{decode_payload, encode_payload, Payload};
 pub use error::{Error, Result};

@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    ConnectorConfig, ConnectorScope, HeartbeatSettings, DEFAULT_CONNECT_TIMEOUT,
+    ConnectorConfig, ConnectorScope, HeartbeatSettings, ProxySetting, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_QUEUED_REQUESTS,
     DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
@@ -35,6 +36,8 @@ pub struct ConnectorConfigBuilder {
     max_queued_requests: usize,
     execute_timeout: Duration,
     metrics_interval: Duration,
+    proxy: ProxySetting,
+    ca_bundle: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectorConfigBuilder {
@@ -47,6 +50,8 @@ impl fmt::Debug for ConnectorConfigBuilder {
                 "auth_token",
                 &self.auth_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("proxy", &self.proxy)
+            .field("ca_bundle", &self.ca_bundle)
             .finish_non_exhaustive()
     }
 }
@@ -71,6 +76,8 @@ impl ConnectorConfigBuilder {
             max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
             execute_timeout: DEFAULT_EXECUTE_TIMEOUT,
             metrics_interval: DEFAULT_METRICS_INTERVAL,
+            proxy: ProxySetting::FromEnvironment,
+            ca_bundle: None,
         }
     }
 
@@ -175,6 +182,22 @@ impl ConnectorConfigBuilder {
         self
     }
 
+    /// Sets whether the connection goes through an HTTP CONNECT proxy. Default:
+    /// [`ProxySetting::FromEnvironment`] (`HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY`
+    /// and `NO_PROXY`). A [`ProxySetting::Url`] is checked by [`build`](Self::build).
+    pub fn proxy(mut self, proxy: ProxySetting) -> Self {
+        self.proxy = proxy;
+        self
+    }
+
+    /// Trusts the CA certificates in this PEM file for TLS gateways, in addition to
+    /// the built-in webpki roots. Default: none. The file is read when the runner
+    /// admits the registration, so an unreadable one fails there, naming the path.
+    pub fn ca_bundle(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_bundle = Some(path.into());
+        self
+    }
+
     /// Validates and builds the configuration. Errors are [`Error::Config`] (or
     /// [`Error::InvalidAddress`] for the gateway URL) naming the field and the fix.
     pub fn build(self) -> Result<ConnectorConfig> {
@@ -214,6 +237,7 @@ impl ConnectorConfigBuilder {
         }
         self.heartbeat.validate()?;
         validate_backoff(&self.reconnect)?;
+        self.proxy.validate()?;
         Ok(ConnectorConfig {
             gateway_url: self.gateway_url.trim().to_owned(),
             display_name: self.display_name.unwrap_or_else(|| instance_id.clone()),
@@ -231,6 +255,8 @@ impl ConnectorConfigBuilder {
             max_queued_requests: self.max_queued_requests,
             execute_timeout: self.execute_timeout,
             metrics_interval: self.metrics_interval,
+            proxy: self.proxy,
+            ca_bundle: self.ca_bundle,
         })
     }
 }

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -17,12 +18,15 @@ pub use crate::proto::ConnectorScope;
 use crate::transport::address::GatewayAddress;
 
 mod builder;
+mod network;
 pub use builder::ConnectorConfigBuilder;
+pub use network::ProxySetting;
 
 /// Default for [`ConnectorConfig::register_timeout`]: long enough for a gateway that
 /// validates a JWT against a remote issuer, short enough that a dead peer is noticed.
 pub const DEFAULT_REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default for [`ConnectorConfig::connect_timeout`] (TCP + TLS + WebSocket upgrade).
+/// Default for [`ConnectorConfig::connect_timeout`] (TCP, the proxy tunnel if any, TLS
+/// and the WebSocket upgrade).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for [`ConnectorConfig::max_concurrent_requests`]: enough parallelism for
 /// I/O-bound connectors while bounding memory if the gateway floods one registration.
@@ -122,7 +126,8 @@ impl HeartbeatSettings {
 ///
 /// `#[non_exhaustive]` so that new options can be added without breaking callers:
 /// construct it with [`ConnectorConfig::builder`] or [`ConnectorConfig::from_env`].
-/// `Debug` redacts [`auth_token`](Self::auth_token) so a config can be logged.
+/// `Debug` redacts [`auth_token`](Self::auth_token) and a proxy password so a config
+/// can be logged.
 #[non_exhaustive]
 #[derive(Clone)]
 pub struct ConnectorConfig {
@@ -164,6 +169,16 @@ pub struct ConnectorConfig {
     /// How often this registration sends a `metrics_report` (default 30 s); zero for
     /// never.
     pub metrics_interval: Duration,
+    /// Whether the connection goes through an HTTP CONNECT proxy (default
+    /// [`ProxySetting::FromEnvironment`]: the standard `*_PROXY` / `NO_PROXY`
+    /// variables). Like the other connection settings, a socket takes it from the
+    /// first registration of its tenant.
+    pub proxy: ProxySetting,
+    /// A PEM file of extra CA certificates trusted for `wss://` and `grpcs://`
+    /// gateways, added to the built-in webpki roots (default none: only the webpki
+    /// roots). For a gateway whose certificate a private CA signed. An unreadable file,
+    /// or one without a certificate, fails when the runner admits the registration.
+    pub ca_bundle: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectorConfig {
@@ -188,6 +203,8 @@ impl fmt::Debug for ConnectorConfig {
             .field("max_queued_requests", &self.max_queued_requests)
             .field("execute_timeout", &self.execute_timeout)
             .field("metrics_interval", &self.metrics_interval)
+            .field("proxy", &self.proxy)
+            .field("ca_bundle", &self.ca_bundle)
             .finish()
     }
 }
@@ -213,8 +230,10 @@ impl ConnectorConfig {
     ///
     /// Variables: `SWITCHBOARD_GATEWAY_URL` and `SWITCHBOARD_TENANT_ID` (required),
     /// `SWITCHBOARD_INSTANCE_ID`, `SWITCHBOARD_DISPLAY_NAME`, `SWITCHBOARD_TAGS`
-    /// (comma-separated), `SWITCHBOARD_AUTH_TOKEN`, `SWITCHBOARD_MAX_CONCURRENT_REQUESTS`.
-    /// An empty value counts as unset, as shells and orchestrators often export empty
+    /// (comma-separated), `SWITCHBOARD_AUTH_TOKEN`, `SWITCHBOARD_MAX_CONCURRENT_REQUESTS`,
+    /// `SWITCHBOARD_PROXY` (a proxy URL, or `none` to ignore the `*_PROXY` variables; see
+    /// [`ProxySetting`]) and `SWITCHBOARD_CA_BUNDLE` (the path of a PEM file of extra CA
+    /// certificates, see [`ConnectorConfig::ca_bundle`]). An empty value counts as unset, as shells and orchestrators often export empty
     /// variables.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<ConnectorConfig> {
         let get = |name: &str| {
@@ -259,6 +278,12 @@ impl ConnectorConfig {
                 ))
             })?;
             b = b.max_concurrent_requests(n);
+        }
+        if let Some(v) = get("SWITCHBOARD_PROXY") {
+            b = b.proxy(ProxySetting::from_variable(&v));
+        }
+        if let Some(v) = get("SWITCHBOARD_CA_BUNDLE") {
+            b = b.ca_bundle(v);
         }
         b.build()
     }
@@ -341,6 +366,48 @@ mod tests {
         assert_eq!(c.tags, ["blue", "green"]);
         assert_eq!(c.auth_token.as_deref(), Some("jwt"));
         assert_eq!(c.max_concurrent_requests, 8);
+    }
+
+    #[test]
+    fn from_lookup_reads_the_proxy_and_ca_bundle() {
+        let base = [
+            ("SWITCHBOARD_GATEWAY_URL", "wss://gw.example.com"),
+            ("SWITCHBOARD_TENANT_ID", "acme"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = base.to_vec();
+            vars.extend_from_slice(extra);
+            ConnectorConfig::from_lookup(lookup(&vars))
+        };
+        let c = with(&[
+            ("SWITCHBOARD_PROXY", "http://u:p@proxy:3128"),
+            ("SWITCHBOARD_CA_BUNDLE", "/etc/ssl/corp.pem"),
+        ])
+        .unwrap();
+        assert_eq!(c.proxy, ProxySetting::Url("http://u:p@proxy:3128".into()));
+        assert_eq!(c.ca_bundle, Some(PathBuf::from("/etc/ssl/corp.pem")));
+        let c = with(&[("SWITCHBOARD_PROXY", "None")]).unwrap();
+        assert_eq!(c.proxy, ProxySetting::Disabled);
+        let c = with(&[]).unwrap();
+        assert_eq!(
+            (c.proxy, c.ca_bundle),
+            (ProxySetting::FromEnvironment, None)
+        );
+        let msg = config_err(with(&[("SWITCHBOARD_PROXY", "socks5://proxy:1080")]));
+        assert!(msg.contains("SWITCHBOARD_PROXY"), "{msg}");
+    }
+
+    #[test]
+    fn debug_redacts_the_proxy_password() {
+        let b = ConnectorConfig::builder("ws://h", "t")
+            .proxy(ProxySetting::Url("http://alice:hunter2@proxy:3128".into()));
+        assert!(!format!("{b:?}").contains("hunter2"));
+        let c = b.build().unwrap();
+        let dbg = format!("{c:?}");
+        assert!(
+            !dbg.contains("hunter2") && dbg.contains("alice:<redacted>@proxy:3128"),
+            "{dbg}"
+        );
     }
 
     #[test]

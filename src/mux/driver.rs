@@ -40,6 +40,7 @@ use crate::error::Result;
 use crate::proto::{
     stream_message::Message, ExecuteResponse, InvokeCapabilityResponse, WebSocketOpenResponse,
 };
+use crate::transport::dial::Dialer;
 
 /// The waiter of an invoke.
 pub(crate) type Waiter = oneshot::Sender<Result<Option<InvokeCapabilityResponse>>>;
@@ -86,6 +87,7 @@ pub(crate) struct SocketOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,
+    pub(crate) dialer: Dialer,
 }
 
 /// The present, from the runtime's clock (paused in tests) and the wall clock.
@@ -198,7 +200,14 @@ impl Driver {
                             self.conn = Some(conn);
                             self.core.handle_connected(now());
                         }
-                        Err(e) => tracing::warn!(tenant = %self.core.tenant(), error = %e, "connect failed"),
+                        Err(e) => {
+                            tracing::warn!(tenant = %self.core.tenant(), error = %e, "connect failed");
+                            // Each handle's last_error says why it is not registered.
+                            let why = format!("connect failed: {e}");
+                            for u in self.core.users() {
+                                u.state.register_failed(why.clone());
+                            }
+                        }
                     }
                 }
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
@@ -210,13 +219,14 @@ impl Driver {
     }
 
     fn dial(&self) -> BoxFuture<'static, Result<Wire>> {
-        let (target, timeout, max) = (
+        let (target, timeout, max, dialer) = (
             self.opts.target.clone(),
             self.opts.connect_timeout,
             self.opts.max_frame_bytes,
+            self.opts.dialer.clone(),
         );
         async move {
-            match tokio::time::timeout(timeout, Wire::dial(target, timeout, max)).await {
+            match tokio::time::timeout(timeout, Wire::dial(target, &dialer, timeout, max)).await {
                 Ok(r) => r,
                 Err(_) => Err(crate::error::Error::timeout(
                     "connection to the gateway",

@@ -6,9 +6,10 @@
 //! its own, and the streams to one gateway share HTTP/2 connections
 //! ([`RunnerOptions::max_streams_per_channel`] each). A runner may mix both. Sockets are
 //! never shared across tenants: the gateway binds a socket to the tenant of its first
-//! registration. The socket's connection settings (timeouts, heartbeats, backoff) come
-//! from the first registration of the group. A socket whose last registration is
-//! removed closes, and the next registration of its tenant opens a new one.
+//! registration. The socket's connection settings (timeouts, heartbeats, backoff, proxy
+//! and CA bundle) come from the first registration of the group. A socket whose last
+//! registration is removed closes, and the next registration of its tenant opens a new
+//! one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -29,6 +30,7 @@ use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::sanitize;
 use crate::transport::address::{GatewayAddress, Transport};
+use crate::transport::dial::Dialer;
 #[cfg(feature = "grpc")]
 use crate::transport::grpc::{ChannelPool, GrpcTarget};
 
@@ -276,7 +278,7 @@ fn grpc_target(address: &GatewayAddress) -> Result<(String, Option<GrpcTarget>)>
 
 impl MultiConnectorRunner {
     /// Admits every registration; fails with a typed error (handler cap, duplicate key,
-    /// bad address) before anything connects.
+    /// bad address, unreadable CA bundle) before anything connects.
     pub fn new(
         options: RunnerOptions,
         registrations: impl IntoIterator<Item = Registration>,
@@ -299,7 +301,7 @@ impl MultiConnectorRunner {
 
     /// Admits one more registration. Before `run` it waits to start; while running it
     /// starts at once (opening its tenant's socket if it is the first). Admission
-    /// errors (handler cap, duplicate key, bad address) are typed.
+    /// errors (handler cap, duplicate key, bad address, unreadable CA bundle) are typed.
     pub async fn add(&self, registration: Registration) -> Result<RegistrationHandle> {
         // A socket whose task is ending (its last registration was just removed) can
         // refuse the command; then a fresh socket is opened for this registration.
@@ -424,7 +426,7 @@ impl Inner {
     ) -> Result<RegistrationHandle> {
         let key = p.socket_key();
         if !state.sockets.contains_key(&key) {
-            let entry = self.new_socket(state, &p);
+            let entry = self.new_socket(state, &p)?;
             state.sockets.insert(key.clone(), entry);
         }
         let entry = state.sockets.get_mut(&key).expect("inserted above");
@@ -459,10 +461,13 @@ impl Inner {
         Ok(handle)
     }
 
-    fn new_socket(&self, state: &mut State, p: &Prepared) -> SocketEntry {
+    fn new_socket(&self, state: &mut State, p: &Prepared) -> Result<SocketEntry> {
+        // Fails on an unreadable CA bundle or a bad proxy variable, before anything
+        // connects.
+        let dialer = Dialer::new(&p.config)?;
         let metrics = Arc::new(SocketMetrics::default());
         let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
-        let (target, framing, max_handlers) = self.target(state, p);
+        let (target, framing, max_handlers) = self.target(state, p, &dialer);
         let core_opts = CoreOptions {
             tenant: p.tenant.clone(),
             heartbeat: p.config.heartbeat.clone(),
@@ -477,9 +482,10 @@ impl Inner {
             connect_timeout: p.config.connect_timeout,
             reconnect: p.config.reconnect.clone(),
             max_frame_bytes: self.options.max_frame_bytes,
+            dialer,
         };
         state.next_socket += 1;
-        SocketEntry {
+        Ok(SocketEntry {
             id: state.next_socket,
             link: Arc::new(SocketLink::new(tx, metrics.clone())),
             unstarted: Some(Unstarted {
@@ -487,14 +493,14 @@ impl Inner {
                 commands,
                 opts,
             }),
-        }
+        })
     }
 
     /// Where a new socket for `p` connects, how it frames, and how many registrations
     /// it takes: a shared Phoenix socket, or a gRPC stream of its own on the gateway's
     /// pool (created with the first registration that needs it; its connection
     /// settings come from that registration, like a socket's).
-    fn target(&self, state: &mut State, p: &Prepared) -> (Target, Framing, usize) {
+    fn target(&self, state: &mut State, p: &Prepared, dialer: &Dialer) -> (Target, Framing, usize) {
         match &p.grpc {
             None => (
                 Target::WebSocket(p.url.clone()),
@@ -509,6 +515,7 @@ impl Inner {
                     .or_insert_with(|| {
                         Arc::new(ChannelPool::new(
                             grpc.clone(),
+                            dialer.clone(),
                             self.options.max_streams_per_channel,
                             p.config.connect_timeout,
                         ))

@@ -15,6 +15,7 @@ use super::core::{Inbound, Transmit};
 use super::driver::{now, Core};
 use super::metrics::SocketMetrics;
 use crate::error::Result;
+use crate::transport::dial::Dialer;
 use crate::transport::websocket::{self, WsStream};
 
 #[cfg(feature = "grpc")]
@@ -55,12 +56,13 @@ impl Wire {
     /// Dials `target` within `timeout`; `max_message` bounds every inbound message.
     pub(crate) async fn dial(
         target: Target,
+        dialer: &Dialer,
         timeout: Duration,
         max_message: usize,
     ) -> Result<Wire> {
         match target {
             Target::WebSocket(url) => {
-                let ws = websocket::connect(&url, timeout, max_message).await?;
+                let ws = websocket::connect(&url, dialer, timeout, max_message).await?;
                 Ok(Wire::WebSocket {
                     ws: Box::new(ws),
                     unsent: None,

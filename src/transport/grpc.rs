@@ -35,6 +35,7 @@ use crate::mux::driver::{now, Core};
 use crate::mux::metrics::SocketMetrics;
 use crate::proto::connector_service_client::ConnectorServiceClient;
 use crate::proto::StreamMessage;
+use crate::transport::dial::Dialer;
 
 /// Messages queued on a stream's request side before the driver's writes wait: a
 /// burst of execute responses fits, and a gateway that stops reading stalls only this
@@ -65,6 +66,7 @@ impl GrpcTarget {
 /// HTTP/2 connections to one gateway, shared by the streams of many registrations.
 pub(crate) struct ChannelPool {
     target: GrpcTarget,
+    dialer: Dialer,
     max_streams: usize,
     connect_timeout: Duration,
     slots: Mutex<Slots>,
@@ -94,9 +96,15 @@ impl fmt::Debug for ChannelPool {
 
 impl ChannelPool {
     /// A pool with no connection yet.
-    pub(crate) fn new(target: GrpcTarget, max_streams: usize, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        target: GrpcTarget,
+        dialer: Dialer,
+        max_streams: usize,
+        connect_timeout: Duration,
+    ) -> Self {
         ChannelPool {
             target,
+            dialer,
             max_streams: max_streams.max(1),
             connect_timeout,
             slots: Mutex::default(),
@@ -157,10 +165,10 @@ impl ChannelPool {
             self.target.port
         ))
         .map_err(|e| fail(e.to_string()))?;
-        let target = self.target.clone();
+        let (target, dialer) = (self.target.clone(), self.dialer.clone());
         let connector = tower::service_fn(move |_: Uri| {
-            let target = target.clone();
-            async move { connect_io(&target).await.map(TokioIo::new) }
+            let (target, dialer) = (target.clone(), dialer.clone());
+            async move { connect_io(&target, &dialer).await.map(TokioIo::new) }
         });
         tracing::debug!(target = ?self.target, "dialling a gRPC connection");
         match tokio::time::timeout(
@@ -196,16 +204,29 @@ impl ChannelPool {
     }
 }
 
-/// The TCP connection under one HTTP/2 connection.
-async fn connect_io(target: &GrpcTarget) -> std::io::Result<tokio::net::TcpStream> {
-    if target.tls {
-        return Err(std::io::Error::other(
-            "grpcs:// needs TLS, which this build does not dial yet",
-        ));
-    }
-    let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await?;
-    tcp.set_nodelay(true)?;
-    Ok(tcp)
+/// What an HTTP/2 connection runs over: TCP, or TLS over TCP.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// The TCP (through the proxy, if one applies) and, for `grpcs://`, TLS with ALPN
+/// `h2` under one HTTP/2 connection.
+async fn connect_io(target: &GrpcTarget, dialer: &Dialer) -> std::io::Result<Box<dyn Io>> {
+    let io: Box<dyn Io> = if target.tls {
+        Box::new(
+            dialer
+                .tls(&target.host, target.port, &[b"h2"])
+                .await
+                .map_err(std::io::Error::other)?,
+        )
+    } else {
+        Box::new(
+            dialer
+                .tcp(&target.host, target.port)
+                .await
+                .map_err(std::io::Error::other)?,
+        )
+    };
+    Ok(io)
 }
 
 fn host_for_uri(host: &str) -> String {

@@ -1,9 +1,12 @@
-//! Transports: gateway address parsing, dialling the Phoenix WebSocket, and the gRPC
-//! stream pool.
+//! Transports: gateway address parsing, the proxy rules, the dialer (TCP, an optional
+//! HTTP CONNECT proxy, TLS), the Phoenix WebSocket over it, and the gRPC stream pool.
 
 pub mod address;
+#[cfg(feature = "websocket")]
+pub(crate) mod dial;
 #[cfg(feature = "grpc")]
 pub(crate) mod grpc;
+pub(crate) mod proxy;
 #[cfg(feature = "websocket")]
 pub(crate) mod websocket;
 

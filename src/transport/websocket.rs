@@ -1,5 +1,6 @@
-//! Dialling the gateway's Phoenix WebSocket: TCP, optional TLS (rustls with the `ring`
-//! provider), the WebSocket handshake, all under one deadline.
+//! Dialling the gateway's Phoenix WebSocket: the [`Dialer`]'s TCP (direct or through an
+//! HTTP CONNECT proxy) and, for `wss://`, its TLS with ALPN `http/1.1`, then the
+//! WebSocket handshake, all under one deadline.
 //!
 //! This module only opens connections; framing lives in [`crate::phoenix`] and the
 //! connection's life (join, heartbeats, demux) in `crate::mux::driver` and `crate::mux::core`.
@@ -10,6 +11,8 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use super::address::GatewayAddress;
+use super::dial::Dialer;
 use crate::error::{Error, Result};
 
 /// The client's WebSocket stream.
@@ -19,37 +22,55 @@ pub(crate) type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// 20,000 idle sockets; 16 KiB still reads a typical burst of frames in one syscall.
 const READ_BUFFER: usize = 16 * 1024;
 
-/// Installs rustls' `ring` provider as the process default, once. rustls panics at the
-/// first handshake when two providers are compiled in and none is chosen; choosing
-/// `ring` explicitly matches tonic's choice so the two can share a process.
-fn ensure_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An error means another part of the process already installed one: fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
+/// The ALPN protocol a WebSocket upgrade rides on (RFC 6455 is HTTP/1.1 only).
+const ALPN_HTTP1: &[u8] = b"http/1.1";
 
-/// Connects to `url` (a `ws://` or `wss://` URL) within `timeout`.
+/// Connects to `url` (a `ws://` or `wss://` URL) through `dialer` within `timeout`.
 ///
 /// `max_message` bounds every inbound message and frame at the WebSocket layer, so
 /// tungstenite refuses an oversized one from its header instead of buffering it: a
 /// peer cannot make the connector hold more than that per socket. The refusal fails
 /// the connection (a stream cannot skip a frame it has not read); the driver counts it
 /// as `too_large` and reconnects.
-pub(crate) async fn connect(url: &str, timeout: Duration, max_message: usize) -> Result<WsStream> {
-    ensure_crypto_provider();
+///
+/// Errors are [`Error::Connect`] naming `url` (with the dialer's reason: proxy
+/// refused, certificate not trusted, ...) or [`Error::Timeout`].
+pub(crate) async fn connect(
+    url: &str,
+    dialer: &Dialer,
+    timeout: Duration,
+    max_message: usize,
+) -> Result<WsStream> {
+    let address = GatewayAddress::parse(url)?;
     let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message));
-    let dial = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
+    let dial = async {
+        let stream = if address.tls {
+            let tls = dialer
+                .tls(&address.host, address.port, &[ALPN_HTTP1])
+                .await?;
+            MaybeTlsStream::Rustls(tls)
+        } else {
+            MaybeTlsStream::Plain(dialer.tcp(&address.host, address.port).await?)
+        };
+        tokio_tungstenite::client_async_with_config(url, stream, Some(config))
+            .await
+            .map(|(ws, _response)| ws)
+            .map_err(|e| Error::Connect {
+                url: url.to_owned(),
+                reason: format!("WebSocket handshake failed: {e}"),
+            })
+    };
     match tokio::time::timeout(timeout, dial).await {
-        Ok(Ok((ws, _response))) => Ok(ws),
-        Ok(Err(e)) => Err(Error::Connect {
+        Ok(Ok(ws)) => Ok(ws),
+        // The dialer names host:port; the caller knows the gateway by its URL.
+        Ok(Err(Error::Connect { reason, .. })) => Err(Error::Connect {
             url: url.to_owned(),
-            reason: e.to_string(),
+            reason,
         }),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(Error::timeout(format!("connection to {url}"), timeout)),
     }
 }

@@ -1,6 +1,12 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+#[cfg(feature = "websocket")]
+pub mod connect_proxy;
+pub mod logs;
+#[cfg(feature = "websocket")]
+pub mod tls_terminator;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
