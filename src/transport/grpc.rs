@@ -380,7 +380,7 @@ impl GrpcStream {
             let msg = match self.unsent.take() {
                 Some(m) => m,
                 None => match core.poll_transmit() {
-                    Some(Transmit::Message(m)) => m,
+                    Some(Transmit::Message(m)) => *m,
                     // A stream core writes no Phoenix frames.
                     Some(Transmit::Text(_)) => continue,
                     None => return Ok(()),
@@ -424,7 +424,7 @@ impl GrpcStream {
     pub(crate) fn close(mut self, rest: impl Iterator<Item = Transmit>) {
         let mut queue: VecDeque<StreamMessage> = self.unsent.take().into_iter().collect();
         queue.extend(rest.filter_map(|t| match t {
-            Transmit::Message(m) => Some(m),
+            Transmit::Message(m) => Some(*m),
             Transmit::Text(_) => None,
         }));
         if let Some(tx) = self.out.get_ref() {

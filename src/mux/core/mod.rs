@@ -112,8 +112,10 @@ pub(crate) enum Framing {
 pub(crate) enum Transmit {
     /// A Phoenix text frame ([`Framing::Phoenix`]).
     Text(String),
-    /// A message of a gRPC stream ([`Framing::Stream`]).
-    Message(StreamMessage),
+    /// A message of a gRPC stream ([`Framing::Stream`]); boxed because transmits
+    /// wait in a queue, where every Phoenix text frame would otherwise take a
+    /// message's size.
+    Message(Box<StreamMessage>),
 }
 
 /// What the driver must do, besides writing transmits.
@@ -631,7 +633,7 @@ impl<W, U> Connection<W, U> {
         self.metrics.frames_out.fetch_add(1, Relaxed);
         let frame = match self.opts.framing {
             Framing::Phoenix => Transmit::Text(self.channel.encode_data(&msg)),
-            Framing::Stream => Transmit::Message(msg),
+            Framing::Stream => Transmit::Message(Box::new(msg)),
         };
         self.transmits.push_back(frame);
     }
@@ -654,8 +656,10 @@ impl<W, U> Connection<W, U> {
     }
 }
 
-/// One inbound message, as the core takes it.
+/// One inbound message, as the core takes it. Passed by value once and never
+/// stored, so its large variant costs nothing worth a box.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Inbound<'a> {
     /// A message of a gRPC stream, already decoded (and size-checked) by the
     /// transport.
