@@ -1,6 +1,10 @@
 //! The reference gateway: the other side of the wire, for tests, laptops and the demo.
 //!
-//! One port serves the Phoenix socket at `/socket/connector/websocket` and an HTTP API:
+//! One port serves the Phoenix socket at `/socket/connector/websocket` and an HTTP API;
+//! with [`GatewayConfig::grpc_listen`] another serves gRPC (`ConnectorService.Connect`,
+//! one stream per registration, `grpc.rs`). Registrations of both transports share the
+//! registry, the execute and invoke paths and the limits (`link.rs`, `session.rs`), and
+//! are counted by transport. The HTTP API:
 //! `GET /api/v1/connectors`, `POST /api/v1/connectors/{arn}/execute`,
 //! `GET /api/v1/stats` and `GET /metrics` (Prometheus text). Server behaviour follows
 //! real Phoenix: `unmatched topic` replies for pushes on unjoined topics, a duplicate
@@ -79,11 +83,15 @@ pub const TIMEOUT_MS_CONTEXT_KEY: &str = "timeout_ms";
 /// that a caller that addressed a dot key learns which registration answered.
 pub const TARGET_ARN_CONTEXT_KEY: &str = "target_arn";
 
-/// Runs a gateway on `listen` until Ctrl-C (the `switchboard gateway` command).
-pub async fn serve(listen: SocketAddr) -> crate::Result<()> {
-    let gateway = Gateway::start(GatewayConfig::default(), listen).await?;
+/// Runs a gateway with `config` on `listen` until Ctrl-C (the `switchboard gateway`
+/// command).
+pub async fn serve(config: GatewayConfig, listen: SocketAddr) -> crate::Result<()> {
+    let gateway = Gateway::start(config, listen).await?;
     eprintln!("switchboard gateway listening on {}", gateway.local_addr());
     eprintln!("  connectors dial  {}", gateway.ws_url());
+    if let Some(grpc) = gateway.grpc_url() {
+        eprintln!("  or over gRPC     {grpc}");
+    }
     eprintln!(
         "  HTTP API         {}/api/v1/connectors",
         gateway.http_url()

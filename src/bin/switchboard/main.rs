@@ -19,13 +19,31 @@ struct Cli {
     command: Command,
 }
 
+/// `--grpc-listen`: an address, or `off`.
+#[derive(Clone, Debug)]
+struct GrpcListen(Option<SocketAddr>);
+
+fn parse_grpc_listen(s: &str) -> Result<GrpcListen, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(GrpcListen(None));
+    }
+    s.parse()
+        .map(|a| GrpcListen(Some(a)))
+        .map_err(|e| format!("{s:?} is neither an address (host:port) nor `off`: {e}"))
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run the reference gateway (Phoenix socket + HTTP API on one port).
+    /// Run the reference gateway (Phoenix socket + HTTP API on one port, gRPC on
+    /// another).
     Gateway {
-        /// Address to listen on.
+        /// Address to listen on for the Phoenix socket and the HTTP API.
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
+        /// Address to serve gRPC (`ConnectorService`) on; `off` serves none. 50061 is
+        /// the protocol's default gRPC port.
+        #[arg(long, default_value = "127.0.0.1:50061", value_parser = parse_grpc_listen)]
+        grpc_listen: GrpcListen,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -87,7 +105,16 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
+        Command::Gateway {
+            listen,
+            grpc_listen,
+        } => {
+            let mut config = switchboard::gateway::GatewayConfig::default();
+            if let GrpcListen(Some(at)) = grpc_listen {
+                config = config.with_grpc_listen(at);
+            }
+            switchboard::gateway::serve(config, listen).await
+        }
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]
         Command::Serve { config } => serve(&config).await,
