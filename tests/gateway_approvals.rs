@@ -485,3 +485,31 @@ async fn auto_mode_approves_a_bare_register_at_once() {
     let listed = get_json(format!("{}/api/v1/approvals", gw.http_url())).await;
     assert_eq!(listed, json!([]));
 }
+
+fn invoke(target: &str) -> Message {
+    Message::InvokeRequest(switchboard::proto::InvokeCapabilityRequest {
+        request_id: format!("inv-{target}"),
+        target_address: target.into(),
+        payload: b"{}".to_vec().into(),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn invokes_neither_reach_a_pending_target_nor_come_from_an_unapproved_link() {
+    let gw = TestGateway::start_with(manual()).await;
+    let mut ws = pending(&gw, "a").await;
+    let jwt = approved_jwt(&gw, &mut ws, "a", &client_key(1)).await;
+    assert!(register(&mut ws, "a", "", &jwt).await.success);
+    let b = register(&mut ws, "b", "", "").await;
+    assert_eq!(b.status, RegistrationStatus::Pending as i32);
+    send_proto(&mut ws, 20, invoke(&arn("b"))).await;
+    let resp = raw::next_invoke_response(&mut ws).await;
+    assert!(!resp.success);
+    assert_eq!(resp.error_details["code"], "pending_approval", "{resp:?}");
+
+    let mut other = pending(&gw, "c").await;
+    send_proto(&mut other, 20, invoke(&arn("a"))).await;
+    let resp = raw::next_invoke_response(&mut other).await;
+    assert_eq!(resp.error_details["code"], "pending_approval", "{resp:?}");
+}
