@@ -114,6 +114,11 @@ pub enum Error {
     #[error("overloaded: {0}")]
     Overloaded(String),
 
+    /// The addressed registration awaits an operator's approval (manual approval
+    /// mode); nothing was sent to it. Retry once it is approved.
+    #[error("pending approval: {0}")]
+    PendingApproval(String),
+
     /// The other end of an invoke answered with an error: the target connector failed,
     /// or the gateway could not deliver the request. `code` is the remote error's
     /// stable code (e.g. `not_found`, `timeout`, `connector`) when it sent one.
@@ -153,6 +158,7 @@ impl Error {
             Error::Connector(_) => "connector",
             Error::NotFound(_) => "not_found",
             Error::Overloaded(_) => "overloaded",
+            Error::PendingApproval(_) => "pending_approval",
             Error::Remote { .. } => "remote",
             Error::Shutdown => "shutdown",
             Error::Io(_) => "io",
@@ -171,6 +177,7 @@ impl Error {
                 | Error::Io(_)
                 | Error::Store(_)
                 | Error::Overloaded(_)
+                | Error::PendingApproval(_)
         ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
     }
 

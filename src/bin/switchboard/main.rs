@@ -44,6 +44,18 @@ enum Command {
         /// the protocol's default gRPC port.
         #[arg(long, default_value = "127.0.0.1:50061", value_parser = parse_grpc_listen)]
         grpc_listen: GrpcListen,
+        /// How registers are approved: `auto` (at once) or `manual` (pending until
+        /// approved at POST /api/v1/connectors/{arn}/approve).
+        #[arg(long, default_value = "auto", value_parser = parse_approval)]
+        approval: switchboard::gateway::ApprovalMode,
+        /// Keep the signing key, approved keys, session tokens and rejections in
+        /// this directory (created 0700), so they survive restarts.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The gateway's public HTTP base URL (token issuer, `matrix_api_url`);
+        /// default http://{listen address}.
+        #[arg(long, value_name = "URL")]
+        public_url: Option<String>,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -108,10 +120,19 @@ async fn main() -> std::process::ExitCode {
         Command::Gateway {
             listen,
             grpc_listen,
+            approval,
+            data_dir,
+            public_url,
         } => {
-            let mut config = switchboard::gateway::GatewayConfig::default();
+            let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
             if let GrpcListen(Some(at)) = grpc_listen {
                 config = config.with_grpc_listen(at);
+            }
+            if let Some(dir) = data_dir {
+                config = config.with_data_dir(dir);
+            }
+            if let Some(url) = public_url {
+                config = config.with_public_url(url);
             }
             switchboard::gateway::serve(config, listen).await
         }
@@ -137,6 +158,10 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn parse_approval(s: &str) -> Result<switchboard::gateway::ApprovalMode, String> {
+    s.parse()
 }
 
 async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Result<()> {
