@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
@@ -35,6 +36,7 @@ pub struct ConnectorConfigBuilder {
     max_queued_requests: usize,
     execute_timeout: Duration,
     metrics_interval: Duration,
+    credentials_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectorConfigBuilder {
@@ -71,7 +73,17 @@ impl ConnectorConfigBuilder {
             max_queued_requests: DEFAULT_MAX_QUEUED_REQUESTS,
             execute_timeout: DEFAULT_EXECUTE_TIMEOUT,
             metrics_interval: DEFAULT_METRICS_INTERVAL,
+            credentials_dir: None,
         }
+    }
+
+    /// Sets where the approval flow keeps this registration's key and tokens (one
+    /// subdirectory per dot key). Default: `$SWITCHBOARD_CREDENTIALS_DIR`, else
+    /// `$XDG_DATA_HOME/switchboard/credentials`, else
+    /// `$HOME/.local/share/switchboard/credentials`.
+    pub fn credentials_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.credentials_dir = Some(dir.into());
+        self
     }
 
     /// Sets the instance id. Default: `{hostname or "local"}-{8 random hex digits}`,
@@ -231,6 +243,7 @@ impl ConnectorConfigBuilder {
             max_queued_requests: self.max_queued_requests,
             execute_timeout: self.execute_timeout,
             metrics_interval: self.metrics_interval,
+            credentials_dir: self.credentials_dir,
         })
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::approval;
 use super::core::{CoreOptions, RegistrationSpec};
 use super::driver::{self, now, Command, Core, RegUser, SocketOptions};
 use super::handle::{HandleState, RegistrationHandle};
@@ -178,9 +179,14 @@ fn prepare(registration: Registration) -> Result<Prepared> {
     let Registration { config, connector } = registration;
     let url = config.address()?.websocket_url()?;
     let metrics = Arc::new(HandleMetrics::default());
+    let key = config.key(connector.connector_type());
+    let creds = approval::load(&config, &key);
     let spec = RegistrationSpec {
-        key: config.key(connector.connector_type()),
-        register: register_request(&config, connector.as_ref(), None),
+        key,
+        register: register_request(&config, connector.as_ref(), None, None),
+        session_token: creds.session_token,
+        jwt: creds.jwt,
+        await_jwt: creds.await_jwt,
         register_timeout: config.register_timeout,
         retry: config.reconnect.clone(),
         max_concurrent: config.max_concurrent_requests,
@@ -192,6 +198,7 @@ fn prepare(registration: Registration) -> Result<Prepared> {
     let user = RegUser {
         connector,
         state: HandleState::new(metrics),
+        auth: creds.auth,
     };
     Ok(Prepared {
         spec,
