@@ -285,11 +285,10 @@ impl<W, U> Connection<W, U> {
             return;
         }
         let status = RegistrationStatus::try_from(resp.status).ok();
-        if status == Some(RegistrationStatus::Rejected) || resp.error.starts_with(REJECTED_CODE) {
-            let reason = resp
-                .error
-                .strip_prefix(REJECTED_CODE)
-                .unwrap_or(&resp.error);
+        // Terminal only with the contract's `rejected:` code: gateways of the family
+        // (and the reference gateway's refuse hook) also answer transient refusals
+        // with status REJECTED, and those are retried with backoff.
+        if let Some(reason) = resp.error.strip_prefix(REJECTED_CODE) {
             self.rejected(h, reason.trim().to_owned());
             return;
         }
@@ -345,7 +344,9 @@ impl<W, U> Connection<W, U> {
             });
             return;
         }
-        let session_token = Some(resp.session_token).filter(|t| !t.is_empty());
+        // Only a new token is reported, so the driver persists each token once.
+        let session_token = Some(resp.session_token)
+            .filter(|t| !t.is_empty() && reg.session_token.as_ref() != Some(t));
         if let Some(t) = &session_token {
             reg.session_token = Some(t.clone());
         }
