@@ -132,6 +132,11 @@ pub enum Error {
     #[error("overloaded: {0}")]
     Overloaded(String),
 
+    /// The addressed registration awaits an operator's approval (manual approval
+    /// mode); nothing was sent to it. Retry once it is approved.
+    #[error("pending approval: {0}")]
+    PendingApproval(String),
+
     /// The other end of an invoke answered with an error: the target connector failed,
     /// or the gateway could not deliver the request. `code` is the remote error's
     /// stable code (e.g. `not_found`, `timeout`, `connector`) when it sent one.
@@ -173,6 +178,7 @@ impl Error {
             Error::Connector(_) => "connector",
             Error::NotFound(_) => "not_found",
             Error::Overloaded(_) => "overloaded",
+            Error::PendingApproval(_) => "pending_approval",
             Error::Remote { .. } => "remote",
             Error::Shutdown => "shutdown",
             Error::Io(_) => "io",
@@ -191,6 +197,7 @@ impl Error {
                 | Error::Io(_)
                 | Error::Store(_)
                 | Error::Overloaded(_)
+                | Error::PendingApproval(_)
         ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
             || matches!(self, Error::Approval { code, .. } if code == "server_error")
     }

@@ -1,7 +1,40 @@
 //! [`GatewayConfig`]: the gateway's settings, and with them every bound it puts on what
-//! its clients may make it hold (frame size, deadlines, requests in flight).
+//! its clients may make it hold (frame size, deadlines, requests in flight), and how it
+//! approves registrations ([`ApprovalMode`], credential lifetimes, where approvals are
+//! kept).
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// How the gateway decides a register request (PROTOCOL.md §4, and the approval
+/// contract in `notes/approval-contract.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApprovalMode {
+    /// Every well-formed register is approved at once; credentials are ignored. The
+    /// default, for tests, laptops and the demo.
+    #[default]
+    Auto,
+    /// A register needs a valid session token or gateway-issued JWT; one without is
+    /// PENDING until an operator approves it (`POST /api/v1/connectors/{arn}/approve`),
+    /// after which the connector registers a key with a one-time token and obtains a
+    /// JWT from the token endpoint.
+    Manual,
+}
+
+impl std::str::FromStr for ApprovalMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(ApprovalMode::Auto),
+            "manual" => Ok(ApprovalMode::Manual),
+            other => Err(format!(
+                "unknown approval mode {other:?}; use \"auto\" or \"manual\""
+            )),
+        }
+    }
+}
 
 /// Settings of a gateway.
 #[derive(Debug, Clone)]
@@ -32,6 +65,25 @@ pub struct GatewayConfig {
     /// Beyond it an execute fails at once with `Error::Overloaded` (HTTP 503) and an
     /// invoke is answered with code `overloaded`.
     pub max_in_flight_per_socket: usize,
+    /// How registers are decided (default [`ApprovalMode::Auto`]).
+    pub approval: ApprovalMode,
+    /// Where the approval state lives: the gateway's signing key, approved identities
+    /// and their public keys, issued session tokens (hashed) and rejected identities.
+    /// `None` (the default) keeps it in memory only, so a restart forgets every
+    /// approval and signs with a new key.
+    pub data_dir: Option<PathBuf>,
+    /// The gateway's public HTTP base URL, without a trailing slash: the
+    /// `matrix_api_url` sent in `credentials_issued`, the issuer of its tokens and the
+    /// base of its token endpoint. `None` (the default) means `http://{bound address}`,
+    /// right for a gateway reached directly; set it behind a proxy or TLS terminator.
+    pub public_url: Option<String>,
+    /// How long a one-time token from `credentials_issued` may be used to register a
+    /// key (default 10 min): long enough for a connector that was offline a moment,
+    /// short enough that a leaked token soon stops mattering.
+    pub ott_lifetime: Duration,
+    /// Lifetime of an access token from the token endpoint (default 15 min); a
+    /// connector fetches a new one with a fresh client assertion when it runs out.
+    pub token_lifetime: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -42,6 +94,11 @@ impl Default for GatewayConfig {
             max_execute_timeout: Duration::from_secs(300),
             max_frame_bytes: 16 * 1024 * 1024,
             max_in_flight_per_socket: 4096,
+            approval: ApprovalMode::Auto,
+            data_dir: None,
+            public_url: None,
+            ott_lifetime: Duration::from_secs(10 * 60),
+            token_lifetime: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -74,6 +131,36 @@ impl GatewayConfig {
     /// Sets [`GatewayConfig::max_in_flight_per_socket`].
     pub fn with_max_in_flight_per_socket(mut self, n: usize) -> Self {
         self.max_in_flight_per_socket = n;
+        self
+    }
+
+    /// Sets [`GatewayConfig::approval`].
+    pub fn with_approval(mut self, mode: ApprovalMode) -> Self {
+        self.approval = mode;
+        self
+    }
+
+    /// Sets [`GatewayConfig::data_dir`].
+    pub fn with_data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets [`GatewayConfig::public_url`] (a trailing slash is dropped).
+    pub fn with_public_url(mut self, url: impl Into<String>) -> Self {
+        self.public_url = Some(url.into().trim_end_matches('/').to_owned());
+        self
+    }
+
+    /// Sets [`GatewayConfig::ott_lifetime`].
+    pub fn with_ott_lifetime(mut self, t: Duration) -> Self {
+        self.ott_lifetime = t;
+        self
+    }
+
+    /// Sets [`GatewayConfig::token_lifetime`].
+    pub fn with_token_lifetime(mut self, t: Duration) -> Self {
+        self.token_lifetime = t;
         self
     }
 

@@ -1,4 +1,5 @@
-//! The HTTP side of the gateway: the socket upgrade route and the JSON API.
+//! The HTTP side of the gateway: the socket upgrade route and the JSON API; the
+//! approval routes (`auth_api.rs`) are merged in.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/connectors/{arn}/execute", post(execute))
         .route("/api/v1/stats", get(stats))
         .route("/metrics", get(metrics))
+        .merge(super::auth_api::routes())
         .with_state(shared)
 }
 
@@ -120,6 +122,7 @@ async fn execute(
         Err(e @ Error::NotFound(_)) => error(StatusCode::NOT_FOUND, &e, e.code()),
         Err(e @ Error::Timeout { .. }) => error(StatusCode::GATEWAY_TIMEOUT, &e, e.code()),
         Err(e @ Error::Overloaded(_)) => error(StatusCode::SERVICE_UNAVAILABLE, &e, e.code()),
+        Err(e @ Error::PendingApproval(_)) => error(StatusCode::CONFLICT, &e, e.code()),
         Err(e) => error(StatusCode::BAD_GATEWAY, &e, e.code()),
     }
 }

@@ -3,7 +3,7 @@
 //! an `invoke_response` under the caller's `request_id`.
 //!
 //! Policy, in order: the target address must name a registration (an ARN, or a dot
-//! key); a target in another tenant than the caller's socket is refused unless it
+//! key) that is not awaiting approval (code `pending_approval`); a target in another tenant than the caller's socket is refused unless it
 //! registered with `CONNECTOR_SCOPE_GLOBAL`; the caller's socket must have an in-flight
 //! slot left. A refusal is answered at once, without touching the target. Every
 //! answer carries `error_details["code"]` when it failed, and the request's context
@@ -196,6 +196,11 @@ fn resolve(
              ARN (matrix:tenant:type:instance) or its dot key (tenant.type.instance)"
         ))));
     };
+    if target.pending {
+        return Err(Failure::from_error(&Error::PendingApproval(
+            super::registry::pending_message(&target.arn),
+        )));
+    }
     let caller_tenant = registry.tenant_of_socket(caller_socket);
     if !target.global && caller_tenant != Some(target.tenant.as_str()) {
         return Err(Failure {

@@ -36,18 +36,33 @@
 //! text frame. Test hooks (`hooks.rs`) make the server say what it would not on its
 //! own: raw text or binary frames, arbitrary pushes, `phx_error` / `phx_close`.
 //!
-//! Registration assigns `matrix:{tenant}:{type}:{instance}` and a session token and
-//! approves at once (approval flows belong to a later version). A socket is bound to
+//! Registration assigns `matrix:{tenant}:{type}:{instance}`. In the default
+//! [`ApprovalMode::Auto`] it approves at once with a session token. In
+//! [`ApprovalMode::Manual`] (PROTOCOL.md §4, `notes/approval-contract.md`) a register
+//! needs a session token or a JWT from the gateway's token endpoint; one without is
+//! PENDING (listed at `GET /api/v1/approvals`, not executable: `pending_approval`,
+//! HTTP 409) until the operator approves it (`POST /api/v1/connectors/{arn}/approve`),
+//! which sends the connector `approval_notification` and `credentials_issued` with a
+//! one-time token; or rejects it (`/reject`), which it remembers. The connector then
+//! registers a P-256 public key (`POST /api/v1/auth/register`), obtains an ES256
+//! access token with a private-key JWT assertion (`POST /oauth/token`; keys at
+//! `/.well-known/jwks.json`) and registers with it. With
+//! [`GatewayConfig::data_dir`] the signing key, approved keys, session tokens and
+//! rejections survive restarts (`persist.rs`). A socket is bound to
 //! the tenant of its first registration. A refused register still carries the ARN the
 //! registration would have had, so that the client's demux can route the refusal on a
 //! shared socket (PROTOCOL.md §5 routes register responses by ARN).
 
+mod approvals;
+mod auth_api;
 mod config;
+mod credentials;
 mod hooks;
 mod http_api;
 mod invoke;
 mod link;
 mod pending;
+mod persist;
 mod registry;
 mod report;
 mod server;
@@ -55,8 +70,9 @@ mod session;
 mod socket;
 mod stats;
 mod testkit;
+mod tokens;
 
-pub use config::GatewayConfig;
+pub use config::{ApprovalMode, GatewayConfig};
 pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
 pub use report::ReportedMetrics;
@@ -78,15 +94,28 @@ pub const TIMEOUT_MS_CONTEXT_KEY: &str = "timeout_ms";
 /// that a caller that addressed a dot key learns which registration answered.
 pub const TARGET_ARN_CONTEXT_KEY: &str = "target_arn";
 
-/// Runs a gateway on `listen` until Ctrl-C (the `switchboard gateway` command).
+/// Runs a gateway with the default configuration on `listen` until Ctrl-C.
 pub async fn serve(listen: SocketAddr) -> crate::Result<()> {
-    let gateway = Gateway::start(GatewayConfig::default(), listen).await?;
+    serve_with(GatewayConfig::default(), listen).await
+}
+
+/// Runs a gateway with `config` on `listen` until Ctrl-C (the `switchboard gateway`
+/// command).
+pub async fn serve_with(config: GatewayConfig, listen: SocketAddr) -> crate::Result<()> {
+    let manual = config.approval == ApprovalMode::Manual;
+    let gateway = Gateway::start(config, listen).await?;
     eprintln!("switchboard gateway listening on {}", gateway.local_addr());
     eprintln!("  connectors dial  {}", gateway.ws_url());
     eprintln!(
         "  HTTP API         {}/api/v1/connectors",
         gateway.http_url()
     );
+    if manual {
+        eprintln!(
+            "  approvals        {}/api/v1/approvals (manual mode)",
+            gateway.http_url()
+        );
+    }
     tokio::signal::ctrl_c().await?;
     gateway.shutdown().await;
     Ok(())

@@ -1,12 +1,16 @@
 //! Who is registered where: ARNs, their sockets, each socket's tenant binding, each
-//! registration's scope and latest metrics report. Plain data; the server holds it
-//! behind one short lock.
+//! registration's scope, approval status and latest metrics report. Plain data; the
+//! server holds it behind one short lock. A pending registration is listed but not
+//! executable ([`Registry::lookup_executable`], [`Resolved::pending`]); it goes with
+//! its socket like any other, so the operator only ever sees pending registrations
+//! that can be told of their approval.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
 use super::report::ReportedMetrics;
+use crate::error::Error;
 use crate::identity::{sanitize, Arn, RegistrationKey};
 use crate::proto::{ConnectorScope, MetricsReport, RegisterConnectorRequest};
 
@@ -26,9 +30,10 @@ pub struct RegistrationInfo {
     pub connector_type: String,
     /// Sanitised instance id.
     pub instance_id: String,
-    /// `approved` (this gateway approves every valid register).
+    /// `approved`, or `pending` while it awaits an operator's approval (manual
+    /// approval mode).
     pub status: String,
-    /// `websocket`.
+    /// `websocket` or `grpc`.
     pub transport: String,
     /// The socket carrying it.
     pub socket_id: u64,
@@ -48,7 +53,41 @@ pub(crate) struct Resolved<S> {
     pub(crate) arn: String,
     pub(crate) tenant: String,
     pub(crate) global: bool,
+    /// Awaiting approval: an invoke must not reach it.
+    pub(crate) pending: bool,
     pub(crate) socket: S,
+}
+
+/// Whether a registration may be executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Executable.
+    Approved,
+    /// Awaiting the operator.
+    Pending,
+}
+
+impl Status {
+    /// The label in [`RegistrationInfo::status`].
+    fn label(self) -> &'static str {
+        match self {
+            Status::Approved => "approved",
+            Status::Pending => "pending",
+        }
+    }
+}
+
+/// One pending registration, as `GET /api/v1/approvals` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct PendingInfo {
+    pub(crate) arn: String,
+    pub(crate) tenant_id: String,
+    pub(crate) connector_type: String,
+    pub(crate) instance_id: String,
+    pub(crate) transport: String,
+    /// When it was first registered pending (ms since the epoch); kept across
+    /// re-registers of the same identity.
+    pub(crate) requested_at_ms: u64,
 }
 
 /// The answer to a register request.
@@ -74,6 +113,8 @@ pub(crate) struct Registry<S> {
 struct Entry<S> {
     info: RegistrationInfo,
     socket: S,
+    /// When it became pending (ms since the epoch); meaningless once approved.
+    requested_at_ms: u64,
 }
 
 impl<S: Clone> Registry<S> {
@@ -85,10 +126,9 @@ impl<S: Clone> Registry<S> {
         }
     }
 
-    /// Registers `req` on `socket_id` (a link of `transport`). A socket is bound to the tenant of its first
-    /// successful registration; the same ARN from another socket replaces the old entry
-    /// (the newest connection wins, as after a client reconnect the gateway has not
-    /// noticed yet).
+    /// Registers `req` on `socket_id` (a link of `transport`), approved, as
+    /// [`Registry::register_as`] does.
+    #[cfg(test)]
     pub(crate) fn register(
         &mut self,
         socket_id: u64,
@@ -96,32 +136,54 @@ impl<S: Clone> Registry<S> {
         req: &RegisterConnectorRequest,
         socket: S,
     ) -> RegisterOutcome {
-        let key = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
-        let arn = Arn::for_key(&key).to_string();
+        self.register_as(socket_id, transport, req, socket, Status::Approved, 0)
+    }
+
+    /// Why `req` cannot be registered on `socket_id` at all, whatever its
+    /// credentials: an incomplete identity, or another tenant than the socket's.
+    pub(crate) fn refusal(&self, socket_id: u64, key: &RegistrationKey) -> Option<String> {
         if key.tenant().is_empty()
             || key.connector_type().is_empty()
             || key.instance_id().is_empty()
         {
-            return RegisterOutcome::Refused {
-                arn,
-                reason: "tenant_id, connector_type and instance_id are all required".into(),
-            };
+            return Some("tenant_id, connector_type and instance_id are all required".into());
         }
-        if let Some(bound) = self.socket_tenant.get(&socket_id) {
-            if bound != key.tenant() {
-                return RegisterOutcome::Refused {
-                    arn,
-                    reason: format!(
-                        "this socket is bound to tenant {bound:?}; open another socket for tenant {:?}",
-                        key.tenant()
-                    ),
-                };
-            }
+        match self.socket_tenant.get(&socket_id) {
+            Some(bound) if bound != key.tenant() => Some(format!(
+                "this socket is bound to tenant {bound:?}; open another socket for tenant {:?}",
+                key.tenant()
+            )),
+            _ => None,
         }
+    }
+
+    /// Registers `req` on `socket_id` (a link of `transport`) with `status`, at `now_ms`.
+    /// A socket is bound to the tenant of its first successful registration; the same
+    /// ARN from another socket replaces the old entry (the newest connection wins, as
+    /// after a client reconnect the gateway has not noticed yet). A pending
+    /// re-register of a pending ARN keeps its request time.
+    pub(crate) fn register_as(
+        &mut self,
+        socket_id: u64,
+        transport: &str,
+        req: &RegisterConnectorRequest,
+        socket: S,
+        status: Status,
+        now_ms: u64,
+    ) -> RegisterOutcome {
+        let key = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
+        let arn = Arn::for_key(&key).to_string();
+        if let Some(reason) = self.refusal(socket_id, &key) {
+            return RegisterOutcome::Refused { arn, reason };
+        }
+        let mut requested_at_ms = now_ms;
         // A re-register on the same socket (after approval, say) keeps its report; one
         // from another socket is a new connection and keeps nothing of the old one.
         let mut metrics = None;
         if let Some(old) = self.by_arn.remove(&arn) {
+            if old.info.status == Status::Pending.label() {
+                requested_at_ms = old.requested_at_ms;
+            }
             if old.info.socket_id == socket_id {
                 metrics = old.info.metrics;
             } else if let Some(set) = self.socket_arns.get_mut(&old.info.socket_id) {
@@ -144,14 +206,59 @@ impl<S: Clone> Registry<S> {
             tenant_id: key.tenant().to_owned(),
             connector_type: key.connector_type().to_owned(),
             instance_id: key.instance_id().to_owned(),
-            status: "approved".into(),
+            status: status.label().into(),
             transport: transport.to_owned(),
             socket_id,
             scope: scope.to_owned(),
             metrics,
         };
-        self.by_arn.insert(arn.clone(), Entry { info, socket });
+        let entry = Entry {
+            info,
+            socket,
+            requested_at_ms,
+        };
+        self.by_arn.insert(arn.clone(), entry);
         RegisterOutcome::Accepted { arn }
+    }
+
+    /// The pending registrations, ordered by ARN.
+    pub(crate) fn pending(&self) -> Vec<PendingInfo> {
+        self.by_arn
+            .values()
+            .filter(|e| e.info.status == Status::Pending.label())
+            .map(|e| PendingInfo {
+                arn: e.info.arn.clone(),
+                tenant_id: e.info.tenant_id.clone(),
+                connector_type: e.info.connector_type.clone(),
+                instance_id: e.info.instance_id.clone(),
+                transport: e.info.transport.clone(),
+                requested_at_ms: e.requested_at_ms,
+            })
+            .collect()
+    }
+
+    /// Approves the pending registration `arn`; returns its identity and socket, or
+    /// `None` when no registration with that ARN is pending.
+    pub(crate) fn approve(&mut self, arn: &str) -> Option<(RegistrationKey, S)> {
+        let e = self
+            .by_arn
+            .get_mut(arn)
+            .filter(|e| e.info.status == Status::Pending.label())?;
+        e.info.status = Status::Approved.label().into();
+        Some((key_of(&e.info), e.socket.clone()))
+    }
+
+    /// Removes the pending registration `arn` (the operator rejected it); returns its
+    /// identity and socket, or `None` when no registration with that ARN is pending.
+    pub(crate) fn remove_pending(&mut self, arn: &str) -> Option<(RegistrationKey, S)> {
+        if self.by_arn.get(arn)?.info.status != Status::Pending.label() {
+            return None;
+        }
+        let e = self.by_arn.remove(arn)?;
+        if let Some(set) = self.socket_arns.get_mut(&e.info.socket_id) {
+            set.remove(arn);
+        }
+        Some((key_of(&e.info), e.socket))
     }
 
     /// Forgets a socket and every registration it carried; returns how many.
@@ -177,8 +284,22 @@ impl<S: Clone> Registry<S> {
     }
 
     /// The socket of the registration with this ARN.
+    #[cfg(test)]
     pub(crate) fn lookup(&self, arn: &str) -> Option<S> {
         self.by_arn.get(arn).map(|e| e.socket.clone())
+    }
+
+    /// The socket of the registration with this ARN, if it may be executed:
+    /// [`Error::NotFound`] when there is none, [`Error::PendingApproval`] while it
+    /// awaits the operator.
+    pub(crate) fn lookup_executable(&self, arn: &str) -> crate::Result<S> {
+        match self.by_arn.get(arn) {
+            None => Err(Error::NotFound(format!("no registration with ARN {arn}"))),
+            Some(e) if e.info.status == Status::Pending.label() => {
+                Err(Error::PendingApproval(pending_message(arn)))
+            }
+            Some(e) => Ok(e.socket.clone()),
+        }
     }
 
     /// The registration an invoke's `target_address` names: an ARN
@@ -192,6 +313,7 @@ impl<S: Clone> Registry<S> {
             arn,
             tenant: entry.info.tenant_id.clone(),
             global: entry.info.scope == SCOPE_GLOBAL,
+            pending: entry.info.status == Status::Pending.label(),
             socket: entry.socket.clone(),
         })
     }
@@ -221,6 +343,18 @@ impl<S: Clone> Registry<S> {
     pub(crate) fn len(&self) -> usize {
         self.by_arn.len()
     }
+}
+
+/// Why a pending registration cannot be executed, and what to do.
+pub(crate) fn pending_message(arn: &str) -> String {
+    format!(
+        "{arn} is awaiting approval; an operator approves it with \
+         POST /api/v1/connectors/{arn}/approve (see GET /api/v1/approvals)"
+    )
+}
+
+fn key_of(info: &RegistrationInfo) -> RegistrationKey {
+    RegistrationKey::new(&info.tenant_id, &info.connector_type, &info.instance_id)
 }
 
 /// The ARN an invoke address names: itself when it is a well-formed ARN, else the ARN
@@ -403,6 +537,41 @@ mod tests {
         assert!(r.list()[0].metrics.is_some());
         r.register(2, "websocket", &req("a", "x"), ());
         assert_eq!(r.list()[0].metrics, None);
+    }
+
+    #[test]
+    fn a_pending_registration_is_listed_not_executable_until_approved() {
+        let mut r = Registry::new();
+        r.register_as(1, "grpc", &req("a", "x"), 1u64, Status::Pending, 100);
+        r.register_as(1, "grpc", &req("a", "x"), 1u64, Status::Pending, 200);
+        let p = r.pending();
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            p[0].requested_at_ms, 100,
+            "a re-register keeps its request time"
+        );
+        assert_eq!(r.list()[0].status, "pending");
+        assert!(matches!(
+            r.lookup_executable("matrix:a:echo:x"),
+            Err(Error::PendingApproval(_))
+        ));
+        assert!(r.resolve("a.echo.x").unwrap().pending);
+        let (key, socket) = r.approve("matrix:a:echo:x").unwrap();
+        assert_eq!((key.dot_key(), socket), ("a.echo.x", 1));
+        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
+        assert!(r.approve("matrix:a:echo:x").is_none(), "no longer pending");
+        assert!(r.pending().is_empty());
+    }
+
+    #[test]
+    fn removing_a_pending_registration_spares_approved_ones() {
+        let mut r = Registry::new();
+        r.register_as(1, "websocket", &req("a", "x"), (), Status::Pending, 1);
+        r.register(1, "websocket", &req("a", "y"), ());
+        assert!(r.remove_pending("matrix:a:echo:y").is_none());
+        assert!(r.remove_pending("matrix:a:echo:x").is_some());
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.clear_socket(1), 1);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::approvals::Approvals;
 use super::config::GatewayConfig;
 use super::link::SocketLink;
 use super::registry::{RegistrationInfo, Registry};
@@ -81,6 +82,8 @@ pub(crate) struct ExecuteCall {
 /// State shared by the accept loop, socket tasks, HTTP handlers and the test kit.
 pub(crate) struct Shared {
     pub(crate) config: GatewayConfig,
+    /// The approval mode, keys and credentials (`approvals.rs`).
+    pub(crate) approvals: Approvals,
     pub(crate) counters: Counters,
     pub(crate) registry: Mutex<Registry<Arc<SocketLink>>>,
     pub(crate) sockets: Mutex<HashMap<u64, Arc<SocketLink>>>,
@@ -106,12 +109,10 @@ impl Shared {
         self.registration_count.send_replace(n);
     }
 
-    /// Sends an execute to the registration `arn` and waits for its response.
+    /// Sends an execute to the registration `arn` and waits for its response;
+    /// [`Error::NotFound`] or [`Error::PendingApproval`] when it may not be executed.
     pub(crate) async fn execute(&self, arn: &str, call: ExecuteCall) -> Result<ExecuteResponse> {
-        let link = self
-            .registry()
-            .lookup(arn)
-            .ok_or_else(|| Error::NotFound(format!("no registration with ARN {arn}")))?;
+        let link = self.registry().lookup_executable(arn)?;
         self.execute_on(&link, arn, call).await
     }
 
@@ -199,10 +200,14 @@ impl Drop for Gateway {
 
 impl Gateway {
     /// Binds `addr` and starts serving; returns once the port accepts connections.
+    /// With [`GatewayConfig::data_dir`] set it first reads the approval state there:
+    /// an unreadable file is an [`Error::Config`] naming it.
     pub async fn start(config: GatewayConfig, addr: SocketAddr) -> Result<Gateway> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let approvals = Approvals::open(&config, addr)?;
         let shared = Arc::new(Shared {
+            approvals,
             config,
             counters: Counters::default(),
             registry: Mutex::new(Registry::new()),

@@ -9,9 +9,12 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::approvals::{now_ms, Decision};
+use super::config::ApprovalMode;
 use super::link::SocketLink;
-use super::registry::{tenant_of, RegisterOutcome};
+use super::registry::{tenant_of, RegisterOutcome, Status};
 use super::server::Shared;
+use crate::identity::{Arn, RegistrationKey};
 use crate::proto::{
     stream_message::Message, HeartbeatResponse, MetricsReport, RegisterConnectorRequest,
     RegisterConnectorResponse, RegistrationStatus, StreamMessage,
@@ -78,51 +81,76 @@ fn metrics_report(shared: &Shared, link: &SocketLink, report: MetricsReport) {
     }
 }
 
+/// Decides a register (the approval contract, `approvals.rs`): in auto mode every
+/// well-formed register is approved; in manual mode its credentials decide between
+/// APPROVED, PENDING, REJECTED and a refusal naming the bad credential. A refused
+/// register still carries the ARN it would have had, for the client's demux.
 fn register(
     shared: &Shared,
     link: &Arc<SocketLink>,
     req: &RegisterConnectorRequest,
 ) -> RegisterConnectorResponse {
-    let refuse = shared.refuse_registers.load(Relaxed);
-    let outcome = {
-        let mut registry = shared.registry();
-        if refuse {
-            let arn = crate::identity::Arn::for_key(&crate::identity::RegistrationKey::new(
-                &req.tenant_id,
-                &req.connector_type,
-                &req.instance_id,
-            ))
-            .to_string();
-            RegisterOutcome::Refused {
-                arn,
-                reason: "registrations are refused by this gateway right now".into(),
-            }
-        } else {
-            registry.register(link.id, link.transport(), req, link.clone())
+    let key = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
+    let arn = Arn::for_key(&key).to_string();
+    let refuse = |error: String, status: RegistrationStatus| {
+        tracing::info!(link_id = link.id, tenant = %tenant_of(req), %arn, %error, "register refused");
+        RegisterConnectorResponse {
+            success: false,
+            connector_arn: arn.clone(),
+            error,
+            status: status as i32,
+            ..Default::default()
         }
     };
+    if shared.refuse_registers.load(Relaxed) {
+        return refuse(
+            "registrations are refused by this gateway right now".into(),
+            RegistrationStatus::Rejected,
+        );
+    }
+    if let Some(reason) = shared.registry().refusal(link.id, &key) {
+        return refuse(reason, RegistrationStatus::Rejected);
+    }
+    let decision = match shared.approvals.mode {
+        ApprovalMode::Manual => shared
+            .approvals
+            .decide(&key, &req.session_token, &req.jwt_token),
+        _ => Decision::Approved {
+            session_token: session_token(),
+        },
+    };
+    let (status, session_token) = match decision {
+        Decision::Approved { session_token } => (Status::Approved, session_token),
+        Decision::Pending => (Status::Pending, String::new()),
+        Decision::Invalid(error) => return refuse(error, RegistrationStatus::Unspecified),
+        Decision::Rejected(error) => return refuse(error, RegistrationStatus::Rejected),
+    };
+    let outcome = shared.registry().register_as(
+        link.id,
+        link.transport(),
+        req,
+        link.clone(),
+        status,
+        now_ms(),
+    );
     match outcome {
         RegisterOutcome::Accepted { arn } => {
             shared.publish_registration_count();
-            tracing::debug!(link_id = link.id, %arn, "registered");
+            tracing::debug!(link_id = link.id, %arn, ?status, "registered");
+            let status = match status {
+                Status::Approved => RegistrationStatus::Approved,
+                Status::Pending => RegistrationStatus::Pending,
+            };
             RegisterConnectorResponse {
                 success: true,
                 connector_arn: arn,
-                status: RegistrationStatus::Approved as i32,
-                session_token: session_token(),
+                status: status as i32,
+                session_token,
                 ..Default::default()
             }
         }
-        RegisterOutcome::Refused { arn, reason } => {
-            tracing::info!(link_id = link.id, tenant = %tenant_of(req), %reason, "register refused");
-            RegisterConnectorResponse {
-                success: false,
-                connector_arn: arn,
-                error: reason,
-                status: RegistrationStatus::Rejected as i32,
-                ..Default::default()
-            }
-        }
+        // Another register on this link bound it to another tenant in between.
+        RegisterOutcome::Refused { reason, .. } => refuse(reason, RegistrationStatus::Rejected),
     }
 }
 

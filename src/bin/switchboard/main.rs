@@ -26,6 +26,18 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
+        /// How registers are approved: `auto` (at once) or `manual` (pending until
+        /// approved at POST /api/v1/connectors/{arn}/approve).
+        #[arg(long, default_value = "auto", value_parser = parse_approval)]
+        approval: switchboard::gateway::ApprovalMode,
+        /// Keep the signing key, approved keys, session tokens and rejections in
+        /// this directory (created 0700), so they survive restarts.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The gateway's public HTTP base URL (token issuer, `matrix_api_url`);
+        /// default http://{listen address}.
+        #[arg(long, value_name = "URL")]
+        public_url: Option<String>,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -87,7 +99,21 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Gateway { listen } => switchboard::gateway::serve(listen).await,
+        Command::Gateway {
+            listen,
+            approval,
+            data_dir,
+            public_url,
+        } => {
+            let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
+            if let Some(dir) = data_dir {
+                config = config.with_data_dir(dir);
+            }
+            if let Some(url) = public_url {
+                config = config.with_public_url(url);
+            }
+            switchboard::gateway::serve_with(config, listen).await
+        }
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]
         Command::Serve { config } => serve(&config).await,
@@ -110,6 +136,10 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn parse_approval(s: &str) -> Result<switchboard::gateway::ApprovalMode, String> {
+    s.parse()
 }
 
 async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Result<()> {

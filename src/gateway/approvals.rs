@@ -1,0 +1,339 @@
+//! How a register is decided, and the state the decision reads: the approval contract
+//! (`notes/approval-contract.md`, PROTOCOL.md §4).
+//!
+//! In [`ApprovalMode::Auto`] every well-formed register is approved. In
+//! [`ApprovalMode::Manual`], [`decide`] applies, in order: a known session token of
+//! the identity approves; a valid gateway JWT naming the identity approves with a fresh
+//! session token; any other credential given is refused with a stable code
+//! (`invalid_session_token:`, `invalid_token:`, `expired_token:`, `untrusted_issuer:`)
+//! so that the client drops it and tries the next; an identity the operator rejected
+//! is REJECTED; anything else is PENDING until the operator approves it.
+//!
+//! [`Approvals`] holds the gateway key, the issuer and the [`Credentials`] behind one
+//! short lock, and writes each persistent change to the data dir after the lock is
+//! released. [`decide`] takes `now` and the randomness of a new session token as
+//! inputs, so its tests are plain `#[test]`s.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::config::{ApprovalMode, GatewayConfig};
+use super::credentials::Credentials;
+use super::persist::Persister;
+use super::tokens::GatewayKey;
+use crate::error::Result;
+use crate::identity::RegistrationKey;
+use crate::proto::{
+    stream_message::Message, ApprovalNotification, CredentialsIssued, RegistrationStatus,
+    StreamMessage,
+};
+
+/// The path of the key registration endpoint, as `credentials_issued.register_url`.
+pub(crate) const REGISTER_PATH: &str = "/api/v1/auth/register";
+/// The path of the token endpoint, below the issuer.
+pub(crate) const TOKEN_PATH: &str = "/oauth/token";
+
+/// The answer [`decide`] gives a register request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Approved, with this session token for the response.
+    Approved { session_token: String },
+    /// Listed for the operator, not executable.
+    Pending,
+    /// A credential was given and is not valid: `code: explanation`.
+    Invalid(String),
+    /// The operator rejected this identity: `rejected: reason`.
+    Rejected(String),
+}
+
+/// The approval state of one gateway.
+pub(crate) struct Approvals {
+    pub(crate) mode: ApprovalMode,
+    pub(crate) key: GatewayKey,
+    /// The issuer of access tokens and the `matrix_api_url`: no trailing slash.
+    pub(crate) issuer: String,
+    pub(crate) ott_lifetime: Duration,
+    pub(crate) token_lifetime: Duration,
+    creds: Mutex<Credentials>,
+    persister: Option<Persister>,
+}
+
+impl Approvals {
+    /// The state for a gateway bound to `addr`: read from `config.data_dir` if set
+    /// (an unreadable file is an error), else fresh in memory.
+    pub(crate) fn open(config: &GatewayConfig, addr: SocketAddr) -> Result<Approvals> {
+        let (key, creds, persister) = match &config.data_dir {
+            Some(dir) => {
+                let (k, c, p) = super::persist::open(dir)?;
+                (k, c, Some(p))
+            }
+            None => (GatewayKey::generate(), Credentials::default(), None),
+        };
+        let issuer = config
+            .public_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/').to_owned())
+            .unwrap_or_else(|| format!("http://{addr}"));
+        Ok(Approvals {
+            mode: config.approval,
+            key,
+            issuer,
+            ott_lifetime: config.ott_lifetime,
+            token_lifetime: config.token_lifetime,
+            creds: Mutex::new(creds),
+            persister,
+        })
+    }
+
+    /// The absolute URL of the token endpoint.
+    pub(crate) fn token_endpoint(&self) -> String {
+        format!("{}{TOKEN_PATH}", self.issuer)
+    }
+
+    /// Runs `f` on the credentials under the lock; a persistent change is written to
+    /// the data dir once the lock is released (a failed write is logged with the
+    /// path: the change holds in memory, and the next write retries it).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Credentials) -> R) -> R {
+        let (r, snapshot) = {
+            let mut c = self.creds.lock().expect("credentials lock");
+            let before = c.generation();
+            let r = f(&mut c);
+            let changed = c.generation() != before && self.persister.is_some();
+            (r, changed.then(|| (c.generation(), c.persisted())))
+        };
+        if let (Some((generation, state)), Some(p)) = (snapshot, &self.persister) {
+            if let Err(e) = p.write(generation, &state) {
+                tracing::error!(error = %e, "could not write the gateway's approval state");
+            }
+        }
+        r
+    }
+
+    /// Decides a register of `key` with these credentials, now.
+    pub(crate) fn decide(&self, key: &RegistrationKey, session_token: &str, jwt: &str) -> Decision {
+        use rand::Rng as _;
+        let random: [u8; 16] = rand::rng().random();
+        let now = now_ms() / 1000;
+        self.with(|c| {
+            decide(
+                c,
+                &self.key,
+                &self.issuer,
+                key,
+                session_token,
+                jwt,
+                now,
+                random,
+            )
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch, by the system clock.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The manual-mode decision (module docs), at `now` (seconds since the epoch);
+/// `random` becomes the session token of an approval by JWT.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decide(
+    creds: &mut Credentials,
+    gateway_key: &GatewayKey,
+    issuer: &str,
+    key: &RegistrationKey,
+    session_token: &str,
+    jwt: &str,
+    now: u64,
+    random: [u8; 16],
+) -> Decision {
+    let mut refusal = None;
+    if !session_token.is_empty() {
+        if creds.session_valid(key, session_token) {
+            return Decision::Approved {
+                session_token: session_token.to_owned(),
+            };
+        }
+        refusal = Some(format!(
+            "invalid_session_token: the session token is not one this gateway issued to {}; \
+             register with a JWT instead",
+            key.dot_key()
+        ));
+    }
+    if !jwt.is_empty() {
+        match gateway_key.verify(jwt, issuer, now) {
+            Ok(c)
+                if c.tenant_id == key.tenant()
+                    && c.connector_type == key.connector_type()
+                    && c.instance_id == key.instance_id()
+                    && c.sub == key.dot_key() =>
+            {
+                return Decision::Approved {
+                    session_token: creds.issue_session(key, random),
+                };
+            }
+            Ok(c) => {
+                refusal.get_or_insert(format!(
+                    "invalid_token: the token was issued to {} but this register is {}",
+                    c.sub,
+                    key.dot_key()
+                ));
+            }
+            Err(e) => {
+                refusal.get_or_insert(e.wire());
+            }
+        }
+    }
+    if let Some(r) = refusal {
+        return Decision::Invalid(r);
+    }
+    if let Some(r) = creds.rejection(key) {
+        return Decision::Rejected(format!("rejected: {}", r.reason));
+    }
+    Decision::Pending
+}
+
+/// `approval_notification` for the registration `key`.
+pub(crate) fn notification(
+    key: &RegistrationKey,
+    status: RegistrationStatus,
+    message: String,
+) -> StreamMessage {
+    StreamMessage {
+        message: Some(Message::ApprovalNotification(ApprovalNotification {
+            gateway_id: key.dot_key().to_owned(),
+            status: status as i32,
+            message,
+        })),
+    }
+}
+
+/// `credentials_issued` carrying `ott` for the registration `key`.
+pub(crate) fn credentials_issued(
+    key: &RegistrationKey,
+    ott: String,
+    matrix_api_url: &str,
+    now_ms: u64,
+) -> StreamMessage {
+    StreamMessage {
+        message: Some(Message::CredentialsIssued(CredentialsIssued {
+            gateway_id: key.dot_key().to_owned(),
+            timestamp_ms: i64::try_from(now_ms).unwrap_or(i64::MAX),
+            message: format!(
+                "POST your public key with this one-time token to {matrix_api_url}{REGISTER_PATH}"
+            ),
+            ott,
+            register_url: REGISTER_PATH.to_owned(),
+            matrix_api_url: matrix_api_url.to_owned(),
+            ..Default::default()
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::tokens::{AccessClaims, ACCESS_TOKEN_AUDIENCE};
+
+    const ISS: &str = "http://gw";
+    const NOW: u64 = 1_700_000_000;
+
+    fn k(instance: &str) -> RegistrationKey {
+        RegistrationKey::new("acme", "echo", instance)
+    }
+
+    fn gw_key() -> GatewayKey {
+        GatewayKey::from_secret_bytes(&[5; 32]).unwrap()
+    }
+
+    fn jwt_for(g: &GatewayKey, key: &RegistrationKey, exp: u64) -> String {
+        g.mint(&AccessClaims {
+            iss: ISS.into(),
+            sub: key.dot_key().into(),
+            aud: ACCESS_TOKEN_AUDIENCE.into(),
+            tenant_id: key.tenant().into(),
+            connector_type: key.connector_type().into(),
+            instance_id: key.instance_id().into(),
+            iat: NOW,
+            exp,
+        })
+    }
+
+    fn run(c: &mut Credentials, key: &RegistrationKey, session: &str, jwt: &str) -> Decision {
+        decide(c, &gw_key(), ISS, key, session, jwt, NOW, [9; 16])
+    }
+
+    #[test]
+    fn no_credential_is_pending() {
+        assert_eq!(
+            run(&mut Credentials::default(), &k("a"), "", ""),
+            Decision::Pending
+        );
+    }
+
+    #[test]
+    fn a_valid_jwt_approves_with_a_session_token_that_approves_later() {
+        let mut c = Credentials::default();
+        let jwt = jwt_for(&gw_key(), &k("a"), NOW + 60);
+        let Decision::Approved { session_token } = run(&mut c, &k("a"), "", &jwt) else {
+            panic!("approved")
+        };
+        assert_eq!(
+            run(&mut c, &k("a"), &session_token, ""),
+            Decision::Approved {
+                session_token: session_token.clone()
+            }
+        );
+        assert!(matches!(
+            run(&mut c, &k("b"), &session_token, ""),
+            Decision::Invalid(e) if e.starts_with("invalid_session_token: ")
+        ));
+    }
+
+    #[test]
+    fn a_bad_credential_is_refused_with_its_code() {
+        let mut c = Credentials::default();
+        let other = jwt_for(&gw_key(), &k("b"), NOW + 60);
+        let expired = jwt_for(&gw_key(), &k("a"), NOW - 1);
+        let foreign = jwt_for(
+            &GatewayKey::from_secret_bytes(&[6; 32]).unwrap(),
+            &k("a"),
+            NOW + 60,
+        );
+        for (jwt, code) in [
+            (other.as_str(), "invalid_token: "),
+            (expired.as_str(), "expired_token: "),
+            (foreign.as_str(), "invalid_token: "),
+            ("not.a.jwt", "invalid_token: "),
+        ] {
+            assert!(
+                matches!(run(&mut c, &k("a"), "", jwt), Decision::Invalid(ref e) if e.starts_with(code)),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_valid_jwt_wins_over_a_stale_session_token() {
+        let mut c = Credentials::default();
+        let jwt = jwt_for(&gw_key(), &k("a"), NOW + 60);
+        assert!(matches!(
+            run(&mut c, &k("a"), "stale", &jwt),
+            Decision::Approved { .. }
+        ));
+    }
+
+    #[test]
+    fn a_rejected_identity_stays_rejected() {
+        let mut c = Credentials::default();
+        c.reject(&k("a"), "unknown host", 0);
+        assert_eq!(
+            run(&mut c, &k("a"), "", ""),
+            Decision::Rejected("rejected: unknown host".into())
+        );
+        assert_eq!(run(&mut c, &k("b"), "", ""), Decision::Pending);
+    }
+}
