@@ -261,8 +261,16 @@ fn a_rejection_code_without_the_rejected_status_is_terminal_too() {
 fn a_rejected_status_without_the_rejected_code_is_an_ordinary_refusal_and_retried() {
     let mut h = joined_channel([spec("a")]);
     h.sent();
-    h.deliver(answer("a", false, RegistrationStatus::Rejected, "refused right now"));
-    assert!(matches!(h.events().as_slice(), [Event::RegisterFailed { .. }]));
+    h.deliver(answer(
+        "a",
+        false,
+        RegistrationStatus::Rejected,
+        "refused right now",
+    ));
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::RegisterFailed { .. }]
+    ));
     h.tick(RETRY_INITIAL);
     assert_eq!(one_register(&mut h), ("".into(), "".into()));
 }
