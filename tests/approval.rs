@@ -289,6 +289,12 @@ async fn an_expired_one_time_token_gives_a_clear_error_on_the_handle() {
         "{e}"
     );
     assert!(h.arn().is_none());
+    // A caller that waits for the registration learns why it does not come.
+    let waited = h
+        .wait_registered(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(waited.to_string().contains("expired_token"), "{waited}");
     stop(&r, join).await;
 }
 

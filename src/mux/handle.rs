@@ -204,10 +204,20 @@ impl RegistrationHandle {
                 Err(Error::Rejected(rejected.unwrap_or_default()))
             }
             Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => Err(Error::timeout(
-                format!("registration of {}", self.key),
-                timeout,
-            )),
+            Err(_) => {
+                // Say why it is still waiting, when the approval flow knows.
+                let why = match (self.status(), self.approval_error()) {
+                    (_, Some(e)) => format!(" (approval exchange failed: {e})"),
+                    (Some(RegistrationStatus::Pending), None) => {
+                        " (pending: waiting for the gateway's operator to approve it)".to_owned()
+                    }
+                    _ => String::new(),
+                };
+                Err(Error::timeout(
+                    format!("registration of {}{why}", self.key),
+                    timeout,
+                ))
+            }
         }
     }
 
