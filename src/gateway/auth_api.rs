@@ -58,6 +58,16 @@ fn oauth_error(status: StatusCode, code: &str, description: impl std::fmt::Displ
     (status, Json(body)).into_response()
 }
 
+/// 413 for a body over [`MAX_AUTH_BODY_BYTES`], else 400 (OAuth's `invalid_request`
+/// is a 400, where axum would say 415 or 422).
+fn bad_body_status(rejection: StatusCode) -> StatusCode {
+    if rejection == StatusCode::PAYLOAD_TOO_LARGE {
+        rejection
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
 fn api_error(status: StatusCode, code: &str, message: impl std::fmt::Display) -> Response {
     let body = json!({ "success": false, "error": message.to_string(), "code": code });
     (status, Json(body)).into_response()
@@ -164,7 +174,7 @@ async fn register_key(
         Ok(Json(r)) => r,
         Err(e) => {
             return oauth_error(
-                e.status(),
+                bad_body_status(e.status()),
                 "invalid_request",
                 format!(
                     "body must be JSON {{\"token\", \"public_key\", \"tenant_id\", \
@@ -234,7 +244,7 @@ async fn token(
         Ok(Form(r)) => r,
         Err(e) => {
             return oauth_error(
-                e.status(),
+                bad_body_status(e.status()),
                 "invalid_request",
                 format!(
                     "body must be application/x-www-form-urlencoded: {}",

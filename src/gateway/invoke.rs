@@ -2,9 +2,11 @@
 //! the gateway delivers an `execute_request` to the target and answers the caller with
 //! an `invoke_response` under the caller's `request_id`.
 //!
-//! Policy, in order: the target address must name a registration (an ARN, or a dot
-//! key) that is not awaiting approval (code `pending_approval`); a target in another tenant than the caller's socket is refused unless it
-//! registered with `CONNECTOR_SCOPE_GLOBAL`; the caller's socket must have an in-flight
+//! Policy, in order: in manual approval mode the caller's link must carry an approved
+//! registration; the target address must name a registration (an ARN, or a dot key)
+//! that is not awaiting approval (code `pending_approval` for both); a target in
+//! another tenant than the caller's socket is refused unless it registered with
+//! `CONNECTOR_SCOPE_GLOBAL`; the caller's socket must have an in-flight
 //! slot left. A refusal is answered at once, without touching the target. Every
 //! answer carries `error_details["code"]` when it failed, and the request's context
 //! plus `target_arn` once the target is known. A `fire_and_forget` invoke is executed
@@ -14,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::config::ApprovalMode;
 use super::link::SocketLink;
 use super::server::{ExecuteCall, Shared};
 use super::stats::InvokeOutcome;
@@ -190,6 +193,13 @@ fn resolve(
     address: &str,
 ) -> Result<(String, Arc<SocketLink>), Failure> {
     let registry = shared.registry();
+    if shared.approvals.mode == ApprovalMode::Manual && !registry.socket_has_approved(caller_socket)
+    {
+        return Err(Failure::from_error(&Error::PendingApproval(format!(
+            "invoke of {address:?} refused: this connection carries no approved registration; \
+             invokes are accepted once the operator approves one"
+        ))));
+    }
     let Some(target) = registry.resolve(address) else {
         return Err(Failure::from_error(&Error::NotFound(format!(
             "no registration at target_address {address:?}; address a registration by its \

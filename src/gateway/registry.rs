@@ -318,6 +318,18 @@ impl<S: Clone> Registry<S> {
         })
     }
 
+    /// Whether `socket_id` carries at least one approved registration (in manual
+    /// approval mode, what a socket needs before it may invoke).
+    pub(crate) fn socket_has_approved(&self, socket_id: u64) -> bool {
+        self.socket_arns.get(&socket_id).is_some_and(|arns| {
+            arns.iter().any(|a| {
+                self.by_arn
+                    .get(a)
+                    .is_some_and(|e| e.info.status == Status::Approved.label())
+            })
+        })
+    }
+
     /// The tenant a socket is bound to, once it registered anything.
     pub(crate) fn tenant_of_socket(&self, socket_id: u64) -> Option<&str> {
         self.socket_tenant.get(&socket_id).map(String::as_str)
@@ -556,8 +568,10 @@ mod tests {
             Err(Error::PendingApproval(_))
         ));
         assert!(r.resolve("a.echo.x").unwrap().pending);
+        assert!(!r.socket_has_approved(1));
         let (key, socket) = r.approve("matrix:a:echo:x").unwrap();
         assert_eq!((key.dot_key(), socket), ("a.echo.x", 1));
+        assert!(r.socket_has_approved(1));
         assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
         assert!(r.approve("matrix:a:echo:x").is_none(), "no longer pending");
         assert!(r.pending().is_empty());
