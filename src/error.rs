@@ -77,6 +77,24 @@ pub enum Error {
         reason: String,
     },
 
+    /// The gateway's operator rejected the registration (approval flow): it is not
+    /// retried. The message is the operator's reason; ask them, or change the
+    /// registration's identity.
+    #[error("registration rejected by the gateway's operator: {0}")]
+    Rejected(String),
+
+    /// The approval exchange (one-time-token key registration or access-token request)
+    /// failed. `code` is the gateway's error code (`invalid_token`, `expired_token`,
+    /// `identity_mismatch`, `invalid_client`, `invalid_request`, ...) or `server_error`
+    /// for a response the contract does not describe.
+    #[error("approval exchange failed ({code}): {message}")]
+    Approval {
+        /// The gateway's error code.
+        code: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
+
     /// The socket already carries `max_handlers_per_socket` registrations.
     #[error("socket for tenant {tenant:?} already carries {cap} registrations (max_handlers_per_socket); raise the cap or spread the registrations")]
     HandlerCapReached {
@@ -151,6 +169,8 @@ impl Error {
             Error::Timeout { .. } => "timeout",
             Error::Protocol(_) => "protocol",
             Error::RegistrationRejected { .. } => "registration_rejected",
+            Error::Rejected(_) => "rejected",
+            Error::Approval { .. } => "approval",
             Error::HandlerCapReached { .. } => "handler_cap_reached",
             Error::DuplicateRegistration { .. } => "duplicate_registration",
             Error::UnsupportedEncoding(_) => "unsupported_encoding",
@@ -179,6 +199,7 @@ impl Error {
                 | Error::Overloaded(_)
                 | Error::PendingApproval(_)
         ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
+            || matches!(self, Error::Approval { code, .. } if code == "server_error")
     }
 
     /// Shorthand for a [`Error::Timeout`].
@@ -232,5 +253,18 @@ mod tests {
             "unsupported_encoding"
         );
         assert_eq!(Error::Shutdown.code(), "shutdown");
+        assert_eq!(Error::Rejected("no".into()).code(), "rejected");
+    }
+
+    #[test]
+    fn a_rejection_is_final_and_an_approval_server_error_is_not() {
+        assert!(!Error::Rejected("unknown host".into()).is_recoverable());
+        let approval = |code: &str| Error::Approval {
+            code: code.into(),
+            message: "m".into(),
+        };
+        assert!(!approval("invalid_token").is_recoverable());
+        assert!(approval("server_error").is_recoverable());
+        assert_eq!(approval("x").code(), "approval");
     }
 }

@@ -12,6 +12,8 @@
 //! side of the wire: a reference gateway with an HTTP API and an in-process test kit.
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "websocket")]
+pub(crate) mod auth;
 pub mod config;
 pub mod connector;
 pub mod encoding;

@@ -38,6 +38,7 @@ pub struct ConnectorConfigBuilder {
     metrics_interval: Duration,
     proxy: ProxySetting,
     ca_bundle: Option<PathBuf>,
+    credentials_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectorConfigBuilder {
@@ -78,7 +79,17 @@ impl ConnectorConfigBuilder {
             metrics_interval: DEFAULT_METRICS_INTERVAL,
             proxy: ProxySetting::FromEnvironment,
             ca_bundle: None,
+            credentials_dir: None,
         }
+    }
+
+    /// Sets where the approval flow keeps this registration's key and tokens (one
+    /// subdirectory per dot key). Default: `$SWITCHBOARD_CREDENTIALS_DIR`, else
+    /// `$XDG_DATA_HOME/switchboard/credentials`, else
+    /// `$HOME/.local/share/switchboard/credentials`.
+    pub fn credentials_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.credentials_dir = Some(dir.into());
+        self
     }
 
     /// Sets the instance id. Default: `{hostname or "local"}-{8 random hex digits}`,
@@ -257,6 +268,7 @@ impl ConnectorConfigBuilder {
             metrics_interval: self.metrics_interval,
             proxy: self.proxy,
             ca_bundle: self.ca_bundle,
+            credentials_dir: self.credentials_dir,
         })
     }
 }

@@ -179,6 +179,12 @@ pub struct ConnectorConfig {
     /// roots). For a gateway whose certificate a private CA signed. An unreadable file,
     /// or one without a certificate, fails when the runner admits the registration.
     pub ca_bundle: Option<PathBuf>,
+    /// Where the approval flow keeps the registration's key pair, session token and
+    /// JWT, so a restart needs no second approval. `None` (default): the contract's
+    /// default, `$SWITCHBOARD_CREDENTIALS_DIR`, else
+    /// `$XDG_DATA_HOME/switchboard/credentials`, else
+    /// `$HOME/.local/share/switchboard/credentials`.
+    pub credentials_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectorConfig {
@@ -205,6 +211,7 @@ impl fmt::Debug for ConnectorConfig {
             .field("metrics_interval", &self.metrics_interval)
             .field("proxy", &self.proxy)
             .field("ca_bundle", &self.ca_bundle)
+            .field("credentials_dir", &self.credentials_dir)
             .finish()
     }
 }
@@ -232,8 +239,10 @@ impl ConnectorConfig {
     /// `SWITCHBOARD_INSTANCE_ID`, `SWITCHBOARD_DISPLAY_NAME`, `SWITCHBOARD_TAGS`
     /// (comma-separated), `SWITCHBOARD_AUTH_TOKEN`, `SWITCHBOARD_MAX_CONCURRENT_REQUESTS`,
     /// `SWITCHBOARD_PROXY` (a proxy URL, or `none` to ignore the `*_PROXY` variables; see
-    /// [`ProxySetting`]) and `SWITCHBOARD_CA_BUNDLE` (the path of a PEM file of extra CA
-    /// certificates, see [`ConnectorConfig::ca_bundle`]). An empty value counts as unset, as shells and orchestrators often export empty
+    /// [`ProxySetting`]), `SWITCHBOARD_CA_BUNDLE` (the path of a PEM file of extra CA
+    /// certificates, see [`ConnectorConfig::ca_bundle`]) and
+    /// `SWITCHBOARD_CREDENTIALS_DIR` (see [`ConnectorConfig::credentials_dir`]).
+    /// An empty value counts as unset, as shells and orchestrators often export empty
     /// variables.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<ConnectorConfig> {
         let get = |name: &str| {
@@ -271,6 +280,9 @@ impl ConnectorConfig {
         if let Some(v) = get("SWITCHBOARD_AUTH_TOKEN") {
             b = b.auth_token(v);
         }
+        if let Some(v) = get("SWITCHBOARD_CREDENTIALS_DIR") {
+            b = b.credentials_dir(v);
+        }
         if let Some(v) = get("SWITCHBOARD_MAX_CONCURRENT_REQUESTS") {
             let n = v.parse::<usize>().map_err(|_| {
                 Error::Config(format!(
@@ -299,6 +311,29 @@ impl ConnectorConfig {
     pub fn key(&self, connector_type: &str) -> RegistrationKey {
         RegistrationKey::new(&self.tenant_id, connector_type, &self.instance_id)
     }
+
+    /// The credential directory in effect: [`ConnectorConfig::credentials_dir`], else
+    /// the default from the process environment; `None` when neither is known (no
+    /// `HOME`): the approval flow then keeps nothing across restarts.
+    pub fn effective_credentials_dir(&self) -> Option<PathBuf> {
+        self.credentials_dir
+            .clone()
+            .or_else(|| default_credentials_dir(|name| std::env::var(name).ok()))
+    }
+}
+
+/// The approval contract's default credential directory, from an environment lookup:
+/// `$SWITCHBOARD_CREDENTIALS_DIR`, else `$XDG_DATA_HOME/switchboard/credentials`, else
+/// `$HOME/.local/share/switchboard/credentials`.
+pub(crate) fn default_credentials_dir(lookup: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    if let Some(d) = var("SWITCHBOARD_CREDENTIALS_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = var("XDG_DATA_HOME") {
+        return Some(PathBuf::from(d).join("switchboard").join("credentials"));
+    }
+    var("HOME").map(|h| PathBuf::from(h).join(".local/share/switchboard/credentials"))
 }
 
 #[cfg(test)]
@@ -357,8 +392,13 @@ mod tests {
             ("SWITCHBOARD_TAGS", "blue, green,,"),
             ("SWITCHBOARD_AUTH_TOKEN", "jwt"),
             ("SWITCHBOARD_MAX_CONCURRENT_REQUESTS", "8"),
+            ("SWITCHBOARD_CREDENTIALS_DIR", "/var/lib/sb/creds"),
         ]))
         .unwrap();
+        assert_eq!(
+            c.credentials_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/sb/creds"))
+        );
         assert_eq!(c.gateway_url, "wss://gw.example.com");
         assert_eq!(c.tenant_id, "acme");
         assert_eq!(c.instance_id, "pod-7");
@@ -432,6 +472,34 @@ mod tests {
             ("SWITCHBOARD_MAX_CONCURRENT_REQUESTS", "lots"),
         ])));
         assert!(msg.contains("SWITCHBOARD_MAX_CONCURRENT_REQUESTS"), "{msg}");
+    }
+
+    #[test]
+    fn the_default_credentials_dir_follows_the_contract_order() {
+        let all = [
+            ("SWITCHBOARD_CREDENTIALS_DIR", "/c"),
+            ("XDG_DATA_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(default_credentials_dir(lookup(&all)), Some("/c".into()));
+        assert_eq!(
+            default_credentials_dir(lookup(&all[1..])),
+            Some("/x/switchboard/credentials".into())
+        );
+        assert_eq!(
+            default_credentials_dir(lookup(&all[2..])),
+            Some("/h/.local/share/switchboard/credentials".into())
+        );
+        assert_eq!(default_credentials_dir(lookup(&[("HOME", "")])), None);
+    }
+
+    #[test]
+    fn an_explicit_credentials_dir_wins_over_the_default() {
+        let c = ConnectorConfig::builder("ws://h", "t")
+            .credentials_dir("/mine")
+            .build()
+            .unwrap();
+        assert_eq!(c.effective_credentials_dir(), Some("/mine".into()));
     }
 
     #[test]

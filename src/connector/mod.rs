@@ -193,22 +193,31 @@ fn tool_schemas_json(task_types: &[TaskTypeSchema]) -> String {
 
 /// Builds the register request for one registration: sanitised tenant, type and
 /// instance id (the same parts as the dot key), the connector's capabilities, the
-/// instance metadata from the config, `jwt_token` from `auth_token`, the scope, and
-/// `session_token` when re-registering after a reconnect.
+/// instance metadata from the config, the scope, and ONE credential, in this order of
+/// preference (approval contract): the session token of an earlier register, else
+/// the approval flow's JWT, else the configured `auth_token`, else none. The
+/// connection core re-picks the credential on every attempt (`mux::core`), with the
+/// configured token as its last resort.
 #[cfg_attr(not(feature = "websocket"), allow(dead_code))]
 pub(crate) fn register_request(
     config: &ConnectorConfig,
     connector: &dyn BaseConnector,
     session_token: Option<&str>,
+    jwt: Option<&str>,
 ) -> RegisterConnectorRequest {
     let key = config.key(connector.connector_type());
+    let (session_token, jwt_token) = match (session_token, jwt, config.auth_token.as_deref()) {
+        (Some(s), _, _) => (s.to_owned(), String::new()),
+        (None, Some(j), _) | (None, None, Some(j)) => (String::new(), j.to_owned()),
+        (None, None, None) => (String::new(), String::new()),
+    };
     RegisterConnectorRequest {
         tenant_id: key.tenant().to_owned(),
         connector_type: key.connector_type().to_owned(),
         instance_id: key.instance_id().to_owned(),
         capabilities: Some(capabilities_message(connector)),
-        jwt_token: config.auth_token.clone().unwrap_or_default(),
-        session_token: session_token.unwrap_or_default().to_owned(),
+        jwt_token,
+        session_token,
         scope: i32::from(config.scope),
         instance_metadata: Some(InstanceMetadata {
             display_name: config.display_name.clone(),
@@ -287,12 +296,12 @@ mod tests {
         let tool = Tool {
             metadata: HashMap::new(),
         };
-        let req = register_request(&config, &tool, Some("sess-9"));
+        let req = register_request(&config, &tool, None, None);
         assert_eq!(req.tenant_id, "acme-corp");
         assert_eq!(req.connector_type, "vendor-search");
         assert_eq!(req.instance_id, "host-1");
         assert_eq!(req.jwt_token, "the-jwt");
-        assert_eq!(req.session_token, "sess-9");
+        assert_eq!(req.session_token, "");
         assert_eq!(req.scope, i32::from(ConnectorScope::Tenant));
         let meta = req.instance_metadata.unwrap();
         assert_eq!(meta.display_name, "Search one");
@@ -306,12 +315,28 @@ mod tests {
     }
 
     #[test]
+    fn register_request_presents_one_credential_in_the_order_of_preference() {
+        let config = ConnectorConfig::builder("ws://h", "t")
+            .instance_id("i")
+            .auth_token("configured")
+            .build()
+            .unwrap();
+        let creds = |s, j| {
+            let r = register_request(&config, &EchoConnector, s, j);
+            (r.session_token, r.jwt_token)
+        };
+        assert_eq!(creds(Some("sess"), Some("jwt")), ("sess".into(), "".into()));
+        assert_eq!(creds(None, Some("jwt")), ("".into(), "jwt".into()));
+        assert_eq!(creds(None, None), ("".into(), "configured".into()));
+    }
+
+    #[test]
     fn register_request_without_credentials_sends_empty_tokens() {
         let config = ConnectorConfig::builder("ws://h", "t")
             .instance_id("i")
             .build()
             .unwrap();
-        let req = register_request(&config, &EchoConnector, None);
+        let req = register_request(&config, &EchoConnector, None, None);
         assert!(req.jwt_token.is_empty() && req.session_token.is_empty());
         assert_eq!(req.scope, i32::from(ConnectorScope::Unspecified));
         let caps = req.capabilities.unwrap();

@@ -199,6 +199,9 @@ pub struct Gateway {
     addr: SocketAddr,
     grpc_addr: Option<SocketAddr>,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// The gRPC accept loop, when serving gRPC; like `server`, not among the tracked
+    /// tasks, which count per-connection work.
+    grpc_server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Gateway {
@@ -247,11 +250,8 @@ impl Gateway {
             cancel,
             tasks: TaskTracker::new(),
         });
-        if let Some(listener) = grpc_listener {
-            shared
-                .tasks
-                .spawn(super::grpc::serve(shared.clone(), listener));
-        }
+        let grpc_server = grpc_listener
+            .map(|listener| tokio::spawn(super::grpc::serve(shared.clone(), listener)));
         let app = super::http_api::router(shared.clone());
         // Nagle off on every accepted socket, as the client already has it: the writer
         // task sends small frames (an execute_request, an invoke_response) that must
@@ -275,6 +275,7 @@ impl Gateway {
             addr,
             grpc_addr,
             server: Some(server),
+            grpc_server,
         })
     }
 
@@ -390,7 +391,7 @@ impl Gateway {
     }
 
     /// How many tasks the gateway started are still running: a reader and a writer per
-    /// socket, and one per invoke in flight. A leak of any of them shows here first.
+    /// socket, a reader per gRPC stream, and one per invoke in flight. A leak of any of them shows here first.
     pub fn tracked_tasks(&self) -> usize {
         self.shared.tasks.len()
     }
@@ -403,10 +404,10 @@ impl Gateway {
         self.shared.cancel.cancel();
         self.drop_all_sockets();
         self.shared.tasks.close();
-        let server = self.server.take();
+        let servers = [self.server.take(), self.grpc_server.take()];
         let tasks = self.shared.tasks.clone();
         let stopped = tokio::time::timeout(SHUTDOWN_GRACE, async move {
-            if let Some(server) = server {
+            for server in servers.into_iter().flatten() {
                 let _ = server.await;
             }
             tasks.wait().await;

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{self, Agents, AuthCtx};
 use super::backoff::{Backoff, BackoffPolicy};
 use super::core::{Connection, Event, ExecId, InvokeSpec, Now, RegistrationSpec};
 use super::handle::HandleState;
@@ -49,6 +50,8 @@ pub(crate) type Waiter = oneshot::Sender<Result<Option<InvokeCapabilityResponse>
 pub(crate) struct RegUser {
     pub(crate) connector: Arc<dyn BaseConnector>,
     pub(crate) state: Arc<HandleState>,
+    /// The approval flow's credential store and stored keys (`mux::approval`).
+    pub(crate) auth: Option<Arc<AuthCtx>>,
 }
 
 /// The core as the driver holds it.
@@ -78,6 +81,12 @@ pub(crate) enum Command {
     CancelInvoke(String),
     /// A message a connector sends outside an execute (WebSocket proxy traffic).
     Send(Box<Message>),
+    /// The approval task's JWT for a registration (`None`: it could not mint one
+    /// from stored keys); the core re-registers in-stream with it.
+    Credentials {
+        handle: HandleId,
+        jwt: Option<String>,
+    },
 }
 
 /// Settings of one socket's connection.
@@ -119,6 +128,8 @@ struct Driver {
     executes: FuturesUnordered<Abortable<ExecFuture>>,
     aborts: HashMap<ExecId, AbortHandle>,
     backoff: Backoff,
+    /// The approval tasks of the socket's registrations; cancelled when dropped.
+    agents: Agents,
 }
 
 /// Runs one socket until `cancel` fires or its last registration is removed;
@@ -140,7 +151,11 @@ pub(crate) async fn run(
         executes: FuturesUnordered::new(),
         aborts: HashMap::new(),
         backoff,
+        agents: Agents::default(),
     };
+    for (handle, user) in d.core.handles() {
+        approval::glue::admitted(&mut d.agents, handle, user, &d.link.commands);
+    }
     let exit = d.run(commands, &cancel).await;
     d.close().await;
     // Whatever registrations remain go with the socket: their handles see it.
@@ -269,9 +284,18 @@ impl Driver {
         let now = now();
         match cmd {
             Command::Add { spec, user, reply } => {
-                let _ = reply.send(self.core.add(now, *spec, user));
+                let added = self.core.add(now, *spec, user);
+                if let Some((h, u)) = added
+                    .as_ref()
+                    .ok()
+                    .and_then(|h| Some((*h, self.core.user(*h)?)))
+                {
+                    approval::glue::admitted(&mut self.agents, h, u, &self.link.commands);
+                }
+                let _ = reply.send(added);
             }
             Command::Remove { handle, reply } => {
+                self.agents.stop(handle);
                 if let Some(user) = self.core.remove(now, handle) {
                     user.state.mark_removed();
                 }
@@ -288,6 +312,7 @@ impl Driver {
             }
             Command::CancelInvoke(id) => self.core.cancel_invoke(&id),
             Command::Send(message) => self.core.send(*message),
+            Command::Credentials { handle, jwt } => self.core.set_credentials(now, handle, jwt),
         }
     }
 
@@ -312,10 +337,19 @@ impl Driver {
                     handle,
                     arn,
                     status,
+                    session_token,
                 } => {
                     if let Some(u) = self.core.user(handle) {
                         u.state.registered(arn, status);
+                        if let (Some(auth), Some(token)) = (&u.auth, session_token) {
+                            auth.store_session_token(token);
+                        }
                     }
+                }
+                ev @ (Event::Pending { .. }
+                | Event::Rejected { .. }
+                | Event::CredentialRefused { .. }) => {
+                    approval::glue::event(&mut self.agents, &self.core, ev)
                 }
                 Event::RegisterFailed { handle, error } => {
                     if let Some(u) = self.core.user(handle) {
@@ -412,9 +446,13 @@ impl Driver {
             }
             Message::WsFrame(frame) => connector.ws_frame(&frame),
             Message::WsCloseRequest(req) => connector.ws_close(&req),
-            Message::CredentialsIssued(_) => {
-                tracing::info!(key = ?self.core.key(handle), "credentials_issued received; this SDK version does not run the approval exchange");
-            }
+            Message::CredentialsIssued(issued) => approval::glue::credentials_issued(
+                &mut self.agents,
+                &self.core,
+                handle,
+                issued,
+                &self.link.commands,
+            ),
             _ => {}
         }
     }

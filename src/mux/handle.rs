@@ -25,14 +25,26 @@ use crate::proto::{stream_message::Message, RegistrationStatus, WebSocketFrame};
 struct Session {
     status: Option<RegistrationStatus>,
     last_error: Option<String>,
+    /// The ARN of a registration accepted as PENDING (not executable yet).
+    pending_arn: Option<String>,
+    /// The approval exchange's last failure.
+    approval_error: Option<String>,
+}
+
+/// What `wait_registered` waits on: an ARN, or the operator's final refusal.
+#[derive(Debug, Default, Clone)]
+struct Published {
+    arn: Option<String>,
+    rejected: Option<String>,
 }
 
 /// State shared by a registration's handle(s) and its socket's driver.
 #[derive(Debug)]
 pub(crate) struct HandleState {
     session: Mutex<Session>,
-    /// The ARN of the current successful registration; `None` while unregistered.
-    arn: watch::Sender<Option<String>>,
+    /// The ARN of the current successful registration (`None` while unregistered or
+    /// pending), or the operator's rejection.
+    published: watch::Sender<Published>,
     pub(crate) metrics: Arc<HandleMetrics>,
     removed: AtomicBool,
 }
@@ -41,7 +53,7 @@ impl HandleState {
     pub(crate) fn new(metrics: Arc<HandleMetrics>) -> Arc<Self> {
         Arc::new(HandleState {
             session: Mutex::default(),
-            arn: watch::channel(None).0,
+            published: watch::channel(Published::default()).0,
             metrics,
             removed: AtomicBool::new(false),
         })
@@ -56,8 +68,39 @@ impl HandleState {
             let mut s = self.session();
             s.status = RegistrationStatus::try_from(status).ok();
             s.last_error = None;
+            s.pending_arn = None;
         }
-        self.arn.send_replace(Some(arn));
+        self.published.send_modify(|p| p.arn = Some(arn));
+    }
+
+    /// Accepted as PENDING: not registered (no ARN to execute against) until the
+    /// operator approves and the exchange's JWT re-registers it.
+    pub(crate) fn pending(&self, arn: String) {
+        {
+            let mut s = self.session();
+            s.status = Some(RegistrationStatus::Pending);
+            s.pending_arn = Some(arn);
+        }
+        self.published.send_modify(|p| p.arn = None);
+    }
+
+    /// Rejected by the operator: terminal; waiters get [`Error::Rejected`].
+    pub(crate) fn rejected(&self, reason: String) {
+        {
+            let mut s = self.session();
+            s.status = Some(RegistrationStatus::Rejected);
+            s.last_error = Some(format!("rejected: {reason}"));
+            s.pending_arn = None;
+        }
+        self.published.send_modify(|p| {
+            p.arn = None;
+            p.rejected = Some(reason);
+        });
+    }
+
+    /// The approval exchange's latest failure (`None` once it succeeded).
+    pub(crate) fn approval_error(&self, error: Option<String>) {
+        self.session().approval_error = error;
     }
 
     pub(crate) fn register_failed(&self, error: String) {
@@ -65,7 +108,7 @@ impl HandleState {
     }
 
     pub(crate) fn unregistered(&self) {
-        self.arn.send_replace(None);
+        self.published.send_if_modified(|p| p.arn.take().is_some());
     }
 
     pub(crate) fn approval(&self, status: i32) {
@@ -75,7 +118,7 @@ impl HandleState {
     /// The registration is gone for good (removed, or its socket's driver ended).
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Relaxed);
-        self.arn.send_replace(None);
+        self.published.send_modify(|p| p.arn = None);
     }
 
     pub(crate) fn is_removed(&self) -> bool {
@@ -108,19 +151,36 @@ impl RegistrationHandle {
         &self.key
     }
 
-    /// The ARN the gateway assigned, once registered; `None` while (re)registering.
+    /// The ARN the gateway assigned, once registered; `None` while (re)registering
+    /// and while waiting for approval (see [`RegistrationHandle::pending_arn`]).
     pub fn arn(&self) -> Option<String> {
-        self.state.arn.borrow().clone()
+        self.state.published.borrow().arn.clone()
     }
 
-    /// The registration status from the gateway's last answer.
+    /// The registration status from the gateway's last answer or approval
+    /// notification: `Pending` while an operator has to approve it, `Rejected` (final)
+    /// when they refused it.
     pub fn status(&self) -> Option<RegistrationStatus> {
         self.state.session().status
     }
 
-    /// The gateway's last refusal, if the latest register failed.
+    /// The ARN of a registration the gateway accepted as PENDING, for the operator's
+    /// approve or reject call; `None` once registered.
+    pub fn pending_arn(&self) -> Option<String> {
+        self.state.session().pending_arn.clone()
+    }
+
+    /// The gateway's last refusal, if the latest register failed (for a rejected
+    /// registration, `rejected: <the operator's reason>`).
     pub fn last_error(&self) -> Option<String> {
         self.state.session().last_error.clone()
+    }
+
+    /// The approval exchange's last failure (a used or expired one-time token, an
+    /// unreachable token endpoint), if it has not succeeded since; the registration
+    /// then waits for a new approval, or retries a transient failure by itself.
+    pub fn approval_error(&self) -> Option<String> {
+        self.state.session().approval_error.clone()
     }
 
     /// A copy of this registration's counters.
@@ -129,21 +189,35 @@ impl RegistrationHandle {
     }
 
     /// Waits until the registration holds an ARN (registered on the current link), at
-    /// most `timeout`. Returns the ARN.
+    /// most `timeout`. Returns the ARN. A registration waiting for approval keeps
+    /// waiting; one the operator rejected fails at once with [`Error::Rejected`].
     pub async fn wait_registered(&self, timeout: Duration) -> Result<String> {
-        let mut rx = self.state.arn.subscribe();
+        let mut rx = self.state.published.subscribe();
         let wait = async {
-            rx.wait_for(|arn| arn.is_some())
+            rx.wait_for(|p| p.arn.is_some() || p.rejected.is_some())
                 .await
-                .map(|arn| arn.clone())
+                .map(|p| p.clone())
         };
         match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(arn)) => Ok(arn.expect("waited for Some")),
+            Ok(Ok(Published { arn: Some(arn), .. })) => Ok(arn),
+            Ok(Ok(Published { rejected, .. })) => {
+                Err(Error::Rejected(rejected.unwrap_or_default()))
+            }
             Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => Err(Error::timeout(
-                format!("registration of {}", self.key),
-                timeout,
-            )),
+            Err(_) => {
+                // Say why it is still waiting, when the approval flow knows.
+                let why = match (self.status(), self.approval_error()) {
+                    (_, Some(e)) => format!(" (approval exchange failed: {e})"),
+                    (Some(RegistrationStatus::Pending), None) => {
+                        " (pending: waiting for the gateway's operator to approve it)".to_owned()
+                    }
+                    _ => String::new(),
+                };
+                Err(Error::timeout(
+                    format!("registration of {}{why}", self.key),
+                    timeout,
+                ))
+            }
         }
     }
 

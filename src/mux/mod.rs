@@ -7,6 +7,8 @@
 //! task per socket that drives a core, `handle` is the user's view of a registration,
 //! and [`MultiConnectorRunner`] groups registrations into sockets by tenant.
 
+#[cfg(feature = "websocket")]
+mod approval;
 pub mod backoff;
 #[cfg(feature = "websocket")]
 pub(crate) mod core;

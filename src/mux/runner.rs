@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::approval;
 use super::core::{CoreOptions, Framing, RegistrationSpec};
 use super::driver::{self, now, Command, Core, RegUser, SocketOptions};
 use super::handle::{HandleState, RegistrationHandle};
@@ -228,9 +229,14 @@ fn prepare(registration: Registration) -> Result<Prepared> {
         Transport::Grpc => grpc_target(&address)?,
     };
     let metrics = Arc::new(HandleMetrics::default());
+    let key = config.key(connector.connector_type());
+    let creds = approval::load(&config, &key);
     let spec = RegistrationSpec {
-        key: config.key(connector.connector_type()),
-        register: register_request(&config, connector.as_ref(), None),
+        key,
+        register: register_request(&config, connector.as_ref(), None, None),
+        session_token: creds.session_token,
+        jwt: creds.jwt,
+        await_jwt: creds.await_jwt,
         register_timeout: config.register_timeout,
         retry: config.reconnect.clone(),
         max_concurrent: config.max_concurrent_requests,
@@ -242,6 +248,7 @@ fn prepare(registration: Registration) -> Result<Prepared> {
     let user = RegUser {
         connector,
         state: HandleState::new(metrics),
+        auth: creds.auth,
     };
     Ok(Prepared {
         stream_of: if grpc.is_some() {

@@ -23,7 +23,8 @@
 //!    [`Event::StartExecute`] finishes, [`Connection::handle_execute_done`]. Commands:
 //!    [`Connection::add`], [`Connection::remove`], [`Connection::invoke`],
 //!    [`Connection::cancel_invoke`], [`Connection::send_metrics_report`],
-//!    [`Connection::send`].
+//!    [`Connection::send`], [`Connection::set_credentials`] (the approval exchange's
+//!    JWT, see `registration`).
 //! 4. After every input, drain [`Connection::poll_event`] (act on each event) and
 //!    [`Connection::poll_transmit`] (write each frame; flush when it returns
 //!    `None`), then sleep until the new [`Connection::poll_timeout`].
@@ -67,7 +68,7 @@ mod timers;
 
 pub(crate) use execute::ExecId;
 pub(crate) use invoke::InvokeSpec;
-pub(crate) use registration::RegistrationSpec;
+pub(crate) use registration::{Credential, RegistrationSpec};
 use registration::{Phase, Reg};
 
 #[cfg(test)]
@@ -137,11 +138,25 @@ pub(crate) enum Event<W> {
         waiter: W,
         result: Result<Option<InvokeCapabilityResponse>>,
     },
-    /// The registration is registered under `arn` (first register or a later one).
+    /// The registration is registered under `arn` (first register or a later one);
+    /// `session_token` is the fresh one the gateway issued, to persist.
     Registered {
         handle: HandleId,
         arn: String,
         status: i32,
+        session_token: Option<String>,
+    },
+    /// The gateway accepted the registration as PENDING under `arn`: it waits for the
+    /// operator's approval (no retries, no timers).
+    Pending { handle: HandleId, arn: String },
+    /// The operator rejected the registration: terminal.
+    Rejected { handle: HandleId, reason: String },
+    /// The gateway called the presented credential invalid; it is dropped (forget the
+    /// stored copy too) and the next register presents the next one.
+    CredentialRefused {
+        handle: HandleId,
+        credential: Credential,
+        error: String,
     },
     /// A register was refused or timed out; it is retried after a backoff.
     RegisterFailed { handle: HandleId, error: String },
@@ -245,6 +260,11 @@ impl<W, U> Connection<W, U> {
     /// The driver's data of every registration.
     pub(crate) fn users(&self) -> impl Iterator<Item = &U> {
         self.regs.values().map(|r| &r.user)
+    }
+
+    /// Every registration's handle and driver data.
+    pub(crate) fn handles(&self) -> impl Iterator<Item = (HandleId, &U)> {
+        self.regs.iter().map(|(h, r)| (*h, &r.user))
     }
 
     /// The driver's data of a registration.
@@ -539,11 +559,16 @@ impl<W, U> Connection<W, U> {
                 };
                 self.execute_arrived(now, handle, req, true)
             }
-            Message::ApprovalNotification(note) => self.events.push_back(Event::Approval {
-                handle,
-                status: note.status,
-                message: note.message,
-            }),
+            Message::ApprovalNotification(note) => {
+                if note.status == crate::proto::RegistrationStatus::Rejected as i32 {
+                    self.rejected(handle, note.message.clone());
+                }
+                self.events.push_back(Event::Approval {
+                    handle,
+                    status: note.status,
+                    message: note.message,
+                })
+            }
             m @ (Message::WsOpenRequest(_)
             | Message::WsFrame(_)
             | Message::WsCloseRequest(_)

@@ -3,6 +3,7 @@
 mod support;
 mod wire;
 
+mod approval;
 mod channel;
 mod execute;
 mod invoke;

@@ -124,6 +124,9 @@ pub(super) fn spec(instance: &str) -> Spec {
         execute_timeout: EXECUTE_TIMEOUT,
         metrics_interval: Duration::ZERO,
         metrics: Arc::new(HandleMetrics::default()),
+        session_token: None,
+        jwt: None,
+        await_jwt: false,
     })
 }
 
@@ -140,6 +143,25 @@ impl Spec {
 
     pub(super) fn metrics_interval(mut self, d: Duration) -> Self {
         self.0.metrics_interval = d;
+        self
+    }
+
+    /// A session token and JWT from the credential store.
+    pub(super) fn stored(mut self, session_token: Option<&str>, jwt: Option<&str>) -> Self {
+        self.0.session_token = session_token.map(str::to_owned);
+        self.0.jwt = jwt.map(str::to_owned);
+        self
+    }
+
+    /// A configured `auth_token`.
+    pub(super) fn auth_token(mut self, token: &str) -> Self {
+        self.0.register.jwt_token = token.into();
+        self
+    }
+
+    /// Stored keys without a live JWT: the first register waits for one.
+    pub(super) fn await_jwt(mut self) -> Self {
+        self.0.await_jwt = true;
         self
     }
 

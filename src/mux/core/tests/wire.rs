@@ -13,7 +13,7 @@ use crate::mux::routing::HandleId;
 use crate::phoenix::{Frame, PHOENIX_TOPIC};
 use crate::proto::{
     stream_message::Message, ExecuteRequest, InvokeCapabilityResponse, RegisterConnectorResponse,
-    StreamMessage,
+    RegistrationStatus, StreamMessage,
 };
 
 /// A successful `register_response` for an instance, with a session token.
@@ -22,7 +22,7 @@ pub(super) fn registered(instance: &str) -> Message {
         success: true,
         connector_arn: arn(instance),
         session_token: session_token(instance),
-        status: 1,
+        status: RegistrationStatus::Approved as i32,
         ..Default::default()
     })
 }
