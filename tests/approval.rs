@@ -133,11 +133,36 @@ async fn approve_and_persist(gw: &TestGateway, h: &RegistrationHandle, creds: &P
     arn
 }
 
+/// The address of the gateway over one transport.
+#[derive(Clone, Copy)]
+enum Over {
+    WebSocket,
+    Grpc,
+}
+
+impl Over {
+    fn url(self, gw: &TestGateway) -> String {
+        match self {
+            Over::WebSocket => gw.ws_url(),
+            Over::Grpc => gw.grpc_url().expect("the test gateway serves gRPC"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_approved_registration_exchanges_its_token_and_becomes_executable() {
+    approved_registration_becomes_executable(Over::WebSocket).await;
+}
+
+#[tokio::test]
+async fn an_approved_grpc_registration_exchanges_its_token_and_becomes_executable() {
+    approved_registration_becomes_executable(Over::Grpc).await;
+}
+
+async fn approved_registration_becomes_executable(over: Over) {
     let creds = tempfile::tempdir().unwrap();
     let gw = TestGateway::start_with(manual(None)).await;
-    let (r, join) = runner(vec![registration(&gw.ws_url(), "a", creds.path())]);
+    let (r, join) = runner(vec![registration(&over.url(&gw), "a", creds.path())]);
     let h = r.registrations()[0].clone();
     let arn = pending_arn(&h).await;
     assert_eq!(approvals(&gw).await.len(), 1);
@@ -176,14 +201,23 @@ async fn an_approved_registration_exchanges_its_token_and_becomes_executable() {
 
 #[tokio::test]
 async fn a_restarted_connector_and_a_restarted_gateway_need_no_second_approval() {
+    restarts_need_no_second_approval(Over::WebSocket).await;
+}
+
+#[tokio::test]
+async fn over_grpc_a_restarted_connector_and_gateway_need_no_second_approval() {
+    restarts_need_no_second_approval(Over::Grpc).await;
+}
+
+async fn restarts_need_no_second_approval(over: Over) {
     let (creds, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut gw = TestGateway::start_with(manual(Some(data.path()))).await;
-    let (r, join) = runner(vec![registration(&gw.ws_url(), "a", creds.path())]);
+    let (r, join) = runner(vec![registration(&over.url(&gw), "a", creds.path())]);
     let arn = approve_and_persist(&gw, &r.registrations()[0], creds.path()).await;
     stop(&r, join).await;
 
     // A new runner on the same credentials_dir: registered at once.
-    let (r, join) = runner(vec![registration(&gw.ws_url(), "a", creds.path())]);
+    let (r, join) = runner(vec![registration(&over.url(&gw), "a", creds.path())]);
     let h = r.registrations()[0].clone();
     assert_eq!(h.wait_registered(DEADLINE).await.unwrap(), arn);
     assert!(approvals(&gw).await.is_empty());
