@@ -351,3 +351,37 @@ async fn a_call_on_an_unknown_service_is_refused_as_unimplemented() {
     assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
     assert_eq!(gw.stats().registrations, 0);
 }
+
+#[tokio::test]
+async fn a_stream_whose_heartbeats_go_unanswered_is_declared_dead_and_reopened() {
+    let gw = TestGateway::start().await;
+    let heartbeat = switchboard::HeartbeatSettings::default()
+        .with_app_interval(Duration::from_millis(100))
+        .with_phoenix_interval(Duration::from_millis(100))
+        .with_inbound_idle_timeout(Duration::from_millis(400));
+    let cfg = ConnectorConfig::builder(gw.grpc_url().unwrap(), "acme")
+        .instance_id("quiet")
+        .heartbeat(heartbeat)
+        .build()
+        .unwrap();
+    let (runner, _join) = start(
+        RunnerOptions::default(),
+        vec![Registration::new(cfg, common::Tagged("quiet".into()))],
+    )
+    .await;
+    let h = find(&runner, "quiet");
+    gw.set_answer_app_heartbeats(false);
+    eventually("the silent stream is declared dead", || {
+        let m = h.metrics();
+        async move { m.disconnects >= 1 }
+    })
+    .await;
+    gw.set_answer_app_heartbeats(true);
+    eventually("a new stream registers again", || {
+        let s = gw.stats();
+        async move { s.grpc_streams_accepted >= 2 && s.registrations == 1 }
+    })
+    .await;
+    let arn = h.wait_registered(DEADLINE).await.unwrap();
+    assert_eq!(instance_answering(&gw, &arn).await, "quiet");
+}
