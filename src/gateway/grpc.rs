@@ -88,11 +88,7 @@ impl ConnectorService for Service {
             shared.config.max_in_flight_per_socket,
             kill.clone(),
         ));
-        shared
-            .sockets
-            .lock()
-            .expect("sockets lock")
-            .insert(id, link.clone());
+        shared.add_link(link.clone());
         shared.counters.grpc_streams_accepted.fetch_add(1, Relaxed);
         shared.counters.grpc_streams_open.fetch_add(1, Relaxed);
         tracing::debug!(link_id = id, "gRPC stream accepted");
@@ -164,15 +160,7 @@ async fn read_loop(
         }
     }
     link.kill.cancel();
-    shared
-        .sockets
-        .lock()
-        .expect("sockets lock")
-        .remove(&link.id);
-    let removed = shared.registry().remove_socket(link.id);
-    shared.publish_registration_count();
-    let failed = link.pending.lock().expect("pending lock").close();
-    drop(failed);
+    let removed = shared.forget_link(&link);
     shared.counters.grpc_streams_open.fetch_sub(1, Relaxed);
     tracing::debug!(link_id = link.id, removed, "gRPC stream closed");
 }

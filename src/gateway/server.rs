@@ -107,6 +107,28 @@ impl Shared {
         self.registry.lock().expect("registry lock")
     }
 
+    /// Makes a newly accepted link (socket or stream) reachable by id: by the test
+    /// hooks, by `drop_socket`, by shutdown.
+    pub(crate) fn add_link(&self, link: Arc<SocketLink>) {
+        self.sockets
+            .lock()
+            .expect("sockets lock")
+            .insert(link.id, link);
+    }
+
+    /// Forgets a closed link: its registrations are removed and its pending executes
+    /// fail at once. Dropping the waiters fails every waiting execute; closing the map
+    /// makes an execute that raced this teardown fail instead of waiting out its
+    /// deadline. Returns how many registrations went with it.
+    pub(crate) fn forget_link(&self, link: &SocketLink) -> usize {
+        self.sockets.lock().expect("sockets lock").remove(&link.id);
+        let removed = self.registry().remove_socket(link.id);
+        self.publish_registration_count();
+        let failed = link.pending.lock().expect("pending lock").close();
+        drop(failed);
+        removed
+    }
+
     /// The counters with the registry's counts.
     pub(crate) fn stats(&self) -> GatewayStats {
         let by_transport = self.registry().count_by_transport();

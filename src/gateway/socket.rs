@@ -43,11 +43,7 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
         shared.config.max_in_flight_per_socket,
         shared.cancel.child_token(),
     ));
-    shared
-        .sockets
-        .lock()
-        .expect("sockets lock")
-        .insert(id, link.clone());
+    shared.add_link(link.clone());
     shared.counters.sockets_accepted.fetch_add(1, Relaxed);
     shared.counters.sockets_open.fetch_add(1, Relaxed);
     tracing::debug!(socket_id = id, "socket accepted");
@@ -96,13 +92,7 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
             }
         }
     }
-    shared.sockets.lock().expect("sockets lock").remove(&id);
-    let removed = shared.registry().remove_socket(id);
-    shared.publish_registration_count();
-    // Dropping the senders fails every waiting execute at once; closing the map makes
-    // an execute that raced this teardown fail instead of waiting out its deadline.
-    let failed = link.pending.lock().expect("pending lock").close();
-    drop(failed);
+    let removed = shared.forget_link(&link);
     shared.counters.sockets_open.fetch_sub(1, Relaxed);
     writer.abort();
     tracing::debug!(socket_id = id, removed, "socket closed");
