@@ -167,8 +167,9 @@ async fn approved_registration_becomes_executable(over: Over) {
     let arn = pending_arn(&h).await;
     assert_eq!(approvals(&gw).await.len(), 1);
     let refused = gw.execute(&arn, json!({})).await;
-    assert!(
-        refused.is_err() || !refused.unwrap().success,
+    assert_eq!(
+        refused.err().map(|e| e.code()),
+        Some("pending_approval"),
         "pending is not executable"
     );
 
@@ -431,5 +432,30 @@ async fn twenty_registrations_on_one_socket_approved_in_random_order_all_registe
         executes(&gw, arn, instance).await;
     }
     assert_eq!(r.socket_count(), 1);
+    stop(&r, join).await;
+}
+
+#[tokio::test]
+async fn a_bare_register_from_elsewhere_cannot_take_over_an_approved_registration() {
+    let (creds, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let gw = TestGateway::start_with(manual(None)).await;
+    let (r, join) = runner(vec![registration(&gw.ws_url(), "a", creds.path())]);
+    let arn = approve(&gw, &r.registrations()[0]).await;
+
+    // The same identity from another process, with no credentials of its own.
+    let (intruder, intruder_join) = runner(vec![registration(&gw.ws_url(), "a", other.path())]);
+    let h = intruder.registrations()[0].clone();
+    eventually("the intruder is refused", || async {
+        h.last_error()
+            .is_some_and(|e| e.contains("another live connection"))
+    })
+    .await;
+    assert!(
+        approvals(&gw).await.is_empty(),
+        "nothing for the operator to approve"
+    );
+    assert!(h.pending_arn().is_none() && h.arn().is_none());
+    executes(&gw, &arn, "a").await;
+    stop(&intruder, intruder_join).await;
     stop(&r, join).await;
 }

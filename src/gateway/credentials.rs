@@ -238,13 +238,20 @@ impl Credentials {
             .is_some_and(|l| l.contains(&h))
     }
 
-    /// Records an operator's rejection of `key`.
+    /// Records an operator's rejection of `key` and revokes everything it was given:
+    /// its session tokens, its registered key (so it can mint no more JWTs) and any
+    /// outstanding one-time token. Without that, an identity approved once and
+    /// rejected later would still get in with what it holds, since credentials are
+    /// checked before rejections.
     pub(crate) fn reject(&mut self, key: &RegistrationKey, reason: &str, now_ms: u64) {
         let r = Rejection {
             reason: reason.to_owned(),
             at_ms: now_ms,
         };
         self.rejected.insert(key.dot_key().to_owned(), r);
+        self.sessions.remove(key.dot_key());
+        self.clients.retain(|_, c| c.key != *key);
+        self.otts.retain(|_, o| o.key != *key);
         self.generation += 1;
     }
 
@@ -360,6 +367,31 @@ mod tests {
         assert!(
             c.note_jti("acme.echo.a", "j1", 200, 100),
             "forgotten at exp"
+        );
+    }
+
+    #[test]
+    fn a_rejection_revokes_the_identitys_session_tokens_key_and_one_time_token() {
+        let mut c = Credentials::default();
+        let t = c.issue_session(&k("a"), [4; 16]);
+        let ott = c.issue_ott(&k("a"), 0, 600_000, [5; 32]);
+        let id = c
+            .redeem_ott(&ott, &k("a"), true, some_public_key(), 1)
+            .unwrap();
+        let pending_ott = c.issue_ott(&k("a"), 2, 600_000, [6; 32]);
+        let other = c.issue_session(&k("b"), [7; 16]);
+        c.reject(&k("a"), "gone", 3);
+        assert!(!c.session_valid(&k("a"), &t), "session token revoked");
+        assert!(c.client(&id).is_none(), "registered key revoked");
+        assert_eq!(
+            c.redeem_ott(&pending_ott, &k("a"), true, some_public_key(), 4)
+                .err(),
+            Some(OttError::Unknown),
+            "one-time token withdrawn"
+        );
+        assert!(
+            c.session_valid(&k("b"), &other),
+            "other identities keep theirs"
         );
     }
 

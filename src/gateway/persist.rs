@@ -103,11 +103,14 @@ fn create_dir(dir: &Path) -> Result<()> {
     b.create(dir).map_err(|e| io(dir, e))
 }
 
-/// Writes `bytes` to `path` through a synced 0600 temporary file and a rename.
+/// Writes `bytes` to `path` through a synced 0600 temporary file and a rename. The
+/// temporary file has a fresh random name and is created new, so it cannot inherit
+/// the permissions of a leftover file, and two writers never share one.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
+    let suffix: u64 = rand::random();
+    let tmp = path.with_extension(format!("tmp.{suffix:016x}"));
     let mut o = fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
+    o.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
@@ -125,7 +128,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         }
         Ok(())
     };
-    write().map_err(|e| io(path, e))
+    let written = write();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written.map_err(|e| io(path, e))
 }
 
 #[cfg(test)]

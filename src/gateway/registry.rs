@@ -176,6 +176,25 @@ impl<S: Clone> Registry<S> {
         if let Some(reason) = self.refusal(socket_id, &key) {
             return RegisterOutcome::Refused { arn, reason };
         }
+        // A register without credentials must not take an approved registration
+        // away from the live connection that holds it (the newest connection wins only
+        // with credentials): it would make the real connector unexecutable, and an
+        // operator approving the "reconnect" would hand the intruder a one-time token.
+        // Once that connection closes, its entry goes and a bare register pends.
+        if status == Status::Pending {
+            if let Some(old) = self.by_arn.get(&arn) {
+                if old.info.status == Status::Approved.label() && old.info.socket_id != socket_id {
+                    return RegisterOutcome::Refused {
+                        arn,
+                        reason: format!(
+                            "{} is registered and approved on another live connection; a second \
+                             connection must present its session token or JWT",
+                            key.dot_key()
+                        ),
+                    };
+                }
+            }
+        }
         let mut requested_at_ms = now_ms;
         // A re-register on the same socket (after approval, say) keeps its report; one
         // from another socket is a new connection and keeps nothing of the old one.
@@ -590,6 +609,29 @@ mod tests {
         assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
         assert!(r.approve("matrix:a:echo:x").is_none(), "no longer pending");
         assert!(r.pending().is_empty());
+    }
+
+    #[test]
+    fn a_bare_register_from_another_link_cannot_take_an_approved_registration() {
+        let mut r = Registry::new();
+        r.register(1, "websocket", &req("a", "x"), 1u64);
+        let intruder = r.register_as(2, "websocket", &req("a", "x"), 2u64, Status::Pending, 5);
+        assert!(
+            matches!(&intruder, RegisterOutcome::Refused { reason, .. } if reason.contains("another live connection")),
+            "{intruder:?}"
+        );
+        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
+        assert!(r.pending().is_empty());
+        // Its own link may pend it again (credentials lost, say), and once the
+        // approved link is gone a bare register from elsewhere pends.
+        r.register_as(1, "websocket", &req("a", "x"), 1u64, Status::Pending, 6);
+        assert_eq!(r.pending().len(), 1);
+        r.register(1, "websocket", &req("a", "x"), 1u64);
+        r.remove_socket(1);
+        assert!(matches!(
+            r.register_as(2, "websocket", &req("a", "x"), 2u64, Status::Pending, 7),
+            RegisterOutcome::Accepted { .. }
+        ));
     }
 
     #[test]
