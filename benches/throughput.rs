@@ -9,16 +9,33 @@
 //! the HTTP API, which would measure HTTP). Both echo servers use the same writer
 //! discipline as switchboard: feed every queued frame, flush when the queue is empty.
 //!
+//! Then the same executes with the registrations over gRPC (`grpc_url()`, one
+//! `Connect` stream each, 64 of them sharing one HTTP/2 connection), beside
+//!
+//! * (c) gRPC echo: a tonic `ConnectorService` answering each `execute_request` with
+//!   an `execute_response` of the same payload on the same stream, driven with the
+//!   same number of streams on one connection and the same requests in flight, spread
+//!   over the streams as the executes are (`support/grpc.rs`).
+//!
+//! Last, invoke round trips (connector -> gateway -> connector and back) between a
+//! caller and a target registration, over each transport, beside executes to the
+//! target and that transport's one-connection echo ((a), or (c)).
+//!
 //! `cargo bench --bench throughput --all-features` (SWITCHBOARD_BENCH_SECS sets the
 //! seconds per configuration).
 
 mod support;
 
+#[path = "support/grpc.rs"]
+mod grpc_echo;
+
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
+use prost::Message as _;
 use support::{echo_runner, run_for, us, Sample};
 use switchboard::gateway::{Gateway, GatewayConfig};
 use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
@@ -43,7 +60,7 @@ enum EchoKind {
 
 /// An execute_request frame as the gateway would send it, to size the baseline frames.
 fn sample_request(id: u64) -> String {
-    let mut context = std::collections::HashMap::new();
+    let mut context = HashMap::new();
     context.insert(
         "connector_arn".to_owned(),
         "matrix:bench:echo:echo-0".to_owned(),
@@ -255,10 +272,82 @@ async fn drive_invoke(
     .await
 }
 
-/// Invoke round trips beside execute round trips on the same runner and gateway.
-async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
+/// The rates of one execute configuration (registrations, in flight) over WebSocket,
+/// for the gRPC table's comparison column.
+type WsRates = HashMap<(usize, usize), f64>;
+
+/// gRPC rows: the same executes with the registrations on `grpc_url()`, beside the
+/// tonic echo baseline of the same number of streams and requests in flight, measured
+/// right before each row. Returns the echo baseline per in flight on one stream.
+async fn grpc_table(gateway: Arc<Gateway>, ws: &WsRates, dur: Duration) -> HashMap<usize, f64> {
+    let echo = grpc_echo::echo_server().await;
+    let url = gateway.grpc_url().expect("the bench gateway serves gRPC");
+    let payload: bytes::Bytes =
+        serde_json::to_vec(&serde_json::from_str::<serde_json::Value>(PAYLOAD).unwrap())
+            .unwrap()
+            .into();
+    let mut one_stream = HashMap::new();
+    let msg = grpc_echo::request("matrix:grpc1:echo:echo-0", &payload, 0x10000);
+    println!();
+    println!("gRPC execute_request message: {} bytes", msg.encoded_len());
+    println!("| registrations | in flight | switchboard gRPC rt/s | p50 µs | p99 µs | (c) gRPC echo rt/s | echo p50 µs | echo p99 µs | ratio to (c) | gRPC / WebSocket |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for regs in [1usize, 64] {
+        let names = (0..regs).map(|i| format!("echo-{i}"));
+        let (runner, run) = echo_runner(&url, &format!("grpc{regs}"), names, 256).await;
+        let arns: Arc<Vec<String>> = Arc::new(
+            runner
+                .registrations()
+                .iter()
+                .filter_map(|h| h.arn())
+                .collect(),
+        );
+        let _ = drive_switchboard(
+            gateway.clone(),
+            arns.clone(),
+            16,
+            Duration::from_millis(200),
+        )
+        .await;
+        let _ = grpc_echo::drive_echo(echo, &arns, &payload, 16, Duration::from_millis(200)).await;
+        for in_flight in IN_FLIGHT {
+            let mut c = grpc_echo::drive_echo(echo, &arns, &payload, in_flight, dur).await;
+            let mut sb = drive_switchboard(gateway.clone(), arns.clone(), in_flight, dur).await;
+            if regs == 1 {
+                one_stream.insert(in_flight, c.rate());
+            }
+            println!(
+                "| {regs} | {in_flight} | {:.0} | {} | {} | {:.0} | {} | {} | {:.2} | {:.2} |",
+                sb.rate(),
+                us(sb.p(0.50)),
+                us(sb.p(0.99)),
+                c.rate(),
+                us(c.p(0.50)),
+                us(c.p(0.99)),
+                sb.rate() / c.rate(),
+                sb.rate() / ws.get(&(regs, in_flight)).unwrap_or(&f64::NAN),
+            );
+        }
+        runner.shutdown_handle().shutdown();
+        let _ = run.await;
+    }
+    one_stream
+}
+
+/// Invoke round trips beside execute round trips on the same runner and gateway, for
+/// each transport: a caller and a target registration on `url`. `baseline` is the echo
+/// of that transport on one connection (raw echo for WebSocket, tonic echo for gRPC)
+/// per in flight; an invoke is two hops, so half of it is par.
+async fn invoke_rows(
+    gateway: Arc<Gateway>,
+    transport: &str,
+    url: &str,
+    baseline: &HashMap<usize, f64>,
+    dur: Duration,
+) {
     let names = ["caller", "target"].map(String::from);
-    let (runner, run) = echo_runner(&gateway.ws_url(), "benchinvoke", names, 256).await;
+    let tenant = format!("invoke{transport}");
+    let (runner, run) = echo_runner(url, &tenant, names, 256).await;
     let by = |i: &str| {
         runner
             .registrations()
@@ -268,9 +357,6 @@ async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
     };
     let (caller, target) = (by("caller"), by("target"));
     let target_arn = target.arn().unwrap();
-    println!();
-    println!("| in flight | execute rt/s | invoke rt/s | invoke p50 µs | invoke p99 µs | invoke / execute |");
-    println!("|---:|---:|---:|---:|---:|---:|");
     let _ = drive_invoke(
         caller.clone(),
         target_arn.clone(),
@@ -278,7 +364,7 @@ async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
         Duration::from_millis(200),
     )
     .await;
-    for in_flight in [64, 256] {
+    for in_flight in IN_FLIGHT {
         let exec = drive_switchboard(
             gateway.clone(),
             Arc::new(vec![target_arn.clone()]),
@@ -288,12 +374,13 @@ async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
         .await;
         let mut inv = drive_invoke(caller.clone(), target_arn.clone(), in_flight, dur).await;
         println!(
-            "| {in_flight} | {:.0} | {:.0} | {} | {} | {:.2} |",
+            "| {transport} | {in_flight} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} |",
             exec.rate(),
             inv.rate(),
             us(inv.p(0.50)),
             us(inv.p(0.99)),
-            inv.rate() / exec.rate()
+            inv.rate() / exec.rate(),
+            inv.rate() / baseline[&in_flight],
         );
     }
     runner.shutdown_handle().shutdown();
@@ -303,6 +390,8 @@ async fn invoke_table(gateway: Arc<Gateway>, dur: Duration) {
 #[tokio::main]
 async fn main() {
     let dur = run_for();
+    // SWITCHBOARD_BENCH_ONLY=grpc skips the WebSocket rows (to profile the gRPC path).
+    let grpc_only = std::env::var("SWITCHBOARD_BENCH_ONLY").is_ok_and(|v| v == "grpc");
     let raw = echo_server(EchoKind::Raw).await;
     let codec = echo_server(EchoKind::Codec).await;
     println!(
@@ -313,18 +402,21 @@ async fn main() {
     println!();
     println!("| registrations | in flight | switchboard rt/s | p50 µs | p99 µs | (a) raw echo rt/s | (b) codec echo rt/s | ratio to (a) | ratio to (b) |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let config = GatewayConfig::default().with_grpc_listen("127.0.0.1:0".parse().unwrap());
     let gateway = Arc::new(
-        Gateway::start(GatewayConfig::default(), "127.0.0.1:0".parse().unwrap())
+        Gateway::start(config, "127.0.0.1:0".parse().unwrap())
             .await
             .unwrap(),
     );
-    let mut baselines = std::collections::HashMap::new();
-    for in_flight in IN_FLIGHT {
+    let mut baselines = HashMap::new();
+    for in_flight in IN_FLIGHT.into_iter().filter(|_| !grpc_only) {
         let a = drive_echo(raw, in_flight, dur).await;
         let b = drive_echo(codec, in_flight, dur).await;
         baselines.insert(in_flight, (a.rate(), b.rate()));
     }
-    for regs in [1usize, 64, 512] {
+    let mut ws = WsRates::new();
+    let ws_regs: &[usize] = if grpc_only { &[] } else { &[1, 64, 512] };
+    for &regs in ws_regs {
         let tenant = format!("bench{regs}");
         let names = (0..regs).map(|i| format!("echo-{i}"));
         let (runner, run) = echo_runner(&gateway.ws_url(), &tenant, names, 256).await;
@@ -346,6 +438,7 @@ async fn main() {
         for in_flight in IN_FLIGHT {
             let mut sb = drive_switchboard(gateway.clone(), arns.clone(), in_flight, dur).await;
             let (a, b) = baselines[&in_flight];
+            ws.insert((regs, in_flight), sb.rate());
             println!(
                 "| {regs} | {in_flight} | {:.0} | {} | {} | {a:.0} | {b:.0} | {:.2} | {:.2} |",
                 sb.rate(),
@@ -358,5 +451,21 @@ async fn main() {
         runner.shutdown_handle().shutdown();
         let _ = run.await;
     }
-    invoke_table(gateway, dur).await;
+    let grpc_echo = grpc_table(gateway.clone(), &ws, dur).await;
+    println!();
+    println!("| transport | in flight | execute rt/s | invoke rt/s | invoke p50 µs | invoke p99 µs | invoke / execute | invoke / echo |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let raw_echo: HashMap<usize, f64> = baselines.iter().map(|(k, (a, _))| (*k, *a)).collect();
+    if !grpc_only {
+        invoke_rows(
+            gateway.clone(),
+            "websocket",
+            &gateway.ws_url(),
+            &raw_echo,
+            dur,
+        )
+        .await;
+    }
+    let url = gateway.grpc_url().unwrap();
+    invoke_rows(gateway.clone(), "grpc", &url, &grpc_echo, dur).await;
 }
