@@ -26,7 +26,8 @@ use crate::transport::grpc::{ChannelPool, GrpcStream};
 /// them.
 const READ_BATCH: usize = 64;
 
-/// How long a clean close waits for what is queued to be written.
+/// How long a clean close waits for what is queued to be written (and, on a gRPC
+/// stream, for the gateway to end its side).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Where a socket's driver connects.
@@ -108,7 +109,10 @@ impl Wire {
                 let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
             }
             #[cfg(feature = "grpc")]
-            Wire::Grpc(stream) => stream.close(std::iter::from_fn(|| core.poll_transmit())),
+            Wire::Grpc(stream) => {
+                let rest: Vec<Transmit> = std::iter::from_fn(|| core.poll_transmit()).collect();
+                let _ = tokio::time::timeout(CLOSE_GRACE, stream.close(rest.into_iter())).await;
+            }
         }
     }
 }

@@ -80,8 +80,10 @@ struct Slots {
 
 struct Slot {
     id: u64,
-    /// Filled by the first lease's dial; every lease of the slot waits for that one.
-    channel: Arc<OnceCell<Channel>>,
+    /// Filled by the first lease's dial with its outcome; every lease of the slot
+    /// waits for that one dial and shares its result, a failure included (the slot
+    /// then leaves the pool, and each lease retries after its own backoff).
+    channel: Arc<OnceCell<std::result::Result<Channel, String>>>,
     streams: usize,
 }
 
@@ -139,14 +141,23 @@ impl ChannelPool {
             slot,
             channel: None,
         };
-        match cell.get_or_try_init(|| self.dial()).await {
+        let dial = || async {
+            self.dial().await.map_err(|e| match e {
+                Error::Connect { reason, .. } => reason,
+                other => other.to_string(),
+            })
+        };
+        match cell.get_or_init(dial).await {
             Ok(channel) => {
                 lease.channel = Some(channel.clone());
                 Ok(lease)
             }
-            Err(e) => {
+            Err(reason) => {
                 lease.broken();
-                Err(e)
+                Err(Error::Connect {
+                    url: self.target.url(),
+                    reason: reason.clone(),
+                })
             }
         }
     }
@@ -419,21 +430,32 @@ impl GrpcStream {
         why
     }
 
-    /// Queues what is left to write and ends the request side; the gateway sees the
-    /// stream end once those are sent.
-    pub(crate) fn close(mut self, rest: impl Iterator<Item = Transmit>) {
+    /// Writes what is left, ends the request side, and waits for the gateway to end
+    /// the response side (it does once it has read the end of the request), so that
+    /// the last execute responses are not cut off by a stream reset. The caller bounds
+    /// the wait.
+    pub(crate) async fn close(mut self, rest: impl Iterator<Item = Transmit>) {
         let mut queue: VecDeque<StreamMessage> = self.unsent.take().into_iter().collect();
         queue.extend(rest.filter_map(|t| match t {
             Transmit::Message(m) => Some(*m),
             Transmit::Text(_) => None,
         }));
-        if let Some(tx) = self.out.get_ref() {
+        if let Some(tx) = self.out.get_ref().cloned() {
+            self.out.close();
             for m in queue {
-                if tx.try_send(m).is_err() {
+                if tx.send(m).await.is_err() {
                     break;
                 }
             }
         }
-        self.out.close();
+        if let Some(call) = self.call.take() {
+            match call.await {
+                Ok(resp) => self.inbound = Some(resp.into_inner()),
+                Err(_) => return,
+            }
+        }
+        if let Some(inbound) = self.inbound.as_mut() {
+            while let Ok(Some(_)) = inbound.message().await {}
+        }
     }
 }
