@@ -65,6 +65,7 @@ mod grpc;
 mod hooks;
 mod http_api;
 mod invoke;
+mod issuers;
 mod link;
 mod pending;
 mod persist;
@@ -77,7 +78,7 @@ mod stats;
 mod testkit;
 mod tokens;
 
-pub use config::{ApprovalMode, GatewayConfig};
+pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
 pub use report::ReportedMetrics;
