@@ -656,6 +656,36 @@ mod tests {
         assert!(header_of(&sign_hs256()).is_err(), "HS256 is refused");
     }
 
+    /// A 2048-bit RSA key made for this test only (`openssl genrsa`), and its modulus.
+    const RSA_PEM: &str = include_str!("testdata/rsa-2048-test-only.pem");
+    const RSA_N: &str = "wt5f2_JJdHz-e3DlJkEB6iiPpvCE2crqn0vIUBhhyMiiWDEspybZ2B0_MZUqY3ITNt2KwkeM56LoO4QYTFUL4xKFcrAkzjdi955CxVINTf3f1bEonqUEjDWFlGXCFssC1zjaVbHcL557gGdpVseTEQV2DxFWn_2mhlkMnE6dri6asevgppwZWMaIG2mh0pzCEV_yVFPgBI8--0tyVRj9B4C2lrRz-JLjiGuNcCJWy2Uemt5W_1ct7eaCrjuI4AZuJ42ADNve0CWn3BSUSKW5q4tat3Y-J0HxAcDBF4JOB5G0t5HofHeM6Oet8N6VGCQfrrCg5L2eJOWR4GYVxrvbfw";
+
+    #[test]
+    fn an_rs256_token_verifies_with_an_rsa_jwk() {
+        let jwks = serde_json::to_vec(&serde_json::json!({ "keys": [
+            { "kty": "RSA", "kid": "r1", "alg": "RS256", "use": "sig", "n": RSA_N, "e": "AQAB" },
+            serde_json::to_value(jwk_of(1, "k1")).unwrap(),
+        ]}))
+        .unwrap();
+        let keys = parse_jwks(&jwks).unwrap();
+        let mut h = Header::new(Algorithm::RS256);
+        h.kid = Some("r1".into());
+        let encoding = EncodingKey::from_rsa_pem(RSA_PEM.as_bytes()).unwrap();
+        let tok = jsonwebtoken::encode(&h, &good_claims(), &encoding).unwrap();
+        let (alg, kid) = header_of(&tok).unwrap();
+        assert_eq!(alg, Algorithm::RS256);
+        let jwk = find_key(&keys, kid.as_deref(), alg).unwrap();
+        assert!(verify_with(&tok, jwk, alg, &trusted(), &k(), NOW).is_ok());
+        assert!(
+            find_key(&keys, Some("r1"), Algorithm::ES256).is_none(),
+            "an RSA key does not verify ES256"
+        );
+        assert!(
+            find_key(&keys, Some("k1"), Algorithm::RS256).is_none(),
+            "an RS256 header does not select the EC key of that kid"
+        );
+    }
+
     fn sign_hs256() -> String {
         jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
