@@ -9,10 +9,17 @@
 //! so that the client drops it and tries the next; an identity the operator rejected
 //! is REJECTED; anything else is PENDING until the operator approves it.
 //!
+//! A JWT whose (unverified) `iss` names one of the operator's trusted external issuers
+//! ([`super::GatewayConfig::trusted_issuers`], typically a Keycloak realm) is checked
+//! against that issuer's JWKS instead (`issuers.rs`) and, when valid, approves the same
+//! way; an `iss` that is neither the gateway's nor trusted is `untrusted_issuer:`.
+//!
 //! [`Approvals`] holds the gateway key, the issuer and the [`Credentials`] behind one
 //! short lock, and writes each persistent change to the data dir after the lock is
-//! released. [`decide`] takes `now` and the randomness of a new session token as
-//! inputs, so its tests are plain `#[test]`s.
+//! released. [`Approvals::decide`] verifies an external JWT (which may fetch a JWKS)
+//! before it takes that lock, never while holding it. [`decide`] takes `now`, the
+//! randomness of a new session token and the external verdict as inputs, so its tests
+//! are plain `#[test]`s.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -20,8 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::config::{ApprovalMode, GatewayConfig};
 use super::credentials::Credentials;
+use super::issuers::{self, Issuers, Source};
 use super::persist::Persister;
-use super::tokens::GatewayKey;
+use super::tokens::{GatewayKey, TokenError};
 use crate::error::Result;
 use crate::identity::RegistrationKey;
 use crate::proto::{
@@ -57,6 +65,7 @@ pub(crate) struct Approvals {
     pub(crate) token_lifetime: Duration,
     creds: Mutex<Credentials>,
     persister: Option<Persister>,
+    issuers: Issuers,
 }
 
 impl Approvals {
@@ -70,6 +79,7 @@ impl Approvals {
             }
             None => (GatewayKey::generate(), Credentials::default(), None),
         };
+        let issuers = Issuers::new(config).map_err(crate::error::Error::Config)?;
         let issuer = config
             .public_url
             .as_deref()
@@ -83,6 +93,7 @@ impl Approvals {
             token_lifetime: config.token_lifetime,
             creds: Mutex::new(creds),
             persister,
+            issuers,
         })
     }
 
@@ -110,9 +121,33 @@ impl Approvals {
         r
     }
 
-    /// Decides a register of `key` with these credentials, now.
-    pub(crate) fn decide(&self, key: &RegistrationKey, session_token: &str, jwt: &str) -> Decision {
+    /// Decides a register of `key` with these credentials, now. A JWT of a trusted
+    /// external issuer is verified first, with no lock held: that may fetch the
+    /// issuer's JWKS, and only the caller waits for it (`issuers.rs`).
+    pub(crate) async fn decide(
+        &self,
+        key: &RegistrationKey,
+        session_token: &str,
+        jwt: &str,
+    ) -> Decision {
         use rand::Rng as _;
+        let by_session =
+            !session_token.is_empty() && self.with(|c| c.session_valid(key, session_token));
+        let external = if jwt.is_empty() || by_session {
+            None
+        } else {
+            match issuers::select(jwt, &self.issuer, self.issuers.configs()) {
+                Source::Gateway => None,
+                Source::Unknown(iss) => Some(Err(TokenError::UntrustedIssuer(format!(
+                    "the token's issuer {iss:?} is neither this gateway ({}) nor an issuer it \
+                     trusts",
+                    self.issuer
+                )))),
+                Source::Trusted(i) => {
+                    Some(self.issuers.verify(i, jwt, key, || now_ms() / 1000).await)
+                }
+            }
+        };
         let random: [u8; 16] = rand::rng().random();
         let now = now_ms() / 1000;
         self.with(|c| {
@@ -123,6 +158,7 @@ impl Approvals {
                 key,
                 session_token,
                 jwt,
+                external,
                 now,
                 random,
             )
@@ -138,7 +174,9 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// The manual-mode decision (module docs), at `now` (seconds since the epoch);
-/// `random` becomes the session token of an approval by JWT.
+/// `random` becomes the session token of an approval by JWT. `external` is the
+/// verdict on a JWT that is not the gateway's own (a trusted or unknown issuer), which
+/// then stands in for the check with the gateway key.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decide(
     creds: &mut Credentials,
@@ -147,6 +185,7 @@ pub(crate) fn decide(
     key: &RegistrationKey,
     session_token: &str,
     jwt: &str,
+    external: Option<Result<(), TokenError>>,
     now: u64,
     random: [u8; 16],
 ) -> Decision {
@@ -163,7 +202,18 @@ pub(crate) fn decide(
             key.dot_key()
         ));
     }
-    if !jwt.is_empty() {
+    if let Some(verdict) = external.filter(|_| !jwt.is_empty()) {
+        match verdict {
+            Ok(()) => {
+                return Decision::Approved {
+                    session_token: creds.issue_session(key, random),
+                }
+            }
+            Err(e) => {
+                refusal.get_or_insert(e.wire());
+            }
+        }
+    } else if !jwt.is_empty() {
         match gateway_key.verify(jwt, issuer, now) {
             Ok(c)
                 if c.tenant_id == key.tenant()
@@ -263,7 +313,47 @@ mod tests {
     }
 
     fn run(c: &mut Credentials, key: &RegistrationKey, session: &str, jwt: &str) -> Decision {
-        decide(c, &gw_key(), ISS, key, session, jwt, NOW, [9; 16])
+        decide(c, &gw_key(), ISS, key, session, jwt, None, NOW, [9; 16])
+    }
+
+    #[test]
+    fn an_external_verdict_stands_in_for_the_gateway_key() {
+        let mut c = Credentials::default();
+        let mut ext = |v| {
+            decide(
+                &mut c,
+                &gw_key(),
+                ISS,
+                &k("a"),
+                "",
+                "x.y.z",
+                Some(v),
+                NOW,
+                [9; 16],
+            )
+        };
+        let Decision::Approved { session_token } = ext(Ok(())) else {
+            panic!("approved")
+        };
+        assert_eq!(
+            run(&mut c, &k("a"), &session_token, ""),
+            Decision::Approved {
+                session_token: session_token.clone()
+            },
+            "the session token of an external approval approves later"
+        );
+        let refused = decide(
+            &mut c,
+            &gw_key(),
+            ISS,
+            &k("a"),
+            "",
+            "x.y.z",
+            Some(Err(TokenError::UntrustedIssuer("down".into()))),
+            NOW,
+            [9; 16],
+        );
+        assert_eq!(refused, Decision::Invalid("untrusted_issuer: down".into()));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! [`GatewayConfig`]: the gateway's settings, and with them every bound it puts on what
 //! its clients may make it hold (frame size, deadlines, requests in flight), and how it
 //! approves registrations ([`ApprovalMode`], credential lifetimes, where approvals are
-//! kept).
+//! kept, which external OIDC issuers it trusts: [`TrustedIssuer`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,6 +31,66 @@ impl std::str::FromStr for ApprovalMode {
             "manual" => Ok(ApprovalMode::Manual),
             other => Err(format!(
                 "unknown approval mode {other:?}; use \"auto\" or \"manual\""
+            )),
+        }
+    }
+}
+
+/// An external OIDC issuer whose JWTs a manual-mode gateway accepts on a register,
+/// besides its own (in this protocol family typically a Keycloak realm,
+/// `https://keycloak.example/realms/{realm}`).
+///
+/// A register's `jwt_token` whose `iss` is exactly [`TrustedIssuer::issuer`] is
+/// checked against the keys published at [`TrustedIssuer::jwks_url`] (ES256 or
+/// RS256), its `exp`, its `aud` when [`TrustedIssuer::audience`] is set, and the
+/// identity it names: claims `tenant_id`, `connector_type` and `instance_id` equal
+/// to the register's, or, when the token carries none of them, an `azp` (or
+/// `client_id`) claim equal to the register's dot key `tenant.type.instance`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrustedIssuer {
+    /// The issuer, compared byte for byte with the token's `iss` (no trailing-slash
+    /// or case folding: a Keycloak realm's `iss` is exactly its realm URL).
+    pub issuer: String,
+    /// Where the issuer publishes its keys (a Keycloak realm's
+    /// `{issuer}/protocol/openid-connect/certs`); `http` or `https`.
+    pub jwks_url: String,
+    /// When set, the token's `aud` (a string or an array) must contain it. `None`
+    /// (the default) does not check `aud`: Keycloak's client-credentials tokens
+    /// often carry none, or `account`.
+    pub audience: Option<String>,
+}
+
+impl TrustedIssuer {
+    /// Trusts the tokens of `issuer`, verified with the keys at `jwks_url`; no
+    /// audience check.
+    pub fn new(issuer: impl Into<String>, jwks_url: impl Into<String>) -> Self {
+        TrustedIssuer {
+            issuer: issuer.into(),
+            jwks_url: jwks_url.into(),
+            audience: None,
+        }
+    }
+
+    /// Sets [`TrustedIssuer::audience`].
+    pub fn with_audience(mut self, audience: impl Into<String>) -> Self {
+        self.audience = Some(audience.into());
+        self
+    }
+}
+
+impl std::str::FromStr for TrustedIssuer {
+    type Err = String;
+
+    /// `ISSUER=JWKS_URL`, split at the first `=` (the CLI's `--trust-issuer`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('=') {
+            Some((issuer, jwks)) if !issuer.is_empty() && !jwks.is_empty() => {
+                Ok(TrustedIssuer::new(issuer, jwks))
+            }
+            _ => Err(format!(
+                "expected ISSUER=JWKS_URL, got {s:?} (for example \
+                 https://kc.example/realms/acme=https://kc.example/realms/acme/protocol/openid-connect/certs)"
             )),
         }
     }
@@ -90,6 +150,21 @@ pub struct GatewayConfig {
     /// Lifetime of an access token from the token endpoint (default 15 min); a
     /// connector fetches a new one with a fresh client assertion when it runs out.
     pub token_lifetime: Duration,
+    /// External OIDC issuers whose JWTs approve a register in manual mode, besides
+    /// the gateway's own (default none). See [`TrustedIssuer`].
+    pub trusted_issuers: Vec<TrustedIssuer>,
+    /// The longest a trusted issuer's JWKS fetch may take, connect to last byte
+    /// (default 5 s). The register waiting on it waits at most this long (and only
+    /// that register's link waits); past it the register is refused
+    /// `untrusted_issuer:` and the client falls back to its next credential. Five
+    /// seconds is far above a healthy identity provider's answer time and well under
+    /// a client's register timeout and the socket's idle timeout.
+    pub jwks_fetch_timeout: Duration,
+    /// How long a fetched JWKS is used before it is fetched again (default 10 min).
+    /// A token with a `kid` the cached set lacks refetches it sooner, at most once per
+    /// 30 s per issuer. Ten minutes picks up a key rotation soon (Keycloak publishes
+    /// a new key before it signs with it) while fetching at most a few times an hour.
+    pub jwks_cache_ttl: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -106,6 +181,9 @@ impl Default for GatewayConfig {
             public_url: None,
             ott_lifetime: Duration::from_secs(10 * 60),
             token_lifetime: Duration::from_secs(15 * 60),
+            trusted_issuers: Vec::new(),
+            jwks_fetch_timeout: Duration::from_secs(5),
+            jwks_cache_ttl: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -177,6 +255,24 @@ impl GatewayConfig {
         self
     }
 
+    /// Adds one of [`GatewayConfig::trusted_issuers`].
+    pub fn with_trusted_issuer(mut self, issuer: TrustedIssuer) -> Self {
+        self.trusted_issuers.push(issuer);
+        self
+    }
+
+    /// Sets [`GatewayConfig::jwks_fetch_timeout`].
+    pub fn with_jwks_fetch_timeout(mut self, t: Duration) -> Self {
+        self.jwks_fetch_timeout = t;
+        self
+    }
+
+    /// Sets [`GatewayConfig::jwks_cache_ttl`].
+    pub fn with_jwks_cache_ttl(mut self, t: Duration) -> Self {
+        self.jwks_cache_ttl = t;
+        self
+    }
+
     /// The deadline an execute gets: the requested one unless absent or zero (then
     /// [`GatewayConfig::default_execute_timeout`]), never above
     /// [`GatewayConfig::max_execute_timeout`].
@@ -208,5 +304,20 @@ mod tests {
             s(10),
             "the default is capped too"
         );
+    }
+
+    #[test]
+    fn a_trusted_issuer_parses_from_issuer_equals_jwks_url() {
+        let t: TrustedIssuer = "https://kc/realms/a=https://kc/certs?x=1".parse().unwrap();
+        assert_eq!(
+            t,
+            TrustedIssuer::new("https://kc/realms/a", "https://kc/certs?x=1")
+        );
+        assert!("no-equals".parse::<TrustedIssuer>().is_err());
+        assert!("=https://kc/certs".parse::<TrustedIssuer>().is_err());
+        let d = GatewayConfig::default();
+        assert_eq!(d.jwks_fetch_timeout, Duration::from_secs(5));
+        assert_eq!(d.jwks_cache_ttl, Duration::from_secs(600));
+        assert!(d.trusted_issuers.is_empty());
     }
 }

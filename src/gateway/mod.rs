@@ -52,7 +52,10 @@
 //! access token with a private-key JWT assertion (`POST /oauth/token`; keys at
 //! `/.well-known/jwks.json`) and registers with it. With
 //! [`GatewayConfig::data_dir`] the signing key, approved keys, session tokens and
-//! rejections survive restarts (`persist.rs`). A socket is bound to
+//! rejections survive restarts (`persist.rs`). A JWT of an external OIDC issuer in
+//! [`GatewayConfig::trusted_issuers`] (a Keycloak realm, say) approves too, verified
+//! against that issuer's JWKS, fetched within [`GatewayConfig::jwks_fetch_timeout`]
+//! by the registering link only and cached per issuer (`issuers.rs`). A socket is bound to
 //! the tenant of its first registration. A refused register still carries the ARN the
 //! registration would have had, so that the client's demux can route the refusal on a
 //! shared socket (PROTOCOL.md §5 routes register responses by ARN).
@@ -65,6 +68,7 @@ mod grpc;
 mod hooks;
 mod http_api;
 mod invoke;
+mod issuers;
 mod link;
 mod pending;
 mod persist;
@@ -77,7 +81,7 @@ mod stats;
 mod testkit;
 mod tokens;
 
-pub use config::{ApprovalMode, GatewayConfig};
+pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
 pub use report::ReportedMetrics;

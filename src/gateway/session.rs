@@ -33,7 +33,7 @@ pub(crate) async fn on_message(shared: &Arc<Shared>, link: &Arc<SocketLink>, msg
                 link.kill.cancel();
                 return;
             }
-            let resp = register(shared, link, &req);
+            let resp = register(shared, link, &req).await;
             link.push(&push(Message::RegisterResponse(resp))).await;
         }
         Some(Message::HeartbeatRequest(hb)) => {
@@ -85,7 +85,12 @@ fn metrics_report(shared: &Shared, link: &SocketLink, report: MetricsReport) {
 /// well-formed register is approved; in manual mode its credentials decide between
 /// APPROVED, PENDING, REJECTED and a refusal naming the bad credential. A refused
 /// register still carries the ARN it would have had, for the client's demux.
-fn register(
+///
+/// A JWT of a trusted external issuer may make the decision wait for that issuer's
+/// JWKS (at most `jwks_fetch_timeout`). It is awaited here, in this link's handler,
+/// with no lock held, so only this link waits and its answers stay in order; other
+/// links go on (`issuers.rs`).
+async fn register(
     shared: &Shared,
     link: &Arc<SocketLink>,
     req: &RegisterConnectorRequest,
@@ -112,9 +117,12 @@ fn register(
         return refuse(reason, RegistrationStatus::Rejected);
     }
     let decision = match shared.approvals.mode {
-        ApprovalMode::Manual => shared
-            .approvals
-            .decide(&key, &req.session_token, &req.jwt_token),
+        ApprovalMode::Manual => {
+            shared
+                .approvals
+                .decide(&key, &req.session_token, &req.jwt_token)
+                .await
+        }
         _ => Decision::Approved {
             session_token: session_token(),
         },

@@ -56,6 +56,11 @@ enum Command {
         /// default http://{listen address}.
         #[arg(long, value_name = "URL")]
         public_url: Option<String>,
+        /// In manual mode, also accept register JWTs of this external OIDC issuer
+        /// (e.g. a Keycloak realm URL), verified with the keys at JWKS_URL (fetched
+        /// within 5 s, cached 10 min). Repeatable.
+        #[arg(long = "trust-issuer", value_name = "ISSUER=JWKS_URL")]
+        trust_issuer: Vec<switchboard::gateway::TrustedIssuer>,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -123,6 +128,7 @@ async fn main() -> std::process::ExitCode {
             approval,
             data_dir,
             public_url,
+            trust_issuer,
         } => {
             let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
             if let GrpcListen(Some(at)) = grpc_listen {
@@ -133,6 +139,9 @@ async fn main() -> std::process::ExitCode {
             }
             if let Some(url) = public_url {
                 config = config.with_public_url(url);
+            }
+            for issuer in trust_issuer {
+                config = config.with_trusted_issuer(issuer);
             }
             switchboard::gateway::serve(config, listen).await
         }
