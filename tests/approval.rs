@@ -459,3 +459,35 @@ async fn a_bare_register_from_elsewhere_cannot_take_over_an_approved_registratio
     stop(&intruder, intruder_join).await;
     stop(&r, join).await;
 }
+
+#[tokio::test]
+async fn the_exchange_trusts_the_ca_bundle_of_a_gateway_behind_tls() {
+    // The gateway's public URL (where the key is registered and tokens are minted) is
+    // the TLS front itself, whose certificate only the CA bundle makes trusted: the
+    // exchange must trust what the socket trusts.
+    let term = common::tls_terminator::TlsTerminator::start("127.0.0.1:9".parse().unwrap()).await;
+    let public = format!("https://localhost:{}", term.port());
+    let gw = TestGateway::start_with(manual(None).with_public_url(&public)).await;
+    term.retarget(gw.local_addr());
+    let creds = tempfile::tempdir().unwrap();
+    let url = format!("wss://localhost:{}/socket/connector/websocket", term.port());
+    let cfg = ConnectorConfig::builder(url, "acme")
+        .instance_id("tls")
+        .credentials_dir(creds.path())
+        .ca_bundle(term.ca_bundle())
+        .proxy(switchboard::ProxySetting::Disabled)
+        .build()
+        .expect("valid config");
+    let (r, join) = runner(vec![Registration::new(cfg, Tagged("tls".into()))]);
+    let arn = approve(&gw, &r.registrations()[0]).await;
+    executes(&gw, &arn, "tls").await;
+    let c = stored(creds.path(), "tls");
+    assert!(
+        c["token_endpoint"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(&public)),
+        "tokens were minted through the TLS front: {c}"
+    );
+    assert_eq!(term.failed_handshakes(), 0);
+    stop(&r, join).await;
+}

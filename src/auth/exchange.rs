@@ -17,8 +17,10 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 
 use super::keys::KeyPair;
+use crate::config::ProxySetting;
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
+use crate::transport::proxy::redact_url;
 
 /// `client_assertion_type` of a JWT bearer client assertion (RFC 7523).
 const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -84,11 +86,34 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    /// A client whose every request (connect included) ends within `timeout`.
-    pub(crate) fn new(timeout: Duration) -> Result<Self> {
-        let http = reqwest::Client::builder()
+    /// A client whose every request (connect included) ends within `timeout`, reaching
+    /// the gateway's HTTP API the way the registration reaches its socket: trusting the
+    /// same roots (`tls`, the dialer's configuration with the CA bundle; `None` for the
+    /// webpki roots alone) and through the same proxy setting. An explicit proxy URL is
+    /// used for every request; [`ProxySetting::FromEnvironment`] leaves reqwest to read
+    /// `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`/`NO_PROXY`, the rules the dialer follows.
+    pub(crate) fn new(
+        timeout: Duration,
+        tls: Option<rustls::ClientConfig>,
+        proxy: &ProxySetting,
+    ) -> Result<Self> {
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout)
+            .connect_timeout(timeout);
+        if let Some(tls) = tls {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        builder = match proxy {
+            ProxySetting::FromEnvironment => builder,
+            ProxySetting::Disabled => builder.no_proxy(),
+            ProxySetting::Url(url) => {
+                proxy.validate()?;
+                let proxy = reqwest::Proxy::all(url.as_str())
+                    .map_err(|e| Error::Config(format!("proxy {:?}: {e}", redact_url(url))))?;
+                builder.proxy(proxy)
+            }
+        };
+        let http = builder
             .build()
             .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
         Ok(Exchange { http, timeout })

@@ -35,6 +35,7 @@ use crate::auth::store::{CredentialStore, StoredCredentials};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::proto::CredentialsIssued;
+use crate::transport::dial::Dialer;
 
 /// When a JWT is re-minted: at this fraction of its remaining lifetime.
 const REFRESH_AT: f64 = 0.8;
@@ -52,6 +53,9 @@ pub(crate) struct AuthCtx {
     pub(crate) retry: BackoffPolicy,
     /// Stored keys to keep the JWT fresh with from the start.
     pub(crate) refresh: Option<Refresh>,
+    /// The registration's config, whose CA bundle and proxy setting the exchange
+    /// follows: the gateway's HTTP API is reached the way its socket is.
+    pub(crate) config: crate::config::ConnectorConfig,
 }
 
 /// A registration's stored keys, enough to mint JWTs without a new approval.
@@ -166,6 +170,7 @@ pub(crate) fn load(config: &crate::config::ConnectorConfig, key: &RegistrationKe
             timeout: config.register_timeout,
             retry: config.reconnect.clone(),
             refresh,
+            config: config.clone(),
         })),
     }
 }
@@ -233,7 +238,11 @@ impl Agent {
     }
 
     async fn exchange(&self, start: Start) -> Result<()> {
-        let ex = Exchange::new(self.ctx.timeout).inspect_err(|e| self.failed(e))?;
+        let tls = Dialer::new(&self.ctx.config)
+            .inspect_err(|e| self.failed(e))?
+            .tls_config();
+        let ex = Exchange::new(self.ctx.timeout, Some(tls), &self.ctx.config.proxy)
+            .inspect_err(|e| self.failed(e))?;
         let mut refresh = match start {
             Start::Issued(issued) => self.register_key(&ex, issued).await?,
             Start::Refresh(r) => r,

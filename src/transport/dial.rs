@@ -109,6 +109,12 @@ impl Dialer {
         })
     }
 
+    /// The TLS client configuration (webpki roots plus the CA bundle, no ALPN), for
+    /// HTTP clients that must trust what the gateway connection trusts.
+    pub(crate) fn tls_config(&self) -> ClientConfig {
+        (*self.tls).clone()
+    }
+
     /// The proxy that a dial to `host:port` goes through, if any.
     fn proxy_for(&self, host: &str, port: u16) -> Option<&Proxy> {
         self.proxy

@@ -24,6 +24,7 @@ pub struct TlsTerminator {
     _dir: tempfile::TempDir,
     alpn: Arc<Mutex<Vec<Option<Vec<u8>>>>>,
     failed_handshakes: Arc<AtomicUsize>,
+    backend: Arc<Mutex<SocketAddr>>,
     task: JoinHandle<()>,
 }
 
@@ -56,10 +57,13 @@ impl TlsTerminator {
         let addr = listener.local_addr().expect("local addr");
         let alpn = Arc::new(Mutex::new(Vec::new()));
         let failed_handshakes = Arc::new(AtomicUsize::new(0));
-        let (alpn_w, failed_w) = (alpn.clone(), failed_handshakes.clone());
+        let backend = Arc::new(Mutex::new(backend));
+        let (alpn_w, failed_w, backend_r) =
+            (alpn.clone(), failed_handshakes.clone(), backend.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, alpn, failed) = (acceptor.clone(), alpn_w.clone(), failed_w.clone());
+                let backend = *backend_r.lock().unwrap();
                 tokio::spawn(async move {
                     let mut tls = match acceptor.accept(tcp).await {
                         Ok(tls) => tls,
@@ -83,8 +87,15 @@ impl TlsTerminator {
             _dir: dir,
             alpn,
             failed_handshakes,
+            backend,
             task,
         }
+    }
+
+    /// Forwards connections accepted from now on to `backend`: for a server that must
+    /// know the terminator's port before it starts (a gateway's public URL).
+    pub fn retarget(&self, backend: SocketAddr) {
+        *self.backend.lock().unwrap() = backend;
     }
 
     /// The port clients dial (as `localhost`, the certificate's only name).

@@ -115,12 +115,16 @@ async fn serve() -> String {
     base
 }
 
+fn exchange() -> Exchange {
+    Exchange::new(TIMEOUT, None, &ProxySetting::Disabled).unwrap()
+}
+
 fn who() -> RegistrationKey {
     RegistrationKey::new("acme", "echo", "pod-1")
 }
 
 async fn register_with(base: &str, ott: &str) -> Result<KeyRegistration> {
-    let ex = Exchange::new(TIMEOUT).unwrap();
+    let ex = exchange();
     ex.register_key(
         base,
         "/api/v1/auth/register",
@@ -141,7 +145,7 @@ fn code_of(e: &Error) -> &str {
 #[tokio::test]
 async fn a_registered_key_mints_an_access_token_with_a_verified_assertion() {
     let base = serve().await;
-    let ex = Exchange::new(TIMEOUT).unwrap();
+    let ex = exchange();
     let key = KeyPair::generate();
     let reg = ex
         .register_key(&base, "/api/v1/auth/register", "good", &key, &who())
@@ -161,7 +165,7 @@ async fn a_registered_key_mints_an_access_token_with_a_verified_assertion() {
 async fn an_assertion_signed_by_another_key_is_invalid_client_and_final() {
     let base = serve().await;
     let reg = register_with(&base, "good").await.unwrap();
-    let ex = Exchange::new(TIMEOUT).unwrap();
+    let ex = exchange();
     let e = ex
         .mint(&reg.client_id, &reg.token_endpoint, &KeyPair::generate())
         .await
@@ -227,4 +231,51 @@ fn urls_join_with_exactly_one_slash_and_absolute_paths_win() {
     assert_eq!(join_url("http://g/", "/api/x"), "http://g/api/x");
     assert_eq!(join_url("http://g", "api/x"), "http://g/api/x");
     assert_eq!(join_url("http://g", "https://h/y"), "https://h/y");
+}
+
+#[tokio::test]
+async fn an_explicit_proxy_carries_the_exchange() {
+    // A forward proxy that records the request line and answers as the gateway would
+    // for a used token: the answer proves the request went through it.
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let seen = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut tcp, _) = proxy.accept().await.unwrap();
+        let mut buf = vec![0; 4096];
+        let n = tcp.read(&mut buf).await.unwrap();
+        let body = r#"{"error":"invalid_token","error_description":"from the proxy"}"#;
+        let answer = format!(
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(answer.as_bytes()).await.unwrap();
+        String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    });
+    let ex = Exchange::new(TIMEOUT, None, &ProxySetting::Url(proxy_url)).unwrap();
+    let e = ex
+        .register_key(
+            "http://gateway.invalid:4000",
+            "/api/v1/auth/register",
+            "good",
+            &KeyPair::generate(),
+            &who(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&e), "invalid_token");
+    assert_eq!(
+        seen.await.unwrap(),
+        "POST http://gateway.invalid:4000/api/v1/auth/register HTTP/1.1"
+    );
+}
+
+#[test]
+fn a_malformed_explicit_proxy_is_a_config_error() {
+    let e = Exchange::new(TIMEOUT, None, &ProxySetting::Url("ftp://x".into())).unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e:?}");
 }
