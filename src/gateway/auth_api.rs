@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::approvals::{credentials_issued, notification, now_ms, REGISTER_PATH, TOKEN_PATH};
 use super::credentials::OttError;
-use super::server::Shared;
+use super::shared::Shared;
 use super::tokens::{AccessClaims, ClientKey, ACCESS_TOKEN_AUDIENCE};
 use crate::identity::RegistrationKey;
 use crate::proto::RegistrationStatus;

@@ -30,7 +30,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::link::{SocketLink, Wire};
-use super::server::Shared;
+use super::shared::Shared;
 use crate::proto::connector_service_server::{ConnectorService, ConnectorServiceServer};
 use crate::proto::StreamMessage;
 

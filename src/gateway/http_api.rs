@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::server::{outcome, ExecuteCall, Shared};
+use super::shared::{outcome, ExecuteCall, Shared};
 use crate::error::Error;
 use crate::proto::PayloadEncoding;
 

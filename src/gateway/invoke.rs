@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::config::ApprovalMode;
 use super::link::SocketLink;
-use super::server::{ExecuteCall, Shared};
+use super::shared::{ExecuteCall, Shared};
 use super::stats::InvokeOutcome;
 use super::TARGET_ARN_CONTEXT_KEY;
 use crate::error::Error;

@@ -76,6 +76,7 @@ mod registry;
 mod report;
 mod server;
 mod session;
+mod shared;
 mod socket;
 mod stats;
 mod testkit;
@@ -85,7 +86,8 @@ pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
 pub use report::ReportedMetrics;
-pub use server::{ExecuteOutcome, Gateway};
+pub use server::Gateway;
+pub use shared::ExecuteOutcome;
 pub use stats::GatewayStats;
 pub use testkit::{TestGateway, TEST_EXECUTE_TIMEOUT};
 

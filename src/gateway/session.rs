@@ -13,7 +13,7 @@ use super::approvals::{now_ms, Decision};
 use super::config::ApprovalMode;
 use super::link::SocketLink;
 use super::registry::{tenant_of, RegisterOutcome, Status};
-use super::server::Shared;
+use super::shared::Shared;
 use crate::identity::{Arn, RegistrationKey};
 use crate::proto::{
     stream_message::Message, HeartbeatResponse, MetricsReport, RegisterConnectorRequest,

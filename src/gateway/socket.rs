@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use super::link::{SocketLink, Wire};
-use super::server::Shared;
+use super::shared::Shared;
 use crate::phoenix::frame::{
     EVENT_CLOSE, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY,
 };
