@@ -50,16 +50,16 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use support::{percentile, us};
+use switchboard::__private::outbox::deliver::{AttemptInput, Deliver};
+use switchboard::__private::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
+use switchboard::__private::outbox::metrics::DispatchMetrics;
+use switchboard::__private::outbox::model::Enqueue;
+use switchboard::__private::outbox::outcome::Failure;
+use switchboard::__private::store::{open_backend, Backend, Store, StoreOptions};
+use switchboard::__private::triggers::binding::{Binding, Handler};
+use switchboard::__private::triggers::registry::TriggerRegistry;
+use switchboard::__private::triggers::{SignatureStatus, TriggerEvent};
 use switchboard::gateway::TestGateway;
-use switchboard::outbox::deliver::{AttemptInput, Deliver};
-use switchboard::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
-use switchboard::outbox::metrics::DispatchMetrics;
-use switchboard::outbox::model::Enqueue;
-use switchboard::outbox::outcome::Failure;
-use switchboard::store::{open_backend, Backend, Store, StoreOptions};
-use switchboard::triggers::binding::{Binding, Handler};
-use switchboard::triggers::registry::TriggerRegistry;
-use switchboard::triggers::{SignatureStatus, TriggerEvent};
 use switchboard::{Payload, Runtime, RuntimeConfig};
 
 /// The binding every row is for.
@@ -160,7 +160,7 @@ async fn fresh_schema(base: &str) -> String {
         .await
         .expect("connect to PostgreSQL");
     tokio::spawn(conn);
-    let now = switchboard::store::now_ms() / 1000;
+    let now = switchboard::__private::store::now_ms() / 1000;
     let stale = client
         .query(
             "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sb\\_bench\\_%'",
@@ -193,10 +193,10 @@ fn event(n: usize, tag: u32) -> TriggerEvent {
         "bench",
         "generic",
         "bench.row".into(),
-        switchboard::store::now_ms(),
+        switchboard::__private::store::now_ms(),
         None,
         format!("{tag:08x}-{n}"),
-        switchboard::triggers::trace_id_from(None),
+        switchboard::__private::triggers::trace_id_from(None),
         "bench",
         Default::default(),
         body,
@@ -250,7 +250,7 @@ fn perf_control(command: &str) {
 /// Rows left in the outbox (due, leased or scheduled).
 async fn outbox_rows(backend: &dyn Backend) -> u64 {
     let s = backend
-        .stats(switchboard::store::now_ms())
+        .stats(switchboard::__private::store::now_ms())
         .await
         .expect("stats");
     s.due + s.leased + s.scheduled
@@ -296,7 +296,7 @@ fn registry() -> Arc<TriggerRegistry> {
             capability: "noop".into(),
         },
     );
-    b.max_concurrent = switchboard::outbox::dispatcher::DEFAULT_MAX_IN_FLIGHT;
+    b.max_concurrent = switchboard::__private::outbox::dispatcher::DEFAULT_MAX_IN_FLIGHT;
     b.fingerprint = b.definition_fingerprint();
     Arc::new(TriggerRegistry::new(vec![b]).unwrap())
 }
@@ -363,7 +363,7 @@ async fn sqlite_floor(url: &str, rows: usize) -> Rate {
         // The backend's own settings: WAL (persistent in the file), FULL sync.
         c.execute_batch("PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;")
             .unwrap();
-        let now = switchboard::store::now_ms();
+        let now = switchboard::__private::store::now_ms();
         let started = Instant::now();
         let mut deleted = 0u64;
         loop {
@@ -423,7 +423,7 @@ async fn postgres_floor(url: &str, rows: usize) -> Rate {
         )
         .await
         .unwrap();
-    let now = switchboard::store::now_ms();
+    let now = switchboard::__private::store::now_ms();
     let started = Instant::now();
     let mut deleted = 0;
     loop {
@@ -630,7 +630,7 @@ async fn main() {
         Err(why) => {
             println!(
                 "postgres rows skipped: {} is unreachable ({why}); set SWITCHBOARD_BENCH_POSTGRES_URL",
-                switchboard::store::redact_url(&base)
+                switchboard::__private::store::redact_url(&base)
             );
             None
         }

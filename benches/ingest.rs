@@ -153,7 +153,11 @@ async fn read_response(conn: &mut tokio::net::TcpStream, buf: &mut [u8]) -> u16 
 }
 
 /// The store alone: `CONCURRENCY` tasks appending through the group commit, no HTTP.
-async fn drive_store(store: switchboard::store::Store, size: usize, dur: Duration) -> Sample {
+async fn drive_store(
+    store: switchboard::__private::store::Store,
+    size: usize,
+    dur: Duration,
+) -> Sample {
     let body = Arc::new(body(size));
     measure(dur, |deadline, counter| {
         let (store, body) = (store.clone(), body.clone());
@@ -161,7 +165,7 @@ async fn drive_store(store: switchboard::store::Store, size: usize, dur: Duratio
             let mut lat = Vec::new();
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, Ordering::Relaxed);
-                let now = switchboard::store::now_ms();
+                let now = switchboard::__private::store::now_ms();
                 let ev = switchboard::TriggerEvent::new(
                     "gh",
                     "github",
@@ -169,12 +173,12 @@ async fn drive_store(store: switchboard::store::Store, size: usize, dur: Duratio
                     now,
                     None,
                     format!("1:{n}"),
-                    switchboard::triggers::trace_id_from(None),
+                    switchboard::__private::triggers::trace_id_from(None),
                     "default",
                     Default::default(),
                     body.as_bytes().to_vec(),
                     serde_json::Value::Null,
-                    switchboard::triggers::SignatureStatus::Verified,
+                    switchboard::__private::triggers::SignatureStatus::Verified,
                 );
                 let t = Instant::now();
                 store.append(ev, now + 86_400_000).await.expect("append");
@@ -217,7 +221,7 @@ async fn stored_count(rt: &Runtime) -> u64 {
     let mut total = 0;
     let mut before = None;
     loop {
-        let q = switchboard::store::EventQuery {
+        let q = switchboard::__private::store::EventQuery {
             source: Some("gh".into()),
             limit: 10_000,
             before_seq: before,
@@ -271,8 +275,8 @@ async fn main() {
             "sqlite:{}",
             dir.path().join(format!("only-{size}.db")).display()
         );
-        let store = switchboard::store::Store::new(
-            switchboard::store::open_backend(&url, &Default::default())
+        let store = switchboard::__private::store::Store::new(
+            switchboard::__private::store::open_backend(&url, &Default::default())
                 .await
                 .unwrap(),
         );

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{run_for, us, Sample};
-use switchboard::outbox::model::{ClaimRequest, Destination, Enqueue, Finish};
-use switchboard::store::{open_backend, Backend, Store};
+use switchboard::__private::outbox::model::{ClaimRequest, Destination, Enqueue, Finish};
+use switchboard::__private::store::{open_backend, Backend, Store};
 
 /// Appending tasks at once: a burst of concurrent webhooks.
 const CONCURRENCY: usize = 256;
@@ -56,7 +56,7 @@ async fn append(store: &Store, per_event: usize, dur: Duration) -> Sample {
                 let mut lat = Vec::new();
                 while Instant::now() < deadline {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let now = switchboard::store::now_ms();
+                    let now = switchboard::__private::store::now_ms();
                     let ev = switchboard::TriggerEvent::new(
                         "gh",
                         "github",
@@ -64,12 +64,12 @@ async fn append(store: &Store, per_event: usize, dur: Duration) -> Sample {
                         now,
                         None,
                         format!("{per_event}:{n}"),
-                        switchboard::triggers::trace_id_from(None),
+                        switchboard::__private::triggers::trace_id_from(None),
                         "default",
                         Default::default(),
                         body.to_vec(),
                         serde_json::Value::Null,
-                        switchboard::triggers::SignatureStatus::Verified,
+                        switchboard::__private::triggers::SignatureStatus::Verified,
                     );
                     let t = Instant::now();
                     store
@@ -99,7 +99,7 @@ async fn drain(backend: &Arc<dyn Backend>) -> Sample {
     let mut latencies = Vec::new();
     let mut ops = 0;
     for token in 1.. {
-        let now = switchboard::store::now_ms();
+        let now = switchboard::__private::store::now_ms();
         let t = Instant::now();
         let got = backend
             .claim(&ClaimRequest {

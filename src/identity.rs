@@ -8,7 +8,7 @@ use std::fmt;
 
 /// Replaces the characters the protocol forbids in identity parts (`.` `:` space, tab,
 /// CR, LF) with `-`, so that dot keys and ARNs split unambiguously.
-pub fn sanitize(part: &str) -> String {
+pub(crate) fn sanitize(part: &str) -> String {
     part.chars()
         .map(|c| match c {
             '.' | ':' | ' ' | '\t' | '\r' | '\n' => '-',

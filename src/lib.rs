@@ -10,40 +10,56 @@
 //! connector calls another through the gateway with [`ExecuteContext::invoke`] (inside
 //! an execute) or [`RegistrationHandle::invoke`]. The `gateway` feature adds the other
 //! side of the wire: a reference gateway with an HTTP API and an in-process test kit.
-#![warn(missing_docs, unreachable_pub)]
+#![deny(missing_docs, unreachable_pub)]
+// The public API is the list of re-exports below, plus three public modules: `proto`
+// (the generated protocol messages, which gateway integrators need), `phoenix` (the
+// Phoenix channel v2 frame codec, for raw-protocol peers and tests) and `gateway` (the
+// reference gateway and its test kit). Every other module is `pub(crate)`, so an
+// internal type is never a semver promise. `__private` (hidden, unstable) exists for
+// this crate's own benches and fuzz targets, which measure internals from outside.
 
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
-pub mod config;
-pub mod connector;
-pub mod encoding;
-pub mod error;
+pub(crate) mod config;
+pub(crate) mod connector;
+pub(crate) mod encoding;
+pub(crate) mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
-pub mod identity;
-pub mod mux;
+pub(crate) mod identity;
+pub(crate) mod mux;
 #[cfg(feature = "runtime")]
-pub mod outbox;
+pub(crate) mod outbox;
 pub mod phoenix;
 #[cfg(feature = "runtime")]
-pub mod runtime;
+pub(crate) mod runtime;
 #[cfg(feature = "runtime")]
-pub mod store;
-pub mod transport;
+pub(crate) mod store;
+pub(crate) mod transport;
 #[cfg(feature = "runtime")]
-pub mod triggers;
+pub(crate) mod triggers;
 #[cfg(feature = "runtime")]
-pub mod webhooks;
+pub(crate) mod webhooks;
 
 pub mod proto {
     //! Messages generated from `proto/connector.proto` (package `matrix.connectors.v1`).
+    //!
+    //! Public because a gateway integrator (or a test acting as one) speaks these
+    //! messages directly; a connector author never needs them.
     #![allow(missing_docs, unreachable_pub, clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/matrix.connectors.v1.rs"));
 }
 
-pub use config::{ConnectorConfig, ConnectorConfigBuilder, HeartbeatSettings, ProxySetting};
-pub use connector::{BaseConnector, EchoConnector, ExecuteContext};
-pub use encoding::{decode_payload, encode_payload, Payload};
+#[doc(hidden)]
+pub mod __private;
+
+pub use config::{
+    ConnectorConfig, ConnectorConfigBuilder, ConnectorScope, HeartbeatSettings, ProxySetting,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
+};
+pub use connector::{BaseConnector, EchoConnector, ExecuteContext, TOOL_SCHEMAS_KEY};
+pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
 pub use mux::backoff::BackoffPolicy;
@@ -54,9 +70,16 @@ pub use mux::{
 };
 pub use mux::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "runtime")]
-pub use runtime::Runtime;
+pub use outbox::deliver::{
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
+    CONTEXT_TRACE_ID,
+};
+#[cfg(feature = "runtime")]
+pub use runtime::ops::{EnqueueRequest, Enqueued};
+#[cfg(feature = "runtime")]
+pub use runtime::{Runtime, RuntimeBuilder};
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
-pub use triggers::TriggerEvent;
+pub use triggers::{SignatureStatus, TriggerEvent};
 #[cfg(feature = "runtime")]
-pub use webhooks::config::RuntimeConfig;
+pub use webhooks::config::{ResolvedConfig, RuntimeConfig};

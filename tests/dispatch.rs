@@ -48,7 +48,7 @@ async fn enqueue_direct(rt: &Rt, binding: &str, payload: serde_json::Value) -> S
     let done = rt
         .rt()
         .ops()
-        .enqueue(switchboard::runtime::ops::EnqueueRequest {
+        .enqueue(switchboard::EnqueueRequest {
             binding: Some(binding.into()),
             payload: serde_json::to_vec(&payload).unwrap(),
             ..Default::default()
@@ -260,7 +260,7 @@ max_concurrent = 8
         let ops = ops.clone();
         let payload = serde_json::to_vec(&json!({"key": key, "seq": seq})).unwrap();
         async move {
-            ops.enqueue(switchboard::runtime::ops::EnqueueRequest {
+            ops.enqueue(switchboard::EnqueueRequest {
                 binding: Some("ordered".into()),
                 payload,
                 ..Default::default()
@@ -490,7 +490,7 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
         ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
             || matches!(
                 ops.invoke_now("sync", b"{}".to_vec(), 0, None).await,
-                Err(switchboard::runtime::ops::OpError::Busy(_))
+                Err(switchboard::__private::runtime::ops::OpError::Busy(_))
             )
     })
     .await;
@@ -647,7 +647,7 @@ handler = { local = "rec", capability = "x" }
     for _ in 0..12 {
         let stats = store
             .backend()
-            .stats(switchboard::store::now_ms())
+            .stats(switchboard::__private::store::now_ms())
             .await
             .unwrap();
         assert_eq!(stats.leased + stats.due + stats.scheduled, 1);
@@ -689,7 +689,7 @@ max_concurrent = 1
     let store = rt.rt().store().clone();
     let stats = store
         .backend()
-        .stats(switchboard::store::now_ms())
+        .stats(switchboard::__private::store::now_ms())
         .await
         .unwrap();
     assert_eq!(
@@ -701,7 +701,7 @@ max_concurrent = 1
     rt.stop().await;
     let stats = store
         .backend()
-        .stats(switchboard::store::now_ms())
+        .stats(switchboard::__private::store::now_ms())
         .await
         .unwrap();
     assert_eq!(

@@ -227,7 +227,7 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
         .unwrap();
     runtime
         .ops()
-        .enqueue(switchboard::runtime::ops::EnqueueRequest {
+        .enqueue(switchboard::EnqueueRequest {
             binding: Some("loop".into()),
             payload: b"{}".to_vec(),
             ..Default::default()

@@ -82,7 +82,7 @@ async fn an_expired_claim_lets_the_key_in_again_and_is_swept(kind: StoreKind) {
     .await;
     assert_ne!(second["id"], first["id"]);
     assert_eq!(h.events("gh").await.len(), 2);
-    let far_future = switchboard::store::now_ms() + 60_000;
+    let far_future = switchboard::__private::store::now_ms() + 60_000;
     let hr = &h;
     let sweep = |before: i64| async move {
         hr.runtime()
@@ -169,13 +169,14 @@ async fn cron_catches_up_on_fires_missed_while_down(kind: StoreKind) {
         h.stop().await;
         // Pretend the last fire was ten minutes ago (just after a minute boundary).
         let down_since = (now_s() / 60 - 10) * 60 * 1000 + 1;
-        let backend = switchboard::store::open_backend(&h.store_url, &Default::default())
-            .await
-            .unwrap();
+        let backend =
+            switchboard::__private::store::open_backend(&h.store_url, &Default::default())
+                .await
+                .unwrap();
         backend
             .put_state(
                 "c",
-                switchboard::webhooks::LAST_FIRE_KEY,
+                switchboard::__private::webhooks::LAST_FIRE_KEY,
                 Some(&down_since.to_string()),
             )
             .await

@@ -9,7 +9,7 @@ mod support;
 
 use std::path::Path;
 
-use switchboard::webhooks::signature::{github, standard_webhooks, Rejection};
+use switchboard::__private::webhooks::signature::{github, standard_webhooks, Rejection};
 
 /// Runs tests/interop/sign.mjs, signing at `ts` (unix seconds).
 fn node_signatures(ts: Option<i64>) -> serde_json::Value {

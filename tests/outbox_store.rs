@@ -19,8 +19,8 @@ use fixture::{
     claim_request, due_at, event, failure, keyed, message, row, stored, Fixture, B, LEASE, T,
 };
 use support::{postgres_url, skip_postgres, StoreKind, DEADLINE};
-use switchboard::outbox::model::{DeadLetterQuery, Finish, ReceiveRequest, RunRecord};
-use switchboard::store::{Appended, EventQuery};
+use switchboard::__private::outbox::model::{DeadLetterQuery, Finish, ReceiveRequest, RunRecord};
+use switchboard::__private::store::{Appended, EventQuery};
 
 on_both_stores!(
     an_accepted_event_enqueues_one_row_per_binding_and_a_duplicate_enqueues_nothing,
@@ -155,7 +155,7 @@ async fn an_ordering_key_holds_later_rows_until_its_head_is_gone(kind: StoreKind
     f.append("a-1", vec![keyed("A")]).await;
     f.append("a-2", vec![keyed("A")]).await;
     f.append("b-1", vec![keyed("B")]).await;
-    let other_binding = switchboard::outbox::model::Enqueue {
+    let other_binding = switchboard::__private::outbox::model::Enqueue {
         ordering_key: Some("A".into()),
         ..row("other")
     };
@@ -719,7 +719,7 @@ async fn postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_i
     let proxy = support::Proxy::start(target.clone()).await;
     let schema_url = support::fresh_postgres_schema(&base).await;
     let through_proxy = schema_url.replacen(&target, &proxy.addr.to_string(), 1);
-    let backend = switchboard::store::open_backend(&through_proxy, &Default::default())
+    let backend = switchboard::__private::store::open_backend(&through_proxy, &Default::default())
         .await
         .unwrap();
     let wake = backend.wake();

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// The smallest delay [`Backoff::next_delay`] ever returns, so that a degenerate
 /// policy (zero initial delay, full jitter) can never turn a reconnect loop into a
 /// busy loop.
-pub const MIN_DELAY: Duration = Duration::from_millis(1);
+pub(crate) const MIN_DELAY: Duration = Duration::from_millis(1);
 
 /// How reconnect delays grow.
 ///
@@ -104,7 +104,7 @@ impl BackoffPolicy {
 /// [`Backoff::reset`]. A loop whose connects succeed but whose registrations keep
 /// failing therefore keeps backing off up to the cap instead of hammering the gateway.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     policy: BackoffPolicy,
     base: Duration,
     attempts: u32,
@@ -112,7 +112,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// A fresh loop at the policy's initial delay.
-    pub fn new(policy: BackoffPolicy) -> Self {
+    pub(crate) fn new(policy: BackoffPolicy) -> Self {
         let policy = policy.normalised();
         Backoff {
             base: policy.initial,
@@ -127,7 +127,7 @@ impl Backoff {
     /// The delay is `base * (1 - jitter * sample)`, so it lies in
     /// `[base * (1 - jitter), base]`, never exceeds `max`, and is never below
     /// [`MIN_DELAY`]. Samples outside `[0, 1)` are clamped; NaN counts as 0.
-    pub fn next_delay(&mut self, unit_sample: f64) -> Duration {
+    pub(crate) fn next_delay(&mut self, unit_sample: f64) -> Duration {
         let sample = if unit_sample.is_nan() {
             0.0
         } else {
@@ -141,29 +141,33 @@ impl Backoff {
     }
 
     /// [`Backoff::next_delay`] with the sample drawn from an injected generator.
-    pub fn next_delay_with<R: rand::Rng + ?Sized>(&mut self, rng: &mut R) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn next_delay_with<R: rand::Rng + ?Sized>(&mut self, rng: &mut R) -> Duration {
         let sample: f64 = rng.random();
         self.next_delay(sample)
     }
 
     /// A connection became healthy (all registers succeeded): reset to initial.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.base = self.policy.initial;
         self.attempts = 0;
     }
 
     /// Delays handed out since creation or the last [`Backoff::reset`].
-    pub fn attempts(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn attempts(&self) -> u32 {
         self.attempts
     }
 
     /// The base the next [`Backoff::next_delay`] will jitter.
-    pub fn current_base(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn current_base(&self) -> Duration {
         self.base
     }
 
     /// The (normalised) policy in force.
-    pub fn policy(&self) -> &BackoffPolicy {
+    #[cfg(test)]
+    pub(crate) fn policy(&self) -> &BackoffPolicy {
         &self.policy
     }
 

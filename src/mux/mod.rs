@@ -9,7 +9,7 @@
 
 #[cfg(feature = "websocket")]
 mod approval;
-pub mod backoff;
+pub(crate) mod backoff;
 #[cfg(feature = "websocket")]
 pub(crate) mod core;
 #[cfg(feature = "websocket")]
@@ -21,7 +21,7 @@ pub(crate) mod invoke;
 pub(crate) mod invoker;
 #[cfg(feature = "websocket")]
 pub(crate) mod metrics;
-pub mod routing;
+pub(crate) mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
 #[cfg(feature = "websocket")]

@@ -23,7 +23,7 @@ use crate::proto::StreamMessage;
 
 /// Identifies one registration handle on a socket; chosen by the caller, unique per
 /// socket.
-pub type HandleId = u64;
+pub(crate) type HandleId = u64;
 
 /// The context key of `execute_request` / `invoke_request` that names the addressee.
 const CONNECTOR_ARN_KEY: &str = "connector_arn";
@@ -31,7 +31,7 @@ const CONNECTOR_ARN_KEY: &str = "connector_arn";
 /// Where one inbound message goes. `P` is what the caller tracked with a pending
 /// request (see [`RoutingTable::track_request`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Route<P = ()> {
+pub(crate) enum Route<P = ()> {
     /// Deliver to this handle.
     Handle(HandleId),
     /// The response to a pending request of this handle; the value tracked with the
@@ -47,7 +47,7 @@ pub enum Route<P = ()> {
 
 /// Why an inbound message was dropped instead of routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
+pub(crate) enum DropReason {
     /// The message has no `oneof message` variant set.
     Empty,
     /// A `register_response` whose `connector_arn` does not parse (including an empty
@@ -69,7 +69,8 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, so counters can be registered up front.
-    pub const ALL: [DropReason; 6] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [DropReason; 6] = [
         DropReason::Empty,
         DropReason::MalformedArn,
         DropReason::UnknownArn,
@@ -79,7 +80,7 @@ impl DropReason {
     ];
 
     /// A stable snake_case label for logs and counters; never changes meaning.
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             DropReason::Empty => "empty",
             DropReason::MalformedArn => "malformed_arn",
@@ -131,7 +132,7 @@ struct Entry {
 /// connection core keeps no second one), pruned on response, timeout/cancellation,
 /// handle removal and disconnect, so it cannot leak.
 #[derive(Debug)]
-pub struct RoutingTable<P = ()> {
+pub(crate) struct RoutingTable<P = ()> {
     tenant: String,
     max_handlers: usize,
     handles: HashMap<HandleId, Entry>,
@@ -143,7 +144,7 @@ pub struct RoutingTable<P = ()> {
 impl<P> RoutingTable<P> {
     /// An empty table for a socket of `tenant` that carries at most `max_handlers`
     /// handles (the `max_handlers_per_socket` option).
-    pub fn new(tenant: impl Into<String>, max_handlers: usize) -> Self {
+    pub(crate) fn new(tenant: impl Into<String>, max_handlers: usize) -> Self {
         RoutingTable {
             tenant: tenant.into(),
             max_handlers,
@@ -154,22 +155,12 @@ impl<P> RoutingTable<P> {
         }
     }
 
-    /// The socket's tenant.
-    pub fn tenant(&self) -> &str {
-        &self.tenant
-    }
-
-    /// The handler cap given to [`RoutingTable::new`].
-    pub fn max_handlers(&self) -> usize {
-        self.max_handlers
-    }
-
     /// Admit a handle under its dot key before its first register is sent.
     ///
     /// Fails with [`Error::DuplicateRegistration`] when the dot key (or the handle id)
     /// is already admitted, and with [`Error::HandlerCapReached`] when the socket
     /// already carries `max_handlers` handles. A failed admission changes nothing.
-    pub fn admit(&mut self, id: HandleId, key: RegistrationKey) -> Result<(), Error> {
+    pub(crate) fn admit(&mut self, id: HandleId, key: RegistrationKey) -> Result<(), Error> {
         if self.by_dot.contains_key(key.dot_key()) {
             return Err(Error::DuplicateRegistration {
                 key: key.dot_key().to_owned(),
@@ -194,7 +185,7 @@ impl<P> RoutingTable<P> {
     /// Remove a handle; returns the requests it had pending (sorted by id, so the
     /// caller fails them in a stable order), and forgets its dot key and ARN. Unknown
     /// ids return nothing.
-    pub fn remove(&mut self, id: HandleId) -> Vec<(String, P)> {
+    pub(crate) fn remove(&mut self, id: HandleId) -> Vec<(String, P)> {
         let Some(entry) = self.handles.remove(&id) else {
             return Vec::new();
         };
@@ -222,7 +213,7 @@ impl<P> RoutingTable<P> {
     /// An empty `arn` only clears the previous one. If another handle held the same
     /// ARN, the gateway's latest assignment wins and the other handle loses it. Unknown
     /// handle ids are ignored.
-    pub fn set_arn(&mut self, id: HandleId, arn: &str) {
+    pub(crate) fn set_arn(&mut self, id: HandleId, arn: &str) {
         let Some(entry) = self.handles.get_mut(&id) else {
             return;
         };
@@ -248,7 +239,12 @@ impl<P> RoutingTable<P> {
     /// Gives `value` back and tracks nothing when `request_id` is empty, `id` is not
     /// admitted, or the id is already pending (it stays with its first owner: request
     /// ids must be unique per socket).
-    pub fn track_request(&mut self, request_id: String, id: HandleId, value: P) -> Result<(), P> {
+    pub(crate) fn track_request(
+        &mut self,
+        request_id: String,
+        id: HandleId,
+        value: P,
+    ) -> Result<(), P> {
         if request_id.is_empty()
             || !self.handles.contains_key(&id)
             || self.pending.contains_key(&request_id)
@@ -261,14 +257,14 @@ impl<P> RoutingTable<P> {
 
     /// Forget a pending request on timeout/cancellation; returns its value if it was
     /// there.
-    pub fn forget_request(&mut self, request_id: &str) -> Option<P> {
+    pub(crate) fn forget_request(&mut self, request_id: &str) -> Option<P> {
         self.pending.remove(request_id).map(|(_, v)| v)
     }
 
     /// Socket disconnected: drop all pending requests; returns them grouped by handle
     /// (handles ascending, ids sorted) so each can be failed. ARNs and admissions stay
     /// (handles re-register on reconnect).
-    pub fn disconnect(&mut self) -> Vec<(HandleId, Vec<(String, P)>)> {
+    pub(crate) fn disconnect(&mut self) -> Vec<(HandleId, Vec<(String, P)>)> {
         let mut grouped: HashMap<HandleId, Vec<(String, P)>> = HashMap::new();
         for (request_id, (id, v)) in self.pending.drain() {
             grouped.entry(id).or_default().push((request_id, v));
@@ -283,7 +279,7 @@ impl<P> RoutingTable<P> {
 
     /// Route one inbound message (PROTOCOL.md §5). A matched response is removed from
     /// the pending map.
-    pub fn route(&mut self, msg: &StreamMessage) -> Route<P> {
+    pub(crate) fn route(&mut self, msg: &StreamMessage) -> Route<P> {
         let Some(message) = &msg.message else {
             return Route::Drop(DropReason::Empty);
         };
@@ -307,37 +303,37 @@ impl<P> RoutingTable<P> {
     }
 
     /// Number of admitted handles.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.handles.len()
     }
 
     /// Whether no handle is admitted.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.handles.is_empty()
     }
 
     /// Number of pending requests.
-    pub fn pending_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending_len(&self) -> usize {
         self.pending.len()
     }
 
     /// The handle that holds exactly this ARN.
-    pub fn handle_for_arn(&self, arn: &str) -> Option<HandleId> {
+    #[cfg(test)]
+    pub(crate) fn handle_for_arn(&self, arn: &str) -> Option<HandleId> {
         self.by_arn.get(arn).copied()
     }
 
     /// The handle admitted under this dot key.
-    pub fn handle_for_dot_key(&self, dot_key: &str) -> Option<HandleId> {
+    #[cfg(test)]
+    pub(crate) fn handle_for_dot_key(&self, dot_key: &str) -> Option<HandleId> {
         self.by_dot.get(dot_key).copied()
     }
 
-    /// The key a handle was admitted under.
-    pub fn key_of(&self, id: HandleId) -> Option<&RegistrationKey> {
-        self.handles.get(&id).map(|e| &e.key)
-    }
-
     /// The ARN last recorded for a handle with [`RoutingTable::set_arn`].
-    pub fn arn_of(&self, id: HandleId) -> Option<&str> {
+    pub(crate) fn arn_of(&self, id: HandleId) -> Option<&str> {
         self.handles.get(&id).and_then(|e| e.arn.as_deref())
     }
 

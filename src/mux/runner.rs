@@ -129,11 +129,17 @@ impl Registration {
     }
 }
 
-/// Stops a running [`MultiConnectorRunner`] from anywhere.
+/// Stops a running [`MultiConnectorRunner`] (or, with the `runtime` feature, a
+/// `Runtime`) from anywhere: cloneable, so a signal handler and a supervisor may each
+/// hold one.
 #[derive(Debug, Clone)]
 pub struct ShutdownHandle(CancellationToken);
 
 impl ShutdownHandle {
+    pub(crate) fn new(token: CancellationToken) -> Self {
+        ShutdownHandle(token)
+    }
+
     /// Asks every socket and registration to stop; `run` returns once they have.
     pub fn shutdown(&self) {
         self.0.cancel();

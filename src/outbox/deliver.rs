@@ -90,7 +90,7 @@ pub trait Deliver: Send + Sync + 'static {
 /// The runtime's handlers: the gateway registration (for `invoke`) and the local
 /// connectors the embedding program registered (for `local`).
 #[derive(Clone, Default)]
-pub struct Handlers {
+pub(crate) struct Handlers {
     gateway: Option<RegistrationHandle>,
     local: HashMap<String, Arc<dyn BaseConnector>>,
 }
@@ -110,7 +110,7 @@ impl std::fmt::Debug for Handlers {
 impl Handlers {
     /// Handlers that deliver `invoke` bindings over `gateway` (if any) and `local` ones
     /// to `local`, keyed by the name bindings use.
-    pub fn new(
+    pub(crate) fn new(
         gateway: Option<RegistrationHandle>,
         local: HashMap<String, Arc<dyn BaseConnector>>,
     ) -> Handlers {
@@ -120,7 +120,7 @@ impl Handlers {
     /// Whether this process can deliver `binding` at all (its connector is here, or it
     /// invokes and a gateway is configured). Rows of bindings it cannot deliver are
     /// left for a process that can.
-    pub fn can_deliver(&self, binding: &Binding) -> bool {
+    pub(crate) fn can_deliver(&self, binding: &Binding) -> bool {
         match &binding.handler {
             Handler::Invoke { .. } => self.gateway.is_some(),
             Handler::Local { connector, .. } => self.local.contains_key(connector),

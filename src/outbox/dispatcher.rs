@@ -44,19 +44,21 @@ use crate::triggers::registry::TriggerRegistry;
 /// Default attempts in flight per process: enough to keep a few hundred remote
 /// handlers busy, few enough that a burst cannot exhaust memory or sockets.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
-/// Default rows per claim: a claim is one statement, and 100 rows keep it in the
-/// sub-millisecond range on both stores while amortising its commit.
-pub const DEFAULT_BATCH: usize = 100;
-/// Default lease: 30 s, the default attempt timeout; the keeper extends it long before.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default rows per claim: 100. A claim is one statement, and 100 rows keep it in the
+/// sub-millisecond range on both stores while amortising its commit, without leasing
+/// far more rows than the process can start before the lease runs out.
+pub(crate) const DEFAULT_BATCH: usize = 100;
+/// Default lease: 30 s, the default attempt timeout; the keeper extends it long before,
+/// so a crashed dispatcher's rows are due again about one attempt's length later.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Default fallback poll: 1 s. Wake-ups come from the store; the poll only covers a
 /// lost notification (a PostgreSQL listener reconnecting) and other processes' retries.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default shutdown grace: 10 s for in-flight attempts before they are abandoned and
 /// their rows released.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Finishes the finisher commits in one transaction at most.
-pub const MAX_FINISH_BATCH: usize = 1024;
+pub(crate) const MAX_FINISH_BATCH: usize = 1024;
 
 /// How the dispatcher runs.
 #[derive(Debug, Clone)]
@@ -64,14 +66,14 @@ pub const MAX_FINISH_BATCH: usize = 1024;
 pub struct DispatcherOptions {
     /// Attempts in flight at once in this process. Default [`DEFAULT_MAX_IN_FLIGHT`].
     pub max_in_flight: usize,
-    /// Rows per claim. Default [`DEFAULT_BATCH`].
+    /// Rows per claim. Default 100.
     pub batch: usize,
     /// How long a claim holds its rows before another process may take them. Default
-    /// [`DEFAULT_LEASE`].
+    /// 30 s.
     pub lease: Duration,
-    /// Fallback wake-up. Default [`DEFAULT_POLL_INTERVAL`].
+    /// Fallback wake-up. Default 1 s.
     pub poll_interval: Duration,
-    /// How long shutdown waits for attempts in flight. Default [`DEFAULT_SHUTDOWN_GRACE`].
+    /// How long shutdown waits for attempts in flight. Default 10 s.
     pub shutdown_grace: Duration,
 }
 

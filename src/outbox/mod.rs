@@ -15,12 +15,12 @@
 //! Public like [`crate::store`], whose [`crate::store::Backend`] has [`OutboxStore`] as
 //! a supertrait; the curated API (issue 11) narrows both together.
 
-pub mod deliver;
-pub mod dispatcher;
-pub mod metrics;
-pub mod model;
-pub mod outcome;
-pub mod retry;
-pub mod store;
+pub(crate) mod deliver;
+pub(crate) mod dispatcher;
+pub(crate) mod metrics;
+pub(crate) mod model;
+pub(crate) mod outcome;
+pub(crate) mod retry;
+pub(crate) mod store;
 
-pub use store::OutboxStore;
+pub(crate) use store::OutboxStore;

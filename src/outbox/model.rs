@@ -133,7 +133,7 @@ pub struct ClaimedRow {
 
 /// How one claimed row ends. Finishes name the row and its claim token; a finish whose
 /// token no longer matches (the lease expired and another claimer took the row) is
-/// ignored, and [`crate::outbox::OutboxStore::finish`] reports how many applied.
+/// ignored, and the store's `finish` reports how many applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
     /// Delivered: delete the row.
@@ -157,7 +157,7 @@ pub enum Finish {
     /// Failed for the last time: move the row to the dead letters with its history
     /// (plus `error`), and enqueue one row per dead-letter handler, in one transaction.
     /// Each `fanout` row gets the new dead letter's id; its `payload`, if `None`, is
-    /// the dead letter as JSON ([`DeadLetter`]) with the event's payload under `event`.
+    /// the dead letter as JSON (a dead-letter record) with the event's payload under `event`.
     DeadLetter {
         /// Row id.
         id: i64,

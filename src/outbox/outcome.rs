@@ -106,7 +106,7 @@ impl Failure {
 
 /// A dead-letter handler binding, as the fan-out needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetterTarget {
+pub(crate) struct DeadLetterTarget {
     /// Its id.
     pub binding_id: String,
     /// Its fingerprint.
@@ -118,7 +118,7 @@ pub struct DeadLetterTarget {
 /// The finish for `row` after its attempt ended with `result` at `now_ms`. `unit` is a
 /// uniform draw from `[0, 1)` for the jitter; `dead_letter_handlers` are the handlers
 /// that report on this row's binding (used only when the row is dead-lettered).
-pub fn decide(
+pub(crate) fn decide(
     row: &ClaimedRow,
     retry: &RetryPolicy,
     result: Result<(), &Failure>,

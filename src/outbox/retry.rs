@@ -42,14 +42,14 @@ fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Default attempts: 5 (the first and four retries).
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub(crate) const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// Default first delay: 1 s, long enough for a restarting handler to come back.
-pub const DEFAULT_BASE: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_BASE: Duration = Duration::from_secs(1);
 /// Default cap: 5 minutes, so the fifth attempt of a default policy is still well
 /// within an operator's attention span.
-pub const DEFAULT_CAP: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_CAP: Duration = Duration::from_secs(300);
 /// Default jitter: ±20 %.
-pub const DEFAULT_JITTER: f64 = 0.2;
+pub(crate) const DEFAULT_JITTER: f64 = 0.2;
 
 impl Default for RetryPolicy {
     fn default() -> Self {

@@ -24,7 +24,7 @@ use crate::outbox::model::DeadLetterQuery;
 use crate::proto::TaskTypeSchema;
 
 /// The capability ids.
-pub const CAPABILITIES: [&str; 8] = [
+pub(crate) const CAPABILITIES: [&str; 8] = [
     "outbox.enqueue",
     "triggers.invoke",
     "queue.receive",
@@ -41,17 +41,17 @@ pub const CAPABILITIES: [&str; 8] = [
 /// must exist before the handlers that deliver over it, and those before the
 /// operations that use them; an execute that arrives in between is refused as
 /// `overloaded`, which callers retry.
-pub struct RuntimeConnector {
+pub(crate) struct RuntimeConnector {
     ops: OpsSlot,
     connector_type: String,
 }
 
 /// Where the runtime's operations are put once they exist.
-pub type OpsSlot = Arc<std::sync::OnceLock<Arc<DeliverOps>>>;
+pub(crate) type OpsSlot = Arc<std::sync::OnceLock<Arc<DeliverOps>>>;
 
 impl RuntimeConnector {
     /// A connector of `connector_type` over the operations `ops` will hold.
-    pub fn new(ops: OpsSlot, connector_type: impl Into<String>) -> RuntimeConnector {
+    pub(crate) fn new(ops: OpsSlot, connector_type: impl Into<String>) -> RuntimeConnector {
         RuntimeConnector {
             ops,
             connector_type: connector_type.into(),
@@ -265,7 +265,7 @@ fn object(properties: Value, required: &[&str]) -> Value {
 }
 
 /// The capabilities with their JSON schemas.
-pub fn schemas() -> Vec<TaskTypeSchema> {
+pub(crate) fn schemas() -> Vec<TaskTypeSchema> {
     let id = json!({"type": "integer"});
     let dead_letter = json!({"type": "object", "properties": {
         "id": {"type": "integer"}, "binding_id": {"type": "string"},

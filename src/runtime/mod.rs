@@ -14,8 +14,8 @@
 //! operations are then handed to the registration's connector ([`connector::OpsSlot`]).
 
 pub(crate) mod admin;
-pub mod connector;
-pub mod ops;
+pub(crate) mod connector;
+pub(crate) mod ops;
 mod sweeper;
 
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ use crate::triggers::binding::Handler;
 use crate::webhooks::config::{ResolvedConfig, Rule};
 use crate::webhooks::server::{router, Ingress};
 use crate::webhooks::ticker::{self, Ticker};
-use ops::{DeliverOps, QueueLimits};
+use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};
 
 /// Executes the runtime's own registration may run at once: its capabilities are
 /// short store operations, except `triggers.invoke`, which waits for a handler.
@@ -99,7 +99,8 @@ impl RuntimeBuilder {
     }
 
     /// Replaces the handlers with `deliver` for every binding (invoke and local): for
-    /// benchmarks and tests that measure the outbox without a handler's cost.
+    /// benchmarks and tests that measure the outbox without a handler's cost. Hidden
+    /// and unstable, like the [`Deliver`] trait it takes.
     #[doc(hidden)]
     pub fn deliver_with(mut self, deliver: Arc<dyn Deliver>) -> Self {
         self.deliver = Some(deliver);
@@ -294,7 +295,9 @@ impl Runtime {
         self.addr
     }
 
-    /// The store, for reads (tests, embedding applications).
+    /// The store. Hidden and unstable: this crate's tests and benches read rows
+    /// through it; an application reads through the admin API instead.
+    #[doc(hidden)]
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -305,17 +308,31 @@ impl Runtime {
     }
 
     /// The deliver operations (enqueue, sync invoke, queues, dead letters, stats), as
-    /// the admin API and the runtime's capabilities run them.
+    /// the admin API and the runtime's capabilities run them. Hidden and unstable:
+    /// [`Runtime::enqueue`] is the supported way in.
+    #[doc(hidden)]
     pub fn ops(&self) -> &Arc<DeliverOps> {
         &self.ops
     }
 
-    /// A token that stops the runtime when cancelled (e.g. from a signal handler).
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.cancel.clone()
+    /// Enqueues an event for delivery from inside the embedding process, exactly as
+    /// `POST /api/v1/events` would: the event is durable (and its outbox rows written)
+    /// when this returns, and an `idempotency_key` seen before returns the first
+    /// event's id instead of a second copy. Fails with [`Error::Payload`] on a
+    /// bad request, [`Error::Overloaded`] when a queue is full, and the store's error
+    /// when it cannot take the write.
+    pub async fn enqueue(&self, request: EnqueueRequest) -> Result<Enqueued> {
+        self.ops.enqueue(request).await.map_err(|e| e.into_error())
     }
 
-    /// Runs until the shutdown token is cancelled, then shuts down.
+    /// A handle that stops the runtime (e.g. from a signal handler): [`Runtime::wait`]
+    /// returns once the runtime has shut down. Cloneable and cheap, so any task may
+    /// hold one.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle::new(self.cancel.clone())
+    }
+
+    /// Runs until a [`Runtime::shutdown_handle`] fires, then shuts down.
     pub async fn wait(self) -> Result<()> {
         self.cancel.cancelled().await;
         self.shutdown().await

@@ -27,17 +27,17 @@ use crate::triggers::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent
 
 /// The source id of events that enter through `outbox.enqueue`, `triggers.invoke` and
 /// their HTTP twins. Configured source ids cannot contain `@`, so it never collides.
-pub const API_SOURCE: &str = "@api";
+pub(crate) const API_SOURCE: &str = "@api";
 /// Most messages one `queue.receive` hands out.
-pub const MAX_RECEIVE: usize = 100;
+pub(crate) const MAX_RECEIVE: usize = 100;
 /// Messages a `queue.receive` hands out when it names no maximum.
-pub const DEFAULT_RECEIVE: usize = 10;
+pub(crate) const DEFAULT_RECEIVE: usize = 10;
 /// Largest page of dead letters.
-pub const MAX_DEAD_LETTER_PAGE: usize = 500;
+pub(crate) const MAX_DEAD_LETTER_PAGE: usize = 500;
 
 /// A queue's limits, from `[[queues]]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueLimits {
+pub(crate) struct QueueLimits {
     /// How long a received message stays invisible to other receivers.
     pub visibility: Duration,
     /// Receives after which a message is dead-lettered instead.

@@ -21,22 +21,22 @@ use crate::triggers::TriggerEvent;
 /// Most writes in one transaction. Large enough that a burst of a few hundred
 /// concurrent requests commits in one go; small enough that one batch's transaction
 /// stays in the low milliseconds.
-pub const MAX_BATCH: usize = 512;
+pub(crate) const MAX_BATCH: usize = 512;
 
 /// Most body bytes in one transaction: 64 MiB. A burst of large deliveries (the body
 /// limit is 10 MiB) is split over several transactions rather than sent to PostgreSQL
 /// as one array value near its 1 GB limit, or held in SQLite's page cache at once.
-pub const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 
 /// Writes that may wait for the writer. When the queue is full, [`Store::append`]
 /// refuses at once (ingress answers 503 + Retry-After) rather than queueing without
 /// bound; audit writes are dropped and counted.
-pub const QUEUE_CAPACITY: usize = 8192;
+pub(crate) const QUEUE_CAPACITY: usize = 8192;
 
 /// How long an append waits for its batch to commit. Past it the caller gets a store
 /// error and answers 503; if the write commits after all, the sender's retry finds the
 /// claim and is answered as a duplicate, so nothing is lost or doubled.
-pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 
 struct Job {
     write: Write,

@@ -24,21 +24,22 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::triggers::TriggerEvent;
 
-pub mod group_commit;
+pub(crate) mod group_commit;
 mod outbox_rows;
 #[cfg(feature = "postgres")]
-pub mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_listen;
 #[cfg(feature = "postgres")]
 mod postgres_outbox;
 #[cfg(feature = "postgres")]
 mod postgres_queues;
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod sqlite_outbox;
 mod sqlite_queues;
 
-pub use group_commit::{GroupCommitStats, Store};
+pub(crate) use group_commit::GroupCommitStats;
+pub use group_commit::Store;
 
 /// One write in a group-commit batch. Moved, never copied, into its transaction.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ pub enum Write {
     Reject(Rejected),
 }
 
-/// What an [`Write::Append`] did.
+/// What an append write did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Appended {
     /// The event is stored under this id.
@@ -124,7 +125,7 @@ pub trait Backend: crate::outbox::OutboxStore + Send + Sync + 'static {
     fn name(&self) -> &'static str;
 
     /// Applies `writes` in ONE transaction, evaluating claims against `now_ms`, and
-    /// returns one result per write in order (`None` for a [`Write::Reject`]). An error
+    /// returns one result per write in order (`None` for a rejected write). An error
     /// means nothing of the batch was stored.
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>>;
 
@@ -194,7 +195,7 @@ pub struct StoreOptions {
     /// fail as "full" and ingress answers 503), so a flood cannot fill the disk.
     /// Default: no cap.
     pub max_db_bytes: Option<u64>,
-    /// SQLite only: how commits are synced. Default [`sqlite::Synchronous::Full`].
+    /// SQLite only: how commits are synced. Default `FULL`.
     pub synchronous: sqlite::Synchronous,
 }
 

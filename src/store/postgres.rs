@@ -150,7 +150,7 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
     ORDER BY seq DESC LIMIT $3";
 
 /// The PostgreSQL backend.
-pub struct PostgresBackend {
+pub(crate) struct PostgresBackend {
     pool: Pool,
     url: String,
     /// Woken by the `LISTEN switchboard_outbox` task on every notification.
@@ -166,7 +166,7 @@ pub(super) fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Er
 
 impl PostgresBackend {
     /// Connects (checking the server is reachable) and applies migrations.
-    pub async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresBackend> {
+    pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresBackend> {
         let shown = redact_url(url);
         let mut cfg: tokio_postgres::Config = url
             .parse()

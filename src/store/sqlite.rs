@@ -98,18 +98,18 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
 
 /// How often the checkpointer copies the WAL into the database. A second keeps the
 /// WAL to about a second of writes and the work of each checkpoint small.
-pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Prepared statements kept per connection. rusqlite's default (16) is fewer than the
 /// writer runs (ingest, claims, finishes, queues, retention), and an evicted ingest
 /// statement would be prepared again on every batch.
-pub const STATEMENT_CACHE: usize = 64;
+pub(crate) const STATEMENT_CACHE: usize = 64;
 
 /// Page size of a newly created database (an existing one keeps its own).
-pub const PAGE_SIZE: u32 = 16 * 1024;
+pub(crate) const PAGE_SIZE: u32 = 16 * 1024;
 
 /// The SQLite backend.
-pub struct SqliteBackend {
+pub(crate) struct SqliteBackend {
     pub(super) writer: Arc<Mutex<Connection>>,
     pub(super) reader: Arc<Mutex<Connection>>,
     /// Woken after every commit that made outbox rows or queue messages due.
@@ -137,7 +137,7 @@ pub(super) fn sql_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
 
 impl SqliteBackend {
     /// Opens (creating if needed) the database at `path` and applies migrations.
-    pub async fn open(path: &str, options: &StoreOptions) -> Result<SqliteBackend> {
+    pub(crate) async fn open(path: &str, options: &StoreOptions) -> Result<SqliteBackend> {
         let path = path.to_owned();
         let options = options.clone();
         tokio::task::spawn_blocking(move || Self::open_blocking(&path, &options))

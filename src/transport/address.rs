@@ -23,10 +23,10 @@ use std::fmt;
 use crate::error::{Error, Result};
 
 /// Default port of a plain gRPC gateway, used when a `grpc://` or bare address has none.
-pub const DEFAULT_GRPC_PORT: u16 = 50061;
+pub(crate) const DEFAULT_GRPC_PORT: u16 = 50061;
 
 /// The Phoenix socket path of the connector endpoint, used when the address names none.
-pub const PHOENIX_SOCKET_PATH: &str = "/socket/connector/websocket";
+pub(crate) const PHOENIX_SOCKET_PATH: &str = "/socket/connector/websocket";
 
 /// The Phoenix serializer version this crate speaks (v2 array frames).
 const PHOENIX_VSN_QUERY: &str = "vsn=2.0.0";

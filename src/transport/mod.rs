@@ -1,7 +1,7 @@
 //! Transports: gateway address parsing, the proxy rules, the dialer (TCP, an optional
 //! HTTP CONNECT proxy, TLS), the Phoenix WebSocket over it, and the gRPC stream pool.
 
-pub mod address;
+pub(crate) mod address;
 #[cfg(feature = "websocket")]
 pub(crate) mod dial;
 #[cfg(feature = "grpc")]

@@ -12,9 +12,9 @@ use crate::proto::PayloadEncoding;
 
 /// Default `max_concurrent` per binding: 16 attempts in flight at once, enough to keep
 /// a remote handler busy without letting one binding take the whole process.
-pub const DEFAULT_MAX_CONCURRENT: usize = 16;
+pub(crate) const DEFAULT_MAX_CONCURRENT: usize = 16;
 /// Default attempt timeout: 30 s, the gateway's own default execute timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a binding's events are delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -196,7 +196,7 @@ const FINGERPRINT_VERSION: &[u8] = b"switchboard-binding-v1\n";
 /// Whether event kind `kind` matches `pattern`: equal, or, for a pattern ending in
 /// `*`, starting with what comes before it (`issues.*` matches `issues.opened`; `*`
 /// matches everything).
-pub fn kind_matches(pattern: &str, kind: &str) -> bool {
+pub(crate) fn kind_matches(pattern: &str, kind: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => kind.starts_with(prefix),
         None => pattern == kind,

@@ -43,10 +43,10 @@ use crate::webhooks::config::duration::{duration_or, DurationSetting};
 
 /// Default queue visibility timeout: 30 s, the default attempt timeout, so a consumer
 /// that takes as long as a handler may keeps its message.
-pub const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default receives before a queue message is dead-lettered: 5, as many as a
 /// binding's default attempts.
-pub const DEFAULT_MAX_RECEIVES: u32 = 5;
+pub(crate) const DEFAULT_MAX_RECEIVES: u32 = 5;
 
 /// One `[[triggers]]` table as written.
 #[derive(Debug, Clone, Deserialize)]

@@ -110,7 +110,7 @@ impl TriggerEvent {
 }
 
 /// A new time-ordered event id for an event received at `now_ms`.
-pub fn new_event_id(now_ms: i64) -> String {
+pub(crate) fn new_event_id(now_ms: i64) -> String {
     let r: u64 = rand::random();
     format!("evt_{:012x}{:016x}", now_ms.max(0), r)
 }

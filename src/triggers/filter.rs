@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 /// lower-case header name to value), `payload` (the parsed JSON body, `null` for a body
 /// that is not JSON), `kind`, `source`, `tenant`, `provider`, `id`, `trace_id` (strings)
 /// and `received_at_ms` (an int, unix milliseconds).
-pub const VARIABLES: &[&str] = &[
+pub(crate) const VARIABLES: &[&str] = &[
     "headers",
     "payload",
     "kind",

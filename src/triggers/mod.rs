@@ -1,12 +1,13 @@
 //! Trigger events and bindings: what every ingress path (provider webhooks, cron
 //! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
-pub mod binding;
-pub mod config;
+pub(crate) mod binding;
+pub(crate) mod config;
 mod event;
-pub mod filter;
-pub mod registry;
+pub(crate) mod filter;
+pub(crate) mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use event::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
+pub(crate) use event::new_event_id;
+pub use event::{trace_id_from, SignatureStatus, TriggerEvent};

@@ -53,7 +53,7 @@ impl Provider {
 
 /// The kind and dedupe key of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Classified {
+pub(crate) struct Classified {
     /// e.g. `issues.opened`, `event_callback.message`, `invoice.paid`.
     pub kind: String,
     /// The key under which a redelivery of the same event is recognised.
@@ -85,7 +85,7 @@ fn header<'a>(h: &'a (impl Headers + ?Sized), name: &'static str) -> Result<&'a 
 /// Linear: kind `{type}.{action}`; key `Linear-Delivery`. Notion: kind `type`; key the
 /// body's `id`. Stripe: kind `type`; key the event `id`. Standard Webhooks: kind `type`
 /// when the body has one, else `webhook`; key `webhook-id` (or `svix-id`).
-pub fn classify(
+pub(crate) fn classify(
     provider: Provider,
     h: &(impl Headers + ?Sized),
     body: &Value,

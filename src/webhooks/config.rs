@@ -40,26 +40,26 @@ use crate::error::{Error, Result};
 use crate::triggers::config::{QueueConfig, QueueSpec, TriggerConfig};
 use crate::triggers::registry::TriggerRegistry;
 
-pub mod deliver;
-pub mod duration;
+pub(crate) mod deliver;
+pub(crate) mod duration;
 
-pub use deliver::{DispatcherConfig, DispatcherSettings, GatewayConfig, GatewaySettings};
-pub use duration::DurationSetting;
+pub(crate) use deliver::{DispatcherConfig, DispatcherSettings, GatewayConfig, GatewaySettings};
+pub(crate) use duration::DurationSetting;
 
 /// Default body limit: 10 MiB. Providers' own caps are lower (GitHub 25 MB is the
 /// exception and is truncated by GitHub itself at that size), and a larger body is far
 /// more likely a mistake or an attack than an event.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// Default dedupe retention: 7 days, longer than any provider's retry schedule
 /// (Stripe retries for 3 days, GitHub redeliveries are manual within 3 days).
-pub const DEFAULT_DEDUPE_RETENTION_SECS: i64 = 7 * 24 * 3600;
+pub(crate) const DEFAULT_DEDUPE_RETENTION_SECS: i64 = 7 * 24 * 3600;
 /// Default audit retention for rejections: 30 days.
-pub const DEFAULT_REJECTION_RETENTION_SECS: i64 = 30 * 24 * 3600;
+pub(crate) const DEFAULT_REJECTION_RETENTION_SECS: i64 = 30 * 24 * 3600;
 /// Default listener: loopback, so a fresh install exposes nothing.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 /// Default retention of events, dead letters and run records: 7 days, long enough to
 /// inspect and replay a weekend's failures on Monday.
-pub const DEFAULT_EVENT_RETENTION: std::time::Duration =
+pub(crate) const DEFAULT_EVENT_RETENTION: std::time::Duration =
     std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// The file as written.
@@ -67,7 +67,7 @@ pub const DEFAULT_EVENT_RETENTION: std::time::Duration =
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RuntimeConfig {
-    /// Address of the ingress + admin listener. Default [`DEFAULT_LISTEN`].
+    /// Address of the ingress + admin listener. Default `127.0.0.1:8787`.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     /// Directory for the default SQLite file. Default `./switchboard-data`.
@@ -76,7 +76,7 @@ pub struct RuntimeConfig {
     pub store: Option<StoreUrl>,
     /// Tenant stamped on events of sources that name none. Default `default`.
     pub tenant: Option<String>,
-    /// Body limit for sources that set none. Default [`DEFAULT_MAX_BODY_BYTES`].
+    /// Body limit for sources that set none. Default 10 MiB.
     pub max_body_bytes: Option<usize>,
     /// Environment variable holding a bearer token for `/api/*` and `/metrics`. Unset:
     /// the admin API is open, which is fine on the default loopback listener only.
@@ -102,7 +102,7 @@ pub struct RuntimeConfig {
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
     /// How long events, dead letters and run records are kept. Default
-    /// [`DEFAULT_EVENT_RETENTION`].
+    /// 7 days.
     pub event_retention: Option<DurationSetting>,
     /// The runtime's own gateway registration; required by `invoke` handlers.
     pub gateway: Option<GatewayConfig>,

@@ -52,15 +52,15 @@ use chrono_tz::Tz;
 
 /// How many years past a candidate time [`Schedule::next_after`] searches before it
 /// concludes that the schedule can never fire (leap days can be eight years apart).
-pub const SEARCH_YEARS: i32 = 9;
+pub(crate) const SEARCH_YEARS: i32 = 9;
 
 /// The most fires [`missed_fires`] returns in [`CatchUp::All`] mode, whatever `max` says,
 /// so a misconfigured limit cannot flood a consumer after a long outage.
-pub const MAX_CATCH_UP_FIRES: usize = 10_000;
+pub(crate) const MAX_CATCH_UP_FIRES: usize = 10_000;
 
 /// The most [`Schedule::next_after`] evaluations one [`missed_fires`] call spends in
 /// [`CatchUp::All`] mode, which bounds its cost however long the outage was.
-pub const CATCH_UP_SCAN_BUDGET: usize = 100_000;
+pub(crate) const CATCH_UP_SCAN_BUDGET: usize = 100_000;
 
 /// Larger than any real UTC offset (-12 h … +14 h): the search window around an instant.
 const MAX_OFFSET_SECS: i64 = 15 * 3600;
@@ -565,7 +565,7 @@ impl FromStr for CatchUp {
 ///   are returned (still the most recent ones, just fewer).
 /// * With [`CatchUp::Latest`], only the most recent, found by binary search over the
 ///   outage (about 32 [`Schedule::next_after`] calls for a century), ignoring `max`.
-pub fn missed_fires(
+pub(crate) fn missed_fires(
     schedule: &Schedule,
     last_fire: Option<DateTime<Utc>>,
     now: DateTime<Utc>,

@@ -19,7 +19,7 @@ use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 
 /// One request as the HTTP layer saw it.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// HTTP method.
     pub method: &'a str,
     /// Path and query as received (the canonical Authorization form signs it).
@@ -34,7 +34,7 @@ pub struct Request<'a> {
 
 /// A refusal: status, stable reason label, and a detail free of secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// HTTP status to answer.
     pub status: u16,
     /// Stable label for counters and the audit table.
@@ -59,7 +59,7 @@ impl From<Rejection> for Refusal {
 
 /// What to do with a delivery.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Claim and store this event, then answer 200.
     Store(Box<TriggerEvent>),
     /// Answer this and store nothing (a handshake: Slack's `url_verification`).
@@ -96,7 +96,7 @@ fn parse_json(body: &[u8]) -> Result<Value, Refusal> {
 
 /// Decides what to do with `req` for `spec`. `notion_token` is the verification token
 /// captured earlier for this source, if any.
-pub fn decide(spec: &SourceSpec, notion_token: Option<&str>, req: &Request<'_>) -> Decision {
+pub(crate) fn decide(spec: &SourceSpec, notion_token: Option<&str>, req: &Request<'_>) -> Decision {
     match decide_inner(spec, notion_token, req) {
         Ok(d) => d,
         Err(r) => Decision::Refuse(r),

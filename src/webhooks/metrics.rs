@@ -22,7 +22,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// The ingress metrics. Shared by all handlers; every method is lock-free but the
 /// families' label lookups.
-pub struct IngressMetrics {
+pub(crate) struct IngressMetrics {
     registry: Registry,
     requests: Family<Labels, Counter>,
     rejections: Family<Labels, Counter>,
@@ -42,7 +42,7 @@ impl Default for IngressMetrics {
 
 impl IngressMetrics {
     /// Registers every metric.
-    pub fn new() -> IngressMetrics {
+    pub(crate) fn new() -> IngressMetrics {
         let mut registry = Registry::with_prefix("switchboard_ingress");
         let requests = Family::<Labels, Counter>::default();
         let rejections = Family::<Labels, Counter>::default();
@@ -108,7 +108,7 @@ impl IngressMetrics {
     }
 
     /// Counts a request's outcome.
-    pub fn outcome(&self, source: &str, outcome: &'static str) {
+    pub(crate) fn outcome(&self, source: &str, outcome: &'static str) {
         self.requests
             .get_or_create(&vec![
                 ("source", source.to_owned()),
@@ -118,7 +118,7 @@ impl IngressMetrics {
     }
 
     /// Counts a refusal by reason.
-    pub fn rejection(&self, source: &str, reason: &'static str) {
+    pub(crate) fn rejection(&self, source: &str, reason: &'static str) {
         self.rejections
             .get_or_create(&vec![
                 ("source", source.to_owned()),
@@ -129,7 +129,7 @@ impl IngressMetrics {
 
     /// Counts a refusal that was not written to the audit table (over the per-source
     /// audit budget).
-    pub fn audit_skipped(&self, source: &str) {
+    pub(crate) fn audit_skipped(&self, source: &str) {
         self.audit_skipped
             .get_or_create(&vec![("source", source.to_owned())])
             .inc();
@@ -137,19 +137,19 @@ impl IngressMetrics {
 
     /// Counts an event that `binding` skipped because its filter or ordering key
     /// failed to evaluate on it.
-    pub fn trigger_filter_error(&self, binding: &str) {
+    pub(crate) fn trigger_filter_error(&self, binding: &str) {
         self.trigger_filter_errors
             .get_or_create(&vec![("binding", binding.to_owned())])
             .inc();
     }
 
     /// Records a request's duration.
-    pub fn observe(&self, seconds: f64) {
+    pub(crate) fn observe(&self, seconds: f64) {
         self.duration.observe(seconds);
     }
 
     /// Renders the text format, with the store's counters brought up to date.
-    pub fn render(&self, store: GroupCommitStats) -> String {
+    pub(crate) fn render(&self, store: GroupCommitStats) -> String {
         for (c, v) in [
             (&self.batches, store.batches),
             (&self.batched_writes, store.writes),

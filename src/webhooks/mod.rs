@@ -10,15 +10,15 @@
 //! [`metrics`], `routing` (trigger bindings at ingest), and [`crate::runtime`], which wires them to the store.
 
 pub(crate) mod admin;
-pub mod classify;
-pub mod config;
-pub mod cron;
-pub mod ingest;
-pub mod metrics;
-pub mod rate_limit;
-pub mod redact;
+pub(crate) mod classify;
+pub(crate) mod config;
+pub(crate) mod cron;
+pub(crate) mod ingest;
+pub(crate) mod metrics;
+pub(crate) mod rate_limit;
+pub(crate) mod redact;
 pub(crate) mod routing;
 pub(crate) mod server;
-pub mod signature;
+pub(crate) mod signature;
 pub(crate) mod ticker;
 pub use ticker::LAST_FIRE_KEY;

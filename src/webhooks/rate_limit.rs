@@ -3,7 +3,7 @@
 
 /// A token bucket holding at most `burst` tokens, refilled at `per_second`.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     per_ms: f64,
     burst: f64,
     tokens: f64,
@@ -12,7 +12,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket at `now_ms`.
-    pub fn new(per_second: f64, burst: f64, now_ms: i64) -> TokenBucket {
+    pub(crate) fn new(per_second: f64, burst: f64, now_ms: i64) -> TokenBucket {
         TokenBucket {
             per_ms: per_second / 1000.0,
             burst,
@@ -23,7 +23,7 @@ impl TokenBucket {
 
     /// Takes one token, or says how many whole seconds until one is available (at
     /// least 1, for a `Retry-After` header).
-    pub fn try_take(&mut self, now_ms: i64) -> Result<(), u64> {
+    pub(crate) fn try_take(&mut self, now_ms: i64) -> Result<(), u64> {
         let elapsed = (now_ms - self.last_ms).max(0) as f64;
         self.tokens = (self.tokens + elapsed * self.per_ms).min(self.burst);
         self.last_ms = self.last_ms.max(now_ms);

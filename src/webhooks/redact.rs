@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 /// Substrings that make a header sensitive.
-pub const SENSITIVE: [&str; 6] = [
+pub(crate) const SENSITIVE: [&str; 6] = [
     "authorization",
     "cookie",
     "secret",
@@ -18,16 +18,16 @@ pub const SENSITIVE: [&str; 6] = [
 ];
 
 /// What a redacted value becomes.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Whether a header of this name must not be stored or shown.
-pub fn is_sensitive(name: &str) -> bool {
+pub(crate) fn is_sensitive(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     SENSITIVE.iter().any(|s| lower.contains(s))
 }
 
 /// Lower-cases names and blanks sensitive values.
-pub fn redact_headers<'a>(
+pub(crate) fn redact_headers<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> BTreeMap<String, String> {
     headers

@@ -137,7 +137,7 @@ fn hex_decode(what: &'static str, s: &str) -> Result<Vec<u8>, Rejection> {
 }
 
 /// Checks `ts` (unix seconds) against `now_unix` within `tolerance_s` either way.
-pub fn check_timestamp(ts: i64, now_unix: i64, tolerance_s: i64) -> Result<(), Rejection> {
+pub(crate) fn check_timestamp(ts: i64, now_unix: i64, tolerance_s: i64) -> Result<(), Rejection> {
     // Saturating: a sender's i64::MIN must read as very old, not overflow.
     let delta = now_unix.saturating_sub(ts);
     if delta > tolerance_s {
@@ -173,7 +173,7 @@ pub fn github(
 
 /// Notion: `X-Notion-Signature: sha256=<hex HMAC(verification_token, body)>`; the key is
 /// the `verification_token` Notion sent in its first, unsigned request.
-pub fn notion(
+pub(crate) fn notion(
     verification_tokens: &[&[u8]],
     h: &(impl Headers + ?Sized),
     body: &[u8],
@@ -198,7 +198,7 @@ pub enum MacEncoding {
 
 /// Generic HMAC-SHA256 of the raw body in `header`, after an optional `prefix`
 /// (e.g. `sha256=`), encoded as hex or base64.
-pub fn generic_header(
+pub(crate) fn generic_header(
     secrets: &[&[u8]],
     h: &(impl Headers + ?Sized),
     body: &[u8],
@@ -216,7 +216,7 @@ pub fn generic_header(
 /// (method upper-case, path as received including any query). Binding method and path
 /// stops a captured signature from being replayed against another endpoint; hashing
 /// the body keeps the signed string small.
-pub fn canonical_authorization(
+pub(crate) fn canonical_authorization(
     secrets: &[&[u8]],
     h: &(impl Headers + ?Sized),
     method: &str,
@@ -309,7 +309,7 @@ fn hex_encode(bytes: &[u8]) -> String {
 
 /// Slack: `X-Slack-Signature: v0=<hex HMAC(secret, "v0:{ts}:{body}")>` with
 /// `X-Slack-Request-Timestamp` within `tolerance_s` (Slack says 5 minutes).
-pub fn slack(
+pub(crate) fn slack(
     secrets: &[&[u8]],
     h: &(impl Headers + ?Sized),
     body: &[u8],
@@ -328,7 +328,7 @@ pub fn slack(
 /// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]` over `"{t}.{body}"`; the
 /// key is the `whsec_…` string as-is. Any `v1` may match (Stripe sends one per active
 /// secret while rolling).
-pub fn stripe(
+pub(crate) fn stripe(
     secrets: &[&[u8]],
     h: &(impl Headers + ?Sized),
     body: &[u8],
@@ -410,7 +410,7 @@ pub fn standard_webhooks<'h>(
 
 /// Linear: `Linear-Signature` = hex HMAC-SHA256 of the raw body. (The freshness check
 /// on the body's `webhookTimestamp` is the caller's, with [`check_timestamp`].)
-pub fn linear(
+pub(crate) fn linear(
     secrets: &[&[u8]],
     h: &(impl Headers + ?Sized),
     body: &[u8],

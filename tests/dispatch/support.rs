@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchboard::runtime::RuntimeBuilder;
+use switchboard::RuntimeBuilder;
 use switchboard::{BaseConnector, ExecuteContext, Payload, Runtime, RuntimeConfig};
 
 #[allow(unused_imports)]

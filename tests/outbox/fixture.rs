@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
-use switchboard::outbox::model::{AttemptError, ClaimRequest, ClaimedRow, Destination, Enqueue};
-use switchboard::store::{open_backend, Appended, Backend, Store, StoreOptions};
-use switchboard::triggers::{SignatureStatus, TriggerEvent};
+use switchboard::__private::outbox::model::{
+    AttemptError, ClaimRequest, ClaimedRow, Destination, Enqueue,
+};
+use switchboard::__private::store::{open_backend, Appended, Backend, Store, StoreOptions};
+use switchboard::__private::triggers::{SignatureStatus, TriggerEvent};
 
 use super::support::{fresh_postgres_schema, StoreKind};
 

@@ -200,10 +200,10 @@ async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
     let config = switchboard::RuntimeConfig::from_file(path)?.resolve()?;
     let sources = config.sources.len();
     let runtime = switchboard::Runtime::start(config).await?;
-    let stop = runtime.shutdown_token();
+    let stop = runtime.shutdown_handle();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
-        stop.cancel();
+        stop.shutdown();
     });
     eprintln!(
         "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); Ctrl-C to stop",

@@ -29,30 +29,19 @@ use crate::error::{Error, Result};
 use crate::transport::GatewayAddress;
 
 /// Default `connector_type` of the runtime's registration.
-pub const DEFAULT_CONNECTOR_TYPE: &str = "switchboard";
+pub(crate) const DEFAULT_CONNECTOR_TYPE: &str = "switchboard";
 /// Default `instance_id` of the runtime's registration.
-pub const DEFAULT_INSTANCE_ID: &str = "switchboard";
+pub(crate) const DEFAULT_INSTANCE_ID: &str = "switchboard";
 
-/// Default attempts in flight per process: 256, enough to keep a few slow remote
-/// handlers busy while bounding the memory of in-flight payloads.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
-/// Default rows per claim: 100, so one claim query amortises its round trip without
-/// leasing far more rows than the process can start before the lease runs out.
-pub const DEFAULT_BATCH: usize = 100;
-/// Default lease: 30 s, the default attempt timeout, so a crashed dispatcher's rows
-/// are due again about one attempt's length later.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// Default fallback wake-up: 1 s. Notifications wake the dispatcher at once; this
-/// bounds the delay when one is missed (another process's SQLite write, a dropped
-/// PostgreSQL connection) and when a retry comes due.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+// The dispatcher's defaults are the config's defaults: one definition each.
+pub(crate) use crate::outbox::dispatcher::{
+    DEFAULT_BATCH, DEFAULT_LEASE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_POLL_INTERVAL,
+    DEFAULT_SHUTDOWN_GRACE,
+};
 /// Default handler-hop limit: 8. An event produced by a handler (through
 /// `outbox.enqueue`) one hop deeper than this is dropped and counted, so two bindings
 /// that trigger each other cannot loop for ever.
-pub const DEFAULT_MAX_DEPTH: u32 = 8;
-/// Default shutdown grace: 10 s for attempts in flight to finish before they are
-/// abandoned (their leases expire and another process retries them).
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_MAX_DEPTH: u32 = 8;
 
 /// `[gateway]` as written.
 #[derive(Debug, Clone, Deserialize)]

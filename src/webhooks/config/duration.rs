@@ -36,7 +36,7 @@ impl DurationSetting {
 /// `setting`'s duration, or `default` when the option is not given. `Err` is the
 /// reason, for the caller to prefix with the option: a malformed value, or zero where
 /// `positive` is asked for (a timeout or a lease of zero would never let anything run).
-pub fn duration_or(
+pub(crate) fn duration_or(
     setting: Option<&DurationSetting>,
     default: Duration,
     positive: bool,
@@ -50,7 +50,7 @@ pub fn duration_or(
 
 /// Parses `"250ms"`, `"30s"`, `"5m"`, `"1h"`, `"7d"` (a whole number and one unit;
 /// surrounding spaces are ignored).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || {
         format!(
             "{text:?} is not a duration; write a whole number and a unit, like \"250ms\", \"30s\", \"5m\", \"1h\" or \"7d\", or an integer of seconds"

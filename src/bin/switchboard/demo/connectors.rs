@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use switchboard::outbox::deliver::{CONTEXT_ATTEMPT, CONTEXT_DEAD_LETTER_ID, CONTEXT_EVENT_ID};
 use switchboard::{BaseConnector, Error, ExecuteContext, Payload};
+use switchboard::{CONTEXT_ATTEMPT, CONTEXT_DEAD_LETTER_ID, CONTEXT_EVENT_ID};
 
 /// Which of the three a connector is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
