@@ -23,6 +23,8 @@ pub(crate) mod auth;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod encoding;
+#[cfg(feature = "websocket")]
+mod entry;
 pub(crate) mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
@@ -53,13 +55,21 @@ pub mod proto {
 #[doc(hidden)]
 pub mod __private;
 
+// The README's Rust examples compile (and the runnable ones run) as doctests, so the
+// first code a user copies cannot rot.
+#[cfg(all(doctest, feature = "gateway"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use config::{
     ConnectorConfig, ConnectorConfigBuilder, ConnectorScope, HeartbeatSettings, ProxySetting,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
-pub use connector::{BaseConnector, EchoConnector, ExecuteContext, TOOL_SCHEMAS_KEY};
+pub use connector::{BaseConnector, Capability, EchoConnector, ExecuteContext, TOOL_SCHEMAS_KEY};
 pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
+#[cfg(feature = "websocket")]
+pub use entry::{run, run_until};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
 pub use mux::backoff::BackoffPolicy;

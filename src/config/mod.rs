@@ -225,9 +225,10 @@ impl ConnectorConfig {
         ConnectorConfigBuilder::new(gateway_url.into(), tenant_id.into())
     }
 
-    /// Reads the configuration from `SWITCHBOARD_*` environment variables, the usual
-    /// way to configure a connector in a container. See [`ConnectorConfig::from_lookup`]
-    /// for the variables.
+    /// Reads the configuration from `SWITCHBOARD_*` environment variables (falling back
+    /// to the names other SDKs of this protocol family read), the usual way to
+    /// configure a connector in a container. See [`ConnectorConfig::from_lookup`] for
+    /// the variables.
     pub fn from_env() -> Result<ConnectorConfig> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -244,32 +245,48 @@ impl ConnectorConfig {
     /// `SWITCHBOARD_CREDENTIALS_DIR` (see [`ConnectorConfig::credentials_dir`]).
     /// An empty value counts as unset, as shells and orchestrators often export empty
     /// variables.
+    ///
+    /// So that a connector moves over from another SDK of the family without new
+    /// deployment files, each of these falls back to that family's name when the
+    /// `SWITCHBOARD_*` one is unset: `TENANT_ID`, `INSTANCE_ID`, `AUTH_TOKEN`,
+    /// `CONNECTOR_DISPLAY_NAME`, `CONNECTOR_TAGS`, and for the gateway `MATRIX_HOST` with
+    /// `USE_TLS`. `MATRIX_HOST` is a gRPC target: a bare `host[:port]` becomes
+    /// `grpcs://…` when `USE_TLS` is true (`true`/`1`/`yes`/`on`), `grpc://…` when it is
+    /// false or unset (the family's default is plaintext on a private network); a
+    /// `MATRIX_HOST` that already has a scheme is used as written and `USE_TLS` must then
+    /// agree with it, so a contradiction is an error instead of a silent guess.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<ConnectorConfig> {
         let get = |name: &str| {
             lookup(name)
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let required = |name: &str, example: &str| {
-            get(name)
-                .ok_or_else(|| Error::Config(format!("{name} is not set; set it to {example}")))
+        // Ours first, then the family's name for the same setting.
+        let get_or = |ours: &str, theirs: &str| get(ours).or_else(|| get(theirs));
+        let url = match get("SWITCHBOARD_GATEWAY_URL") {
+            Some(url) => url,
+            None => match get("MATRIX_HOST") {
+                Some(host) => matrix_host_url(&host, get("USE_TLS").as_deref())?,
+                None => {
+                    return Err(Error::Config(
+                        "SWITCHBOARD_GATEWAY_URL is not set (nor MATRIX_HOST); set it to the gateway address, e.g. wss://gateway.example.com".into(),
+                    ))
+                }
+            },
         };
-        let url = required(
-            "SWITCHBOARD_GATEWAY_URL",
-            "the gateway address, e.g. wss://gateway.example.com",
-        )?;
-        let tenant = required(
-            "SWITCHBOARD_TENANT_ID",
-            "the tenant id this connector belongs to",
-        )?;
+        let tenant = get_or("SWITCHBOARD_TENANT_ID", "TENANT_ID").ok_or_else(|| {
+            Error::Config(
+                "SWITCHBOARD_TENANT_ID is not set (nor TENANT_ID); set it to the tenant id this connector belongs to".into(),
+            )
+        })?;
         let mut b = ConnectorConfig::builder(url, tenant);
-        if let Some(v) = get("SWITCHBOARD_INSTANCE_ID") {
+        if let Some(v) = get_or("SWITCHBOARD_INSTANCE_ID", "INSTANCE_ID") {
             b = b.instance_id(v);
         }
-        if let Some(v) = get("SWITCHBOARD_DISPLAY_NAME") {
+        if let Some(v) = get_or("SWITCHBOARD_DISPLAY_NAME", "CONNECTOR_DISPLAY_NAME") {
             b = b.display_name(v);
         }
-        if let Some(v) = get("SWITCHBOARD_TAGS") {
+        if let Some(v) = get_or("SWITCHBOARD_TAGS", "CONNECTOR_TAGS") {
             b = b.tags(
                 v.split(',')
                     .map(str::trim)
@@ -277,7 +294,7 @@ impl ConnectorConfig {
                     .map(str::to_owned),
             );
         }
-        if let Some(v) = get("SWITCHBOARD_AUTH_TOKEN") {
+        if let Some(v) = get_or("SWITCHBOARD_AUTH_TOKEN", "AUTH_TOKEN") {
             b = b.auth_token(v);
         }
         if let Some(v) = get("SWITCHBOARD_CREDENTIALS_DIR") {
@@ -319,6 +336,40 @@ impl ConnectorConfig {
         self.credentials_dir
             .clone()
             .or_else(|| default_credentials_dir(|name| std::env::var(name).ok()))
+    }
+}
+
+/// The gateway URL from the family's `MATRIX_HOST` and `USE_TLS`; see
+/// [`ConnectorConfig::from_lookup`].
+fn matrix_host_url(host: &str, use_tls: Option<&str>) -> Result<String> {
+    let tls = match use_tls.map(str::to_ascii_lowercase).as_deref() {
+        None => None,
+        Some("true" | "1" | "yes" | "on") => Some(true),
+        Some("false" | "0" | "no" | "off") => Some(false),
+        Some(other) => {
+            return Err(Error::Config(format!(
+                "USE_TLS is {other:?}; set it to true or false"
+            )))
+        }
+    };
+    match host.split_once("://") {
+        None => Ok(format!(
+            "{}://{host}",
+            if tls == Some(true) { "grpcs" } else { "grpc" }
+        )),
+        Some((scheme, _)) => {
+            let scheme_tls = matches!(
+                scheme.to_ascii_lowercase().as_str(),
+                "grpcs" | "wss" | "https"
+            );
+            match tls {
+                Some(t) if t != scheme_tls => Err(Error::Config(format!(
+                    "MATRIX_HOST is {host:?} but USE_TLS says {}; make them agree (or drop the scheme from MATRIX_HOST)",
+                    if t { "true" } else { "false" }
+                ))),
+                _ => Ok(host.to_owned()),
+            }
+        }
     }
 }
 
@@ -456,12 +507,75 @@ mod tests {
             "SWITCHBOARD_TENANT_ID",
             "t",
         )])));
-        assert!(msg.contains("SWITCHBOARD_GATEWAY_URL"), "{msg}");
+        assert!(
+            msg.contains("SWITCHBOARD_GATEWAY_URL") && msg.contains("MATRIX_HOST"),
+            "{msg}"
+        );
         let msg = config_err(ConnectorConfig::from_lookup(lookup(&[
             ("SWITCHBOARD_GATEWAY_URL", "ws://h"),
             ("SWITCHBOARD_TENANT_ID", ""),
         ])));
         assert!(msg.contains("SWITCHBOARD_TENANT_ID"), "{msg}");
+    }
+
+    #[test]
+    fn from_lookup_falls_back_to_the_family_names() {
+        let c = ConnectorConfig::from_lookup(lookup(&[
+            ("MATRIX_HOST", "gw.internal:7000"),
+            ("TENANT_ID", "acme"),
+            ("INSTANCE_ID", "pod-3"),
+            ("AUTH_TOKEN", "tok"),
+            ("CONNECTOR_DISPLAY_NAME", "Pod three"),
+            ("CONNECTOR_TAGS", "a, b"),
+        ]))
+        .unwrap();
+        assert_eq!(c.gateway_url, "grpc://gw.internal:7000");
+        assert_eq!(c.tenant_id, "acme");
+        assert_eq!(c.instance_id, "pod-3");
+        assert_eq!(c.auth_token.as_deref(), Some("tok"));
+        assert_eq!(c.display_name, "Pod three");
+        assert_eq!(c.tags, ["a", "b"]);
+
+        // Ours win over theirs, setting by setting.
+        let c = ConnectorConfig::from_lookup(lookup(&[
+            ("SWITCHBOARD_GATEWAY_URL", "wss://ours.example.com"),
+            ("MATRIX_HOST", "theirs:1"),
+            ("SWITCHBOARD_TENANT_ID", "ours"),
+            ("TENANT_ID", "theirs"),
+            ("INSTANCE_ID", "theirs-only"),
+        ]))
+        .unwrap();
+        assert_eq!(c.gateway_url, "wss://ours.example.com");
+        assert_eq!(c.tenant_id, "ours");
+        assert_eq!(c.instance_id, "theirs-only");
+    }
+
+    #[test]
+    fn matrix_host_takes_its_scheme_from_use_tls() {
+        let url = |host, tls| matrix_host_url(host, tls).map_err(|e| e.to_string());
+        assert_eq!(url("gw:443", Some("true")).unwrap(), "grpcs://gw:443");
+        assert_eq!(url("gw:443", Some("YES")).unwrap(), "grpcs://gw:443");
+        assert_eq!(url("gw", Some("0")).unwrap(), "grpc://gw");
+        assert_eq!(url("gw", None).unwrap(), "grpc://gw");
+        assert_eq!(url("wss://gw", Some("on")).unwrap(), "wss://gw");
+        assert_eq!(url("ws://gw", None).unwrap(), "ws://gw");
+        let msg = url("ws://gw", Some("true")).unwrap_err();
+        assert!(
+            msg.contains("MATRIX_HOST") && msg.contains("USE_TLS"),
+            "{msg}"
+        );
+        let msg = url("gw", Some("maybe")).unwrap_err();
+        assert!(msg.contains("USE_TLS") && msg.contains("maybe"), "{msg}");
+        // The fallback's result must be an address the builder accepts.
+        let c = ConnectorConfig::from_lookup(lookup(&[
+            ("MATRIX_HOST", "gw.internal"),
+            ("USE_TLS", "true"),
+            ("TENANT_ID", "t"),
+        ]))
+        .unwrap();
+        let a = c.address().unwrap();
+        assert!(a.tls);
+        assert_eq!(a.port, 443);
     }
 
     #[test]

@@ -19,10 +19,12 @@ use crate::proto::{
     WebSocketOpenRequest,
 };
 
+mod capability;
 mod context;
 mod echo;
 mod execute;
 
+pub use capability::Capability;
 pub use context::ExecuteContext;
 pub use echo::EchoConnector;
 #[cfg(feature = "websocket")]
@@ -222,9 +224,38 @@ pub(crate) fn register_request(
         instance_metadata: Some(InstanceMetadata {
             display_name: config.display_name.clone(),
             tags: config.tags.clone(),
-            metadata: config.metadata.clone(),
+            metadata: instance_metadata(&config.metadata),
         }),
     }
+}
+
+/// The `sdk.*` keys every register request carries, so an operator can tell which SDK
+/// (and which build of it, on which platform) each registration runs; the other SDKs
+/// of this protocol family send the same keys.
+pub(crate) const SDK_METADATA_KEYS: [&str; 5] = [
+    "sdk.name",
+    "sdk.version",
+    "sdk.language",
+    "sdk.os",
+    "sdk.arch",
+];
+
+/// The configured instance metadata plus the `sdk.*` keys. The SDK's own keys win over
+/// configured ones of the same name: they describe the running code, and a stale value
+/// copied from another deployment would mislead whoever reads them.
+fn instance_metadata(configured: &HashMap<String, String>) -> HashMap<String, String> {
+    let mut metadata = configured.clone();
+    let values = [
+        "switchboard",
+        env!("CARGO_PKG_VERSION"),
+        "rust",
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+    ];
+    for (key, value) in SDK_METADATA_KEYS.iter().zip(values) {
+        metadata.insert((*key).to_owned(), value.to_owned());
+    }
+    metadata
 }
 
 #[cfg(test)]
@@ -307,11 +338,32 @@ mod tests {
         assert_eq!(meta.display_name, "Search one");
         assert_eq!(meta.tags, ["blue"]);
         assert_eq!(meta.metadata["region"], "eu");
+        assert_eq!(meta.metadata["sdk.name"], "switchboard");
+        assert_eq!(meta.metadata["sdk.version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(meta.metadata["sdk.language"], "rust");
+        assert_eq!(meta.metadata["sdk.os"], std::env::consts::OS);
+        assert_eq!(meta.metadata["sdk.arch"], std::env::consts::ARCH);
+        assert_eq!(meta.metadata.len(), 1 + SDK_METADATA_KEYS.len());
         let caps = req.capabilities.unwrap();
         assert_eq!(caps.connector_type, "vendor-search");
         assert_eq!(caps.version, "2.1.0");
         assert_eq!(caps.behaviors, [i32::from(ConnectorBehavior::Tool)]);
         assert_eq!(caps.task_types.len(), 3);
+    }
+
+    #[test]
+    fn the_sdk_keys_win_over_configured_ones() {
+        let config = ConnectorConfig::builder("ws://h", "t")
+            .metadata("sdk.version", "0.0.0-copied")
+            .metadata("sdk.custom", "kept")
+            .build()
+            .unwrap();
+        let meta = register_request(&config, &EchoConnector, None, None)
+            .instance_metadata
+            .unwrap()
+            .metadata;
+        assert_eq!(meta["sdk.version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(meta["sdk.custom"], "kept");
     }
 
     #[test]
