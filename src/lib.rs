@@ -20,6 +20,7 @@
 
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
+pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod encoding;

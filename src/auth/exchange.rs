@@ -11,7 +11,7 @@
 //! [`Error::Timeout`]. [`Error::is_recoverable`] then tells the caller whether to retry
 //! (with backoff) or stop and wait for a new approval.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
@@ -251,10 +251,7 @@ pub(crate) fn answer_error(url: &str, what: &str, status: u16, body: &str) -> Er
 
 /// The signed client assertion.
 fn client_assertion(client_id: &str, token_endpoint: &str, key: &KeyPair) -> Result<String> {
-    let iat = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let iat = u64::try_from(crate::clock::now_ms() / 1000).unwrap_or(0);
     let claims = AssertionClaims {
         iss: client_id,
         sub: client_id,

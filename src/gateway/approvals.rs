@@ -23,7 +23,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::config::{ApprovalMode, GatewayConfig};
 use super::credentials::Credentials;
@@ -166,11 +166,9 @@ impl Approvals {
     }
 }
 
-/// Milliseconds since the Unix epoch, by the system clock.
+/// [`crate::clock::now_ms`] as the unsigned milliseconds the approval records keep.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    u64::try_from(crate::clock::now_ms()).unwrap_or(0)
 }
 
 /// The manual-mode decision (module docs), at `now` (seconds since the epoch);

@@ -2,7 +2,6 @@
 //! shows it.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -51,9 +50,7 @@ pub struct ReportedMetrics {
 impl ReportedMetrics {
     /// The stored form of `report`, stamped with the gateway's receive time.
     pub(crate) fn received(report: MetricsReport) -> Self {
-        let received_at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let received_at_ms = crate::clock::now_ms();
         ReportedMetrics {
             timestamp_ms: report.timestamp_ms,
             received_at_ms,

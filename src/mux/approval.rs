@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -149,7 +149,7 @@ pub(crate) fn load(config: &crate::config::ConnectorConfig, key: &RegistrationKe
         }
     };
     let jwt = stored
-        .live_jwt(unix_ms(), JWT_MARGIN.as_millis() as i64)
+        .live_jwt(crate::clock::now_ms(), JWT_MARGIN.as_millis() as i64)
         .map(str::to_owned);
     let mut refresh = Refresh::from_stored(stored_key, &stored);
     if let (Some(r), None) = (&mut refresh, &jwt) {
@@ -249,7 +249,7 @@ impl Agent {
         };
         loop {
             if let Some(exp) = refresh.jwt_expires_at_ms {
-                tokio::time::sleep(refresh_delay(exp, unix_ms())).await;
+                tokio::time::sleep(refresh_delay(exp, crate::clock::now_ms())).await;
             }
             let token = match self
                 .retrying("the token request", || {
@@ -274,7 +274,7 @@ impl Agent {
                     return Err(e);
                 }
             };
-            let expires_at = unix_ms() + token.expires_in.as_millis() as i64;
+            let expires_at = crate::clock::now_ms() + token.expires_in.as_millis() as i64;
             let jwt = token.jwt.clone();
             self.store(move |c| {
                 c.jwt = Some(jwt);
@@ -389,13 +389,6 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(Error::Config(format!("credential store task failed: {e}"))))
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::future::poll_fn;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::future::{AbortHandle, Abortable, BoxFuture};
 use futures_util::stream::FuturesUnordered;
@@ -103,10 +103,7 @@ pub(crate) struct SocketOptions {
 pub(crate) fn now() -> Now {
     Now {
         instant: Instant::now().into_std(),
-        unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0),
+        unix_ms: crate::clock::now_ms(),
     }
 }
 

@@ -225,13 +225,7 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Milliseconds since the unix epoch, the store's clock.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 pub(crate) fn store_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Store(format!("{what}: {e}"))

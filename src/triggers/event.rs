@@ -109,9 +109,36 @@ impl TriggerEvent {
     }
 }
 
+/// The randomness an event's identity needs, drawn by the caller so that decision
+/// cores (`webhooks::ingest::decide`) stay deterministic functions of their inputs:
+/// the random half of the event id, and the trace id used when the delivery carries
+/// no valid `traceparent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IdSeed {
+    /// The low 64 bits of the event id.
+    pub(crate) event: u64,
+    /// The trace id of a delivery without a valid `traceparent`.
+    pub(crate) trace: u128,
+}
+
+impl IdSeed {
+    /// Fresh randomness from the thread's generator.
+    pub(crate) fn random() -> Self {
+        IdSeed {
+            event: rand::random(),
+            trace: rand::random(),
+        }
+    }
+}
+
 /// A new time-ordered event id for an event received at `now_ms`.
 pub(crate) fn new_event_id(now_ms: i64) -> String {
-    let r: u64 = rand::random();
+    event_id(now_ms, rand::random())
+}
+
+/// The event id for `now_ms` and the random part `r`: `evt_` + 12 hex digits of
+/// milliseconds + 16 of `r`, so ids sort by time.
+pub(crate) fn event_id(now_ms: i64, r: u64) -> String {
     format!("evt_{:012x}{:016x}", now_ms.max(0), r)
 }
 
@@ -119,6 +146,12 @@ pub(crate) fn new_event_id(now_ms: i64) -> String {
 /// is well formed and not all zeros, otherwise a fresh random one: a bad header from a
 /// sender must not become a trace id that collides with others.
 pub fn trace_id_from(traceparent: Option<&str>) -> String {
+    trace_id_or(traceparent, rand::random())
+}
+
+/// [`trace_id_from`] with the fresh id given: `fallback` when `traceparent` is absent
+/// or malformed.
+pub(crate) fn trace_id_or(traceparent: Option<&str>, fallback: u128) -> String {
     if let Some(tp) = traceparent {
         let parts: Vec<&str> = tp.trim().split('-').collect();
         if let [_, id, _, _] = parts.as_slice() {
@@ -128,7 +161,7 @@ pub fn trace_id_from(traceparent: Option<&str>) -> String {
             }
         }
     }
-    format!("{:032x}", rand::random::<u128>())
+    format!("{fallback:032x}")
 }
 
 /// Bodies are JSON text almost always; the admin API shows them as a string when they

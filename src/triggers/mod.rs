@@ -9,5 +9,5 @@ pub(crate) mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use event::new_event_id;
+pub(crate) use event::{event_id, new_event_id, trace_id_or, IdSeed};
 pub use event::{trace_id_from, SignatureStatus, TriggerEvent};

@@ -15,7 +15,7 @@ use super::classify::{classify, Provider};
 use super::config::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
 use super::redact::redact_headers;
 use super::signature::{self, Headers, Rejection};
-use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
+use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
 
 /// One request as the HTTP layer saw it.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +30,10 @@ pub(crate) struct Request<'a> {
     pub body: &'a [u8],
     /// Receive time, unix ms.
     pub now_ms: i64,
+    /// The randomness of the event's id and (when the delivery has no valid
+    /// `traceparent`) its trace id, drawn by the caller like `now_ms`, so the same
+    /// request always yields the same decision.
+    pub ids: IdSeed,
 }
 
 /// A refusal: status, stable reason label, and a detail free of secrets.
@@ -341,20 +345,21 @@ fn store(
             *v = super::redact::REDACTED.to_owned();
         }
     }
-    Decision::Store(Box::new(TriggerEvent::new(
-        &spec.id,
-        spec.rule.provider_name(),
+    Decision::Store(Box::new(TriggerEvent {
+        id: event_id(req.now_ms, req.ids.event),
+        source: spec.id.clone(),
+        provider: spec.rule.provider_name().to_owned(),
         kind,
-        req.now_ms,
+        received_at_ms: req.now_ms,
         occurred_at_ms,
         dedupe_key,
-        trace_id_from(req.headers.header("traceparent")),
-        &spec.tenant,
+        trace_id: trace_id_or(req.headers.header("traceparent"), req.ids.trace),
+        tenant: spec.tenant.clone(),
         headers,
-        req.body.to_vec(),
+        body: req.body.to_vec(),
         payload,
-        SignatureStatus::Verified,
-    )))
+        signature: SignatureStatus::Verified,
+    }))
 }
 
 #[cfg(test)]

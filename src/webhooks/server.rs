@@ -34,6 +34,7 @@ use super::redact::redact_headers;
 use super::routing::IngestRouter;
 use crate::store::{now_ms, Appended, Rejected, Store};
 use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::IdSeed;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
 /// restarted database to come back, short next to providers' retry schedules.
@@ -254,6 +255,7 @@ async fn handle(
         headers: &pairs,
         body: &bytes,
         now_ms: now,
+        ids: IdSeed::random(),
     };
     let mut decision = decide(&source.spec, source.notion_token().as_deref(), &req);
     if let Some(d) = recheck_notion(app, &source, &req, &decision).await {

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{CronRule, SourceSpec};
 use super::cron::missed_fires;
 use super::routing::IngestRouter;
+use crate::mux::backoff::{Backoff, BackoffPolicy};
 use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 
@@ -35,9 +36,12 @@ pub(crate) const MAX_CATCH_UP: usize = 1000;
 /// often, so a clock step (NTP, suspend) delays a fire by at most this much.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
 
-/// Retry pacing when the store refuses a tick: 250 ms doubling to 30 s.
-const RETRY_MIN: Duration = Duration::from_millis(250);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Retry pacing when the store refuses a tick: 250 ms doubling to 30 s, jittered like
+/// reconnects (the crate's one backoff), so the cron sources of several processes
+/// sharing a recovering PostgreSQL do not retry in step.
+fn retry_policy() -> BackoffPolicy {
+    BackoffPolicy::new(Duration::from_millis(250), Duration::from_secs(30))
+}
 
 fn from_ms(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms)
@@ -164,18 +168,19 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = crate::Result<T>>,
 {
-    let mut delay = RETRY_MIN;
+    let mut backoff = Backoff::new(retry_policy());
     loop {
-        match op().await {
+        let delay = match op().await {
             Ok(v) => return Some(v),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?delay, "cron source: store operation failed")
+                let delay = backoff.next_delay(rand::random());
+                tracing::warn!(error = %e, retry_in = ?delay, "cron source: store operation failed");
+                delay
             }
-        }
+        };
         tokio::select! {
             _ = cancel.cancelled() => return None,
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(RETRY_MAX);
     }
 }

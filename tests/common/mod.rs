@@ -4,12 +4,14 @@
 #[cfg(feature = "websocket")]
 pub mod connect_proxy;
 pub mod logs;
+pub mod wait;
+
+#[allow(unused_imports)]
+pub use wait::{eventually, eventually_some, DEADLINE};
 #[cfg(feature = "websocket")]
 pub mod tls_terminator;
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -17,9 +19,6 @@ use switchboard::{
     BaseConnector, ConnectorConfig, MultiConnectorRunner, Payload, Registration,
     RegistrationHandle, RunnerOptions,
 };
-
-/// Upper bound for anything a test waits on; a hang fails instead of blocking CI.
-pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A connector that answers `{"instance": <its instance id>, "echo": <payload>}`, so a
 /// test can tell which registration answered.
@@ -84,21 +83,4 @@ pub async fn start(
         .await
         .expect("all registered");
     (runner, join)
-}
-
-/// Waits until `cond` holds, checking after every short pause, failing at `DEADLINE`.
-/// The condition is the event awaited; the pause only paces the checks.
-pub async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -12,8 +11,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use switchboard::{Runtime, RuntimeConfig};
 
-/// Upper bound for anything a test waits on.
-pub const DEADLINE: Duration = Duration::from_secs(20);
+// Binaries that include both this file and `tests/common` load it twice; one source.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/wait.rs"]
+mod wait;
+#[allow(unused_imports)]
+pub use wait::{eventually_some as eventually, DEADLINE};
 
 /// Environment the test configs read secrets from.
 pub fn env(name: &str) -> Option<String> {
@@ -254,22 +257,6 @@ impl Harness {
             .text()
             .await
             .unwrap()
-    }
-}
-
-/// Polls `check` until it returns `Some`, or panics after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -43,9 +43,16 @@ fn run(spec: &SourceSpec, token: Option<&str>, headers: &[(&str, &str)], body: &
             headers,
             body,
             now_ms: NOW_MS,
+            ids: IDS,
         },
     )
 }
+
+/// The randomness every test request carries: decisions are functions of their inputs.
+const IDS: IdSeed = IdSeed {
+    event: 0x0123_4567_89ab_cdef,
+    trace: 0xfeed_0000_0000_0000_0000_0000_0000_beef,
+};
 
 fn stored(d: Decision) -> TriggerEvent {
     match d {
@@ -307,4 +314,26 @@ fn extreme_timestamps_are_stale_or_future_not_a_panic() {
         refused(run(&s, None, &h, body.as_bytes())),
         (401, "stale_timestamp")
     );
+}
+
+#[test]
+fn the_same_request_and_seed_always_decide_the_same_event() {
+    let s = spec("provider = \"github\"\nsecret_env = [\"NEW\", \"OLD\"]");
+    let body = br#"{"action":"opened"}"#;
+    let sig = format!("sha256={}", hex_mac(b"new-secret", &[body]));
+    let h = [
+        ("X-Hub-Signature-256", sig.as_str()),
+        ("X-GitHub-Event", "issues"),
+        ("X-GitHub-Delivery", "d-1"),
+    ];
+    let a = stored(run(&s, None, &h, body));
+    let b = stored(run(&s, None, &h, body));
+    assert_eq!(a, b, "decide must not draw randomness of its own");
+    assert_eq!(a.id, format!("evt_{:012x}0123456789abcdef", NOW_MS));
+    assert_eq!(a.trace_id, "feed000000000000000000000000beef");
+    // A valid traceparent wins over the seed's trace id.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let with_tp = [h[0], h[1], h[2], ("traceparent", tp)];
+    let c = stored(run(&s, None, &with_tp, body));
+    assert_eq!(c.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
 }
