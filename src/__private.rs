@@ -8,6 +8,8 @@
 //! they use, by name, keeps every other internal `pub(crate)`.
 #![allow(missing_docs)]
 
+pub use crate::clock::now_ms;
+
 #[cfg(feature = "runtime")]
 pub mod store {
     pub use crate::store::{

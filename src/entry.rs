@@ -10,7 +10,7 @@
 
 use std::future::Future;
 
-use crate::config::ConnectorConfig;
+use crate::connector::config::ConnectorConfig;
 use crate::connector::BaseConnector;
 use crate::error::Result;
 use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};

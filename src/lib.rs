@@ -21,7 +21,6 @@
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
 pub(crate) mod clock;
-pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod encoding;
 #[cfg(feature = "websocket")]
@@ -62,7 +61,7 @@ pub mod __private;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use config::{
+pub use connector::config::{
     ConnectorConfig, ConnectorConfigBuilder, ConnectorScope, HeartbeatSettings, ProxySetting,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,

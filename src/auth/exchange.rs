@@ -17,7 +17,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 
 use super::keys::KeyPair;
-use crate::config::ProxySetting;
+use crate::connector::config::ProxySetting;
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::transport::proxy::redact_url;

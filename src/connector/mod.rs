@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::config::ConnectorConfig;
+use crate::connector::config::ConnectorConfig;
 use crate::encoding::Payload;
 use crate::error::Result;
 use crate::proto::{
@@ -20,6 +20,7 @@ use crate::proto::{
 };
 
 mod capability;
+pub(crate) mod config;
 mod context;
 mod echo;
 mod execute;

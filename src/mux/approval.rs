@@ -55,7 +55,7 @@ pub(crate) struct AuthCtx {
     pub(crate) refresh: Option<Refresh>,
     /// The registration's config, whose CA bundle and proxy setting the exchange
     /// follows: the gateway's HTTP API is reached the way its socket is.
-    pub(crate) config: crate::config::ConnectorConfig,
+    pub(crate) config: crate::connector::config::ConnectorConfig,
 }
 
 /// A registration's stored keys, enough to mint JWTs without a new approval.
@@ -133,7 +133,10 @@ pub(crate) struct Loaded {
 /// Loads a registration's stored credentials at admission. A directory that cannot
 /// be read is logged and treated as empty (the registration then asks for a fresh
 /// approval), never a reason not to start.
-pub(crate) fn load(config: &crate::config::ConnectorConfig, key: &RegistrationKey) -> Loaded {
+pub(crate) fn load(
+    config: &crate::connector::config::ConnectorConfig,
+    key: &RegistrationKey,
+) -> Loaded {
     let Some(dir) = config.effective_credentials_dir() else {
         tracing::warn!(key = %key, "no credential directory (set credentials_dir, SWITCHBOARD_CREDENTIALS_DIR or HOME); approvals will not survive a restart");
         return Loaded::default();

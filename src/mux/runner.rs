@@ -26,7 +26,7 @@ use super::handle::{HandleState, RegistrationHandle};
 use super::invoker::{Invoker, SocketLink};
 use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
 use super::wire::Target;
-use crate::config::ConnectorConfig;
+use crate::connector::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
 use crate::identity::sanitize;
@@ -136,6 +136,7 @@ impl Registration {
 pub struct ShutdownHandle(CancellationToken);
 
 impl ShutdownHandle {
+    #[cfg(feature = "runtime")]
     pub(crate) fn new(token: CancellationToken) -> Self {
         ShutdownHandle(token)
     }

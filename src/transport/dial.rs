@@ -33,7 +33,7 @@ use super::proxy::{
     authority, connect_request, parse_connect_reply, proxy_from_env, ConnectReply, NoProxy,
     ProxyUrl, MAX_CONNECT_RESPONSE,
 };
-use crate::config::{ConnectorConfig, ProxySetting};
+use crate::connector::config::{ConnectorConfig, ProxySetting};
 use crate::error::{Error, Result};
 
 /// Longest the proxy part of a dial may take: TCP to the proxy, `CONNECT`, and its

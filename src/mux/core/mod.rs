@@ -49,7 +49,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::HeartbeatSettings;
+use crate::connector::config::HeartbeatSettings;
 use crate::error::{Error, Result};
 use crate::phoenix::{decode_proto_bytes, ChannelEvent, ChannelState, InboundFrame, LOBBY_TOPIC};
 use crate::proto::{

@@ -13,11 +13,11 @@ fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     move |k| map.get(k).cloned()
 }
 
-fn config(url: &str) -> crate::config::ConnectorConfigBuilder {
+fn config(url: &str) -> crate::connector::config::ConnectorConfigBuilder {
     ConnectorConfig::builder(url, "acme").instance_id("i")
 }
 
-fn dialer(cfg: crate::config::ConnectorConfigBuilder, vars: &[(&str, &str)]) -> Dialer {
+fn dialer(cfg: crate::connector::config::ConnectorConfigBuilder, vars: &[(&str, &str)]) -> Dialer {
     Dialer::with_lookup(&cfg.build().unwrap(), env(vars)).unwrap()
 }
 

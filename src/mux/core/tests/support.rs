@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Inbound, Now, Transmit};
 use super::wire::registered;
-use crate::config::HeartbeatSettings;
+use crate::connector::config::HeartbeatSettings;
 use crate::identity::RegistrationKey;
 use crate::mux::backoff::BackoffPolicy;
 use crate::mux::core::RegistrationSpec;
