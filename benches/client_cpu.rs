@@ -48,8 +48,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use switchboard::gateway::{Gateway, GatewayConfig};
-use switchboard::phoenix::frame::{EVENT_PROTO, EVENT_REPLY};
-use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
+use switchboard::phoenix::{encode_proto, Frame, EVENT_PROTO, EVENT_REPLY, LOBBY_TOPIC};
 use switchboard::proto::{
     stream_message::Message, ConnectorCapabilities, ExecuteResponse, RegisterConnectorRequest,
     StreamMessage,
