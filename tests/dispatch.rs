@@ -47,12 +47,10 @@ async fn an_enqueued_row_is_delivered_once_to_its_local_connector_with_its_conte
 async fn enqueue_direct(rt: &Rt, binding: &str, payload: serde_json::Value) -> String {
     let done = rt
         .rt()
-        .ops()
-        .enqueue(switchboard::EnqueueRequest {
-            binding: Some(binding.into()),
-            payload: serde_json::to_vec(&payload).unwrap(),
-            ..Default::default()
-        })
+        .enqueue(switchboard::EnqueueRequest::to_binding(
+            binding,
+            serde_json::to_vec(&payload).unwrap(),
+        ))
         .await
         .unwrap();
     assert!(!done.duplicate && !done.dropped);
@@ -260,13 +258,9 @@ max_concurrent = 8
         let ops = ops.clone();
         let payload = serde_json::to_vec(&json!({"key": key, "seq": seq})).unwrap();
         async move {
-            ops.enqueue(switchboard::EnqueueRequest {
-                binding: Some("ordered".into()),
-                payload,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+            ops.enqueue(switchboard::EnqueueRequest::to_binding("ordered", payload))
+                .await
+                .unwrap();
         }
     };
     enqueue("slow", 0).await;

@@ -226,12 +226,10 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
         .await
         .unwrap();
     runtime
-        .ops()
-        .enqueue(switchboard::EnqueueRequest {
-            binding: Some("loop".into()),
-            payload: b"{}".to_vec(),
-            ..Default::default()
-        })
+        .enqueue(switchboard::EnqueueRequest::to_binding(
+            "loop",
+            b"{}".to_vec(),
+        ))
         .await
         .unwrap();
     let ops = runtime.ops().clone();

@@ -109,8 +109,11 @@ impl From<Error> for OpError {
     }
 }
 
-/// An enqueue request.
+/// An enqueue request: build one with [`EnqueueRequest::to_binding`] or
+/// [`EnqueueRequest::to_queue`] and the `with_*` setters (the struct is
+/// `#[non_exhaustive]`, so new options can come without breaking callers).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct EnqueueRequest {
     /// The binding to deliver it (exactly one of `binding` and `queue`).
     pub binding: Option<String>,
@@ -130,8 +133,48 @@ pub struct EnqueueRequest {
     pub trace_id: Option<String>,
 }
 
+impl EnqueueRequest {
+    /// Delivers `payload` (stored as the event's body) through the named binding.
+    pub fn to_binding(binding: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        EnqueueRequest {
+            binding: Some(binding.into()),
+            payload: payload.into(),
+            ..EnqueueRequest::default()
+        }
+    }
+
+    /// Puts `payload` in the named pull queue.
+    pub fn to_queue(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        EnqueueRequest {
+            queue: Some(queue.into()),
+            payload: payload.into(),
+            ..EnqueueRequest::default()
+        }
+    }
+
+    /// The event kind bindings filter on. Default `enqueue`.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// A key that makes a repeated request (same binding or queue, within the event
+    /// retention) enqueue nothing more and return the first event's id.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Continues this trace instead of starting a new one.
+    pub fn with_trace_id(mut self, trace_id: impl Into<String>) -> Self {
+        self.trace_id = Some(trace_id.into());
+        self
+    }
+}
+
 /// What an enqueue did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// The event id (an earlier one's, for a repeated idempotency key).
     pub event_id: String,

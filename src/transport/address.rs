@@ -42,6 +42,7 @@ pub enum Transport {
 
 /// A parsed gateway address: the result of validating the configured string once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct GatewayAddress {
     /// The transport the scheme selects.
     pub transport: Transport,
