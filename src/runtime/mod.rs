@@ -131,7 +131,10 @@ impl RuntimeBuilder {
         }
         let backend = open_backend(&config.store, &config.store_options).await?;
         tracing::info!(store = %redact_url(&config.store), backend = backend.name(), "store open");
-        let store = Store::new(backend.clone());
+        let store = Store::with_max_queue_bytes(
+            backend.clone(),
+            config.store_options.write_queue_max_bytes,
+        );
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
@@ -252,13 +255,18 @@ impl RuntimeBuilder {
             (stop, task)
         });
         let _ = ingress.more_metrics.set(metrics);
-        let app = router(ingress, admin::routes(ops.clone()));
-        let stop = cancel.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-        });
+        let limits = config.limits;
+        let app = router(
+            ingress,
+            admin::routes(ops.clone()),
+            limits.max_concurrent_requests,
+        );
+        let server = tokio::spawn(crate::webhooks::listener::serve(
+            listener,
+            app,
+            limits,
+            cancel.clone(),
+        ));
         tracing::info!(%addr, served = ?dispatcher.served(), "runtime listening");
         Ok(Runtime {
             addr,

@@ -104,8 +104,13 @@ impl OpError {
 }
 
 impl From<Error> for OpError {
+    /// A store error, except the group commit's "queue full" ([`Error::Overloaded`]),
+    /// which is a load signal (503 `overloaded`) rather than a store fault.
     fn from(e: Error) -> Self {
-        OpError::Store(e)
+        match e {
+            Error::Overloaded(m) => OpError::Busy(m),
+            e => OpError::Store(e),
+        }
     }
 }
 

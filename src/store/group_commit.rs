@@ -7,8 +7,14 @@
 //! [`MAX_BATCH`] requests. SQLite allows one writer at a time anyway, so a single
 //! writer task loses nothing there; for PostgreSQL it keeps the claim-then-append order
 //! of one batch inside one transaction.
+//!
+//! The queue is bounded twice: by count ([`QUEUE_CAPACITY`]) and by bytes
+//! (`write_queue_max_bytes`, default [`DEFAULT_QUEUE_MAX_BYTES`]). The count alone
+//! would let 8192 bodies of 10 MiB each sit in memory (80 GiB) while a slow disk
+//! commits; past either bound a write is refused at once with [`Error::Overloaded`]
+//! (ingress answers 503 + `Retry-After`) instead of growing memory.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +39,13 @@ pub(crate) const MAX_BATCH_BYTES: usize = 64 * 1024 * 1024;
 /// bound; audit writes are dropped and counted.
 pub(crate) const QUEUE_CAPACITY: usize = 8192;
 
+/// Default bound on the bytes (bodies, and audit rows' headers and detail) of writes
+/// queued or being committed: 64 MiB, one full batch ([`MAX_BATCH_BYTES`]) gathering
+/// while another commits would need twice that, so under a flood of large bodies the
+/// queue sheds load rather than the process running out of memory, while 1 KiB events
+/// never reach it before the count bound.
+pub(crate) const DEFAULT_QUEUE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
 /// How long an append waits for its batch to commit. Past it the caller gets a store
 /// error and answers 503; if the write commits after all, the sender's retry finds the
 /// claim and is answered as a duplicate, so nothing is lost or doubled.
@@ -41,6 +54,8 @@ pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 struct Job {
     write: Write,
     reply: Option<oneshot::Sender<Result<Appended>>>,
+    /// [`write_bytes`] of `write`, held against the byte bound until it commits.
+    bytes: usize,
 }
 
 struct Shared {
@@ -49,6 +64,47 @@ struct Shared {
     batches: AtomicU64,
     batched_writes: AtomicU64,
     dropped_audit: AtomicU64,
+    /// Bytes of the jobs queued or in the batch being committed.
+    queued_bytes: AtomicUsize,
+    max_queue_bytes: usize,
+}
+
+impl Shared {
+    /// Reserves `bytes` of the byte bound. A write is always admitted into an empty
+    /// queue, so a body larger than the bound (a source's `max_body_bytes` may be)
+    /// is slow under load rather than never stored.
+    fn reserve(&self, bytes: usize) -> bool {
+        self.queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q == 0 || q.saturating_add(bytes) <= self.max_queue_bytes).then(|| q + bytes)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, bytes: usize) {
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Queues `job` or says why not, never waiting.
+    fn enqueue(&self, job: Job) -> Result<()> {
+        let bytes = job.bytes;
+        if !self.reserve(bytes) {
+            return Err(Error::Overloaded(format!(
+                "write queue full: {} bytes waiting, the bound (write_queue_max_bytes) is {}",
+                self.queued_bytes.load(Ordering::Relaxed),
+                self.max_queue_bytes
+            )));
+        }
+        self.tx.try_send(job).map_err(|e| {
+            self.release(bytes);
+            match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    Error::Overloaded(format!("write queue full: {QUEUE_CAPACITY} writes waiting"))
+                }
+                mpsc::error::TrySendError::Closed(_) => Error::Shutdown,
+            }
+        })
+    }
 }
 
 /// The store handle: group-committed writes, direct reads. Cheap to clone.
@@ -69,9 +125,16 @@ pub struct GroupCommitStats {
 }
 
 impl Store {
-    /// Starts the writer task for `backend`. Must be called inside a tokio runtime; the
-    /// task ends when the last clone of the store is dropped.
+    /// Starts the writer task for `backend` with the default byte bound
+    /// ([`DEFAULT_QUEUE_MAX_BYTES`]). Must be called inside a tokio runtime; the task
+    /// ends when the last clone of the store is dropped.
     pub fn new(backend: Arc<dyn Backend>) -> Store {
+        Self::with_max_queue_bytes(backend, DEFAULT_QUEUE_MAX_BYTES)
+    }
+
+    /// Like [`Store::new`], with at most `max_queue_bytes` of writes queued or
+    /// committing (`write_queue_max_bytes` in switchboard.toml).
+    pub fn with_max_queue_bytes(backend: Arc<dyn Backend>, max_queue_bytes: usize) -> Store {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let shared = Arc::new(Shared {
             backend,
@@ -79,6 +142,8 @@ impl Store {
             batches: AtomicU64::new(0),
             batched_writes: AtomicU64::new(0),
             dropped_audit: AtomicU64::new(0),
+            queued_bytes: AtomicUsize::new(0),
+            max_queue_bytes: max_queue_bytes.max(1),
         });
         // A task on the caller's runtime. Tried: a dedicated thread with its own
         // runtime, to spare the writer the HTTP tasks' run queue; no measurable gain,
@@ -108,20 +173,15 @@ impl Store {
         enqueue: Vec<crate::outbox::model::Enqueue>,
     ) -> Result<Appended> {
         let (reply, rx) = oneshot::channel();
-        let job = Job {
-            write: Write::Append {
+        let job = Job::new(
+            Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms,
                 enqueue,
             },
-            reply: Some(reply),
-        };
-        self.shared.tx.try_send(job).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                Error::Store(format!("write queue full ({QUEUE_CAPACITY} waiting)"))
-            }
-            mpsc::error::TrySendError::Closed(_) => Error::Shutdown,
-        })?;
+            Some(reply),
+        );
+        self.shared.enqueue(job)?;
         match tokio::time::timeout(WRITE_DEADLINE, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Shutdown),
@@ -132,14 +192,11 @@ impl Store {
     }
 
     /// Queues an audit row without waiting. Audit is best effort under a flood: when
-    /// the queue is full the row is dropped and counted (the per-reason counters still
-    /// count every rejection).
+    /// the queue is full (by count or bytes) the row is dropped and counted (the
+    /// per-reason counters still count every rejection).
     pub fn reject(&self, rejected: Rejected) {
-        let job = Job {
-            write: Write::Reject(rejected),
-            reply: None,
-        };
-        if self.shared.tx.try_send(job).is_err() {
+        let job = Job::new(Write::Reject(rejected), None);
+        if self.shared.enqueue(job).is_err() {
             self.shared.dropped_audit.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -151,6 +208,25 @@ impl Store {
             writes: self.shared.batched_writes.load(Ordering::Relaxed),
             dropped_audit: self.shared.dropped_audit.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl Job {
+    fn new(write: Write, reply: Option<oneshot::Sender<Result<Appended>>>) -> Job {
+        Job {
+            bytes: write_bytes(&write),
+            write,
+            reply,
+        }
+    }
+}
+
+/// The bytes a write holds that a client chose: a body, or an audit row's headers and
+/// detail. What both the batch cut and the queue's byte bound count.
+fn write_bytes(write: &Write) -> usize {
+    match write {
+        Write::Append { event, .. } => event.body.len(),
+        Write::Reject(r) => r.headers_json.len() + r.detail.len(),
     }
 }
 
@@ -175,10 +251,7 @@ async fn writer(
 fn split_point(jobs: &[Job]) -> usize {
     let mut bytes = 0;
     for (i, job) in jobs.iter().enumerate() {
-        bytes += match &job.write {
-            Write::Append { event, .. } => event.body.len(),
-            Write::Reject(r) => r.headers_json.len() + r.detail.len(),
-        };
+        bytes += job.bytes;
         if i > 0 && bytes > MAX_BATCH_BYTES {
             return i;
         }
@@ -189,6 +262,7 @@ fn split_point(jobs: &[Job]) -> usize {
 /// Commits one batch and answers every writer in it.
 async fn commit(shared: &std::sync::Weak<Shared>, backend: &dyn Backend, jobs: Vec<Job>) {
     let mut replies = Vec::with_capacity(jobs.len());
+    let held: usize = jobs.iter().map(|j| j.bytes).sum();
     let writes: Vec<Write> = jobs
         .into_iter()
         .map(|j| {
@@ -199,6 +273,7 @@ async fn commit(shared: &std::sync::Weak<Shared>, backend: &dyn Backend, jobs: V
     let count = writes.len() as u64;
     let result = backend.write_batch(writes, crate::store::now_ms()).await;
     if let Some(s) = shared.upgrade() {
+        s.release(held);
         s.batches.fetch_add(1, Ordering::Relaxed);
         s.batched_writes.fetch_add(count, Ordering::Relaxed);
     }
@@ -242,14 +317,14 @@ mod tests {
             serde_json::Value::Null,
             crate::triggers::SignatureStatus::Verified,
         );
-        Job {
-            write: Write::Append {
+        Job::new(
+            Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms: 0,
                 enqueue: Vec::new(),
             },
-            reply: None,
-        }
+            None,
+        )
     }
 
     #[test]

@@ -197,6 +197,10 @@ pub struct StoreOptions {
     pub max_db_bytes: Option<u64>,
     /// SQLite only: how commits are synced. Default `FULL`.
     pub synchronous: sqlite::Synchronous,
+    /// Bytes of writes the group commit may hold (queued or committing); beyond, a
+    /// write is refused with [`crate::Error::Overloaded`]. Default 64 MiB
+    /// ([`group_commit::DEFAULT_QUEUE_MAX_BYTES`]).
+    pub write_queue_max_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -205,6 +209,7 @@ impl Default for StoreOptions {
             pool_size: 8,
             max_db_bytes: None,
             synchronous: sqlite::Synchronous::Full,
+            write_queue_max_bytes: group_commit::DEFAULT_QUEUE_MAX_BYTES,
         }
     }
 }

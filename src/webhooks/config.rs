@@ -42,9 +42,11 @@ use crate::triggers::registry::TriggerRegistry;
 
 pub(crate) mod deliver;
 pub(crate) mod duration;
+pub(crate) mod limits;
 
 pub(crate) use deliver::{DispatcherConfig, DispatcherSettings, GatewayConfig, GatewaySettings};
 pub(crate) use duration::DurationSetting;
+pub(crate) use limits::IngressLimits;
 
 /// Default body limit: 10 MiB. Providers' own caps are lower (GitHub 25 MB is the
 /// exception and is truncated by GitHub itself at that size), and a larger body is far
@@ -78,6 +80,16 @@ pub struct RuntimeConfig {
     pub tenant: Option<String>,
     /// Body limit for sources that set none. Default 10 MiB.
     pub max_body_bytes: Option<usize>,
+    /// Ingress requests served at once; beyond, 503 + `Retry-After`. Default 1024.
+    pub max_concurrent_requests: Option<usize>,
+    /// Time a client has to send a request's headers. Default `"10s"`.
+    pub header_read_timeout: Option<DurationSetting>,
+    /// Time a client has to send a request's body after its headers; beyond, 408 and
+    /// the connection is closed. Default `"30s"`.
+    pub body_read_timeout: Option<DurationSetting>,
+    /// Bytes of writes (bodies, audit rows) that may wait for the group commit;
+    /// beyond, ingress answers 503 `overloaded`. Default 64 MiB.
+    pub write_queue_max_bytes: Option<usize>,
     /// Environment variable holding a bearer token for `/api/*` and `/metrics`. Unset:
     /// the admin API is open, which is fine on the default loopback listener only.
     pub admin_token_env: Option<String>,
@@ -181,6 +193,10 @@ pub struct SourceConfig {
     pub max_body_bytes: Option<usize>,
     /// Per-source rate limit. Default: none.
     pub rate_limit: Option<RateLimit>,
+    /// notion: how often a refused delivery may re-read the stored verification token
+    /// (another process may have captured or cleared it). Default
+    /// `{ per_second = 1, burst = 10 }`.
+    pub notion_recheck_limit: Option<RateLimit>,
     /// generic_hmac: `header` (default) or `authorization` (the canonical
     /// `Authorization: HMAC-SHA256 timestamp=…,signature=…` form).
     pub scheme: Option<String>,
@@ -342,6 +358,8 @@ pub struct SourceSpec {
     pub max_body_bytes: usize,
     /// Rate limit.
     pub rate_limit: Option<RateLimit>,
+    /// Notion only: the budget of stored-token re-checks.
+    pub notion_recheck_limit: RateLimit,
 }
 
 /// The whole configuration, resolved.
@@ -350,6 +368,8 @@ pub struct SourceSpec {
 pub struct ResolvedConfig {
     /// Listener address.
     pub listen: SocketAddr,
+    /// The listener's bounds on clients.
+    pub limits: IngressLimits,
     /// Store URL.
     pub store: StoreUrl,
     /// Store tuning.
@@ -421,6 +441,14 @@ impl RuntimeConfig {
             synchronous,
             ..Default::default()
         };
+        if let Some(n) = self.write_queue_max_bytes {
+            if n == 0 {
+                return Err(Error::Config(
+                    "write_queue_max_bytes must be at least 1".into(),
+                ));
+            }
+            store_options.write_queue_max_bytes = n;
+        }
         if let Some(n) = self.pool_size {
             store_options.pool_size = n.max(1);
         }
@@ -466,6 +494,11 @@ impl RuntimeConfig {
                 .map_err(|e| Error::Config(format!("event_retention: {e}")))?;
         Ok(ResolvedConfig {
             listen: self.listen,
+            limits: limits::resolve(
+                self.max_concurrent_requests,
+                self.header_read_timeout.as_ref(),
+                self.body_read_timeout.as_ref(),
+            )?,
             store,
             store_options,
             admin_token,
@@ -575,13 +608,23 @@ impl SourceConfig {
         if matches!(rule, Rule::Cron(_)) && !secrets.is_empty() {
             return Err(bad("cron sources take no secret_env".into()));
         }
-        if let Some(r) = &self.rate_limit {
-            let valid = r.per_second.is_finite()
-                && r.per_second > 0.0
-                && r.burst.is_none_or(|b| b.is_finite() && b >= 1.0);
-            if !valid {
-                return Err(bad("rate_limit needs per_second > 0 and burst >= 1".into()));
+        for (name, limit) in [
+            ("rate_limit", &self.rate_limit),
+            ("notion_recheck_limit", &self.notion_recheck_limit),
+        ] {
+            if let Some(r) = limit {
+                let valid = r.per_second.is_finite()
+                    && r.per_second > 0.0
+                    && r.burst.is_none_or(|b| b.is_finite() && b >= 1.0);
+                if !valid {
+                    return Err(bad(format!("{name} needs per_second > 0 and burst >= 1")));
+                }
             }
+        }
+        if provider != "notion" && self.notion_recheck_limit.is_some() {
+            return Err(bad(
+                "notion_recheck_limit applies to provider notion only".into()
+            ));
         }
         let default_tolerance = match rule {
             Rule::Provider(Provider::Linear) => 60,
@@ -607,6 +650,9 @@ impl SourceConfig {
             retention_ms: retention * 1000,
             max_body_bytes: self.max_body_bytes.unwrap_or(max_body),
             rate_limit: self.rate_limit,
+            notion_recheck_limit: self
+                .notion_recheck_limit
+                .unwrap_or(limits::DEFAULT_NOTION_RECHECK_LIMIT),
         })
     }
 

@@ -2,7 +2,11 @@
 //!
 //! Names (prefix `switchboard_ingress_`): `requests_total{source,outcome}` with outcome
 //! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`,
-//! `store_unavailable`, `unknown_source`; `rejections_total{source,reason}`;
+//! `store_unavailable`, `overloaded` (over `max_concurrent_requests`, with source
+//! `""`, or the write queue full), `body_timeout`, `unknown_source`;
+//! `rejections_total{source,reason}`;
+//! `notion_rechecks_total{source,outcome}` (outcome `read`, `shared` or `skipped`:
+//! how refused Notion deliveries re-checked the stored token, [`super::notion`]);
 //! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
 //! `trigger_filter_errors_total{binding}` (events a binding skipped because its filter
 //! or ordering key failed to evaluate on them);
@@ -28,6 +32,7 @@ pub(crate) struct IngressMetrics {
     rejections: Family<Labels, Counter>,
     audit_skipped: Family<Labels, Counter>,
     trigger_filter_errors: Family<Labels, Counter>,
+    notion_rechecks: Family<Labels, Counter>,
     duration: Histogram,
     batches: Counter,
     batched_writes: Counter,
@@ -48,6 +53,7 @@ impl IngressMetrics {
         let rejections = Family::<Labels, Counter>::default();
         let audit_skipped = Family::<Labels, Counter>::default();
         let trigger_filter_errors = Family::<Labels, Counter>::default();
+        let notion_rechecks = Family::<Labels, Counter>::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.0001, 2.0, 16,
@@ -75,6 +81,11 @@ impl IngressMetrics {
             trigger_filter_errors.clone(),
         );
         registry.register(
+            "notion_rechecks",
+            "Re-checks of a Notion source's stored token by refused deliveries, by outcome",
+            notion_rechecks.clone(),
+        );
+        registry.register(
             "request_duration_seconds",
             "Receipt to answer, store commit included",
             duration.clone(),
@@ -100,6 +111,7 @@ impl IngressMetrics {
             rejections,
             audit_skipped,
             trigger_filter_errors,
+            notion_rechecks,
             duration,
             batches,
             batched_writes,
@@ -140,6 +152,16 @@ impl IngressMetrics {
     pub(crate) fn trigger_filter_error(&self, binding: &str) {
         self.trigger_filter_errors
             .get_or_create(&vec![("binding", binding.to_owned())])
+            .inc();
+    }
+
+    /// Counts a Notion token re-check by outcome (`read`, `shared`, `skipped`).
+    pub(crate) fn notion_recheck(&self, source: &str, outcome: &'static str) {
+        self.notion_rechecks
+            .get_or_create(&vec![
+                ("source", source.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
             .inc();
     }
 

@@ -7,6 +7,8 @@
 //! may be stored of headers), [`ingest`] (the whole decision for one request),
 //! [`rate_limit`] (token buckets) and [`cron`] (schedules and catch-up). The shells:
 //! [`config`] (switchboard.toml), `server` and `admin` (the HTTP surface, axum),
+//! `listener` (connections, with the header and body timeouts), `notion` (bounded
+//! token re-checks),
 //! [`metrics`], `routing` (trigger bindings at ingest), and [`crate::runtime`], which wires them to the store.
 
 pub(crate) mod admin;
@@ -14,7 +16,9 @@ pub(crate) mod classify;
 pub(crate) mod config;
 pub(crate) mod cron;
 pub(crate) mod ingest;
+pub(crate) mod listener;
 pub(crate) mod metrics;
+pub(crate) mod notion;
 pub(crate) mod rate_limit;
 pub(crate) mod redact;
 pub(crate) mod routing;

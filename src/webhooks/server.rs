@@ -8,6 +8,13 @@
 //! failure answers 503 + `Retry-After` and acknowledges nothing: the sender retries and
 //! the dedupe claim makes the retry safe.
 //!
+//! Bounds on hostile clients: at most `max_concurrent_requests` ingress requests run at
+//! once (beyond, 503 `overloaded` + `Retry-After` at once, never a queue); a body not
+//! received within `body_read_timeout` is answered 408 and its connection closed
+//! ([`super::listener`] sets the deadline and the header-read timeout); a full group
+//! commit queue answers 503 `overloaded`; Notion token re-checks are bounded in
+//! [`super::notion`].
+//!
 //! Slack wants an answer within 3 s; the only work before the answer is verification
 //! (microseconds), matching the trigger bindings (their CEL filters, microseconds) and
 //! the group-committed insert (milliseconds), which writes the event and its outbox
@@ -29,6 +36,7 @@ use super::classify::Provider;
 use super::config::{Rule, Secret, SourceSpec};
 use super::ingest::{decide, Decision, Refusal, Request};
 use super::metrics::IngressMetrics;
+use super::notion::Recheck;
 use super::rate_limit::TokenBucket;
 use super::redact::redact_headers;
 use super::routing::IngestRouter;
@@ -48,6 +56,11 @@ pub(crate) const AUDIT_PER_SECOND: f64 = 20.0;
 /// Audit rows a source may write at once.
 pub(crate) const AUDIT_BURST: f64 = 200.0;
 
+/// `Retry-After` seconds when the listener is at `max_concurrent_requests` or the
+/// write queue is full: load that clears as requests finish, in well under a second
+/// when it is a burst, so the shortest whole value `Retry-After` can say.
+pub(crate) const OVERLOADED_RETRY_AFTER_SECS: u64 = 1;
+
 /// State key of a captured Notion verification token.
 pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
 
@@ -60,6 +73,8 @@ pub(crate) struct LiveSource {
     /// Serialises Notion token captures in this process, so two concurrent unsigned
     /// verification requests cannot both be captured (the second gets 409).
     capture: tokio::sync::Mutex<()>,
+    /// Notion: the bounded re-check of the stored token ([`super::notion`]).
+    pub(crate) recheck: Recheck,
 }
 
 impl LiveSource {
@@ -123,11 +138,12 @@ impl Ingress {
             map.insert(
                 spec.id.clone(),
                 Arc::new(LiveSource {
-                    spec,
                     bucket,
                     audit_bucket: Mutex::new(TokenBucket::new(AUDIT_PER_SECOND, AUDIT_BURST, now)),
                     notion_token: RwLock::new(notion_token),
                     capture: tokio::sync::Mutex::new(()),
+                    recheck: Recheck::new(spec.notion_recheck_limit, now),
+                    spec,
                 }),
             );
         }
@@ -144,16 +160,33 @@ impl Ingress {
     }
 }
 
-/// The whole HTTP surface: ingress plus admin.
 /// The whole HTTP surface: ingress, the ingest admin API, and `deliver` (the deliver
 /// half's admin routes, state applied), which gets the same bearer-token check.
-pub(crate) fn router(state: Arc<Ingress>, deliver: Router) -> Router {
+///
+/// Ingress runs at most `max_concurrent` requests at once: tower's concurrency limit
+/// behind a load shedder, so a request over the limit is answered 503 at once rather
+/// than queued (a queue would hold every hostile client's connection and body). The
+/// admin API is outside the limit, so an operator can still look during a flood.
+pub(crate) fn router(state: Arc<Ingress>, deliver: Router, max_concurrent: usize) -> Router {
     let deliver = deliver.route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
         super::admin::require_token,
     ));
+    let metrics = state.metrics.clone();
+    let shed = tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(
+            move |_: tower::BoxError| {
+                let metrics = metrics.clone();
+                async move {
+                    metrics.outcome("", "overloaded");
+                    overloaded("the listener is at max_concurrent_requests; retry later")
+                }
+            },
+        ))
+        .load_shed()
+        .concurrency_limit(max_concurrent);
     Router::new()
-        .route("/hooks/{source_id}", post(hook))
+        .route("/hooks/{source_id}", post(hook).layer(shed))
         .merge(super::admin::routes(state.clone()))
         .with_state(state)
         .merge(deliver)
@@ -165,6 +198,11 @@ fn json_error(status: StatusCode, reason: &str, detail: &str) -> Response {
         axum::Json(json!({"error": reason, "message": detail})),
     )
         .into_response()
+}
+
+fn overloaded(detail: &str) -> Response {
+    let resp = json_error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", detail);
+    with_retry_after(resp, OVERLOADED_RETRY_AFTER_SECS)
 }
 
 fn with_retry_after(mut resp: Response, secs: u64) -> Response {
@@ -230,7 +268,11 @@ async fn handle(
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let bytes = match declared {
         Some(n) if n > limit as u64 => None,
-        _ => axum::body::to_bytes(body, limit).await.ok(),
+        _ => match axum::body::to_bytes(body, limit).await {
+            Ok(bytes) => Some(bytes),
+            Err(e) if super::listener::is_body_timeout(&e) => return body_timeout(app, id),
+            Err(_) => None,
+        },
     };
     let Some(bytes) = bytes else {
         let refusal = Refusal {
@@ -257,8 +299,11 @@ async fn handle(
         now_ms: now,
         ids: IdSeed::random(),
     };
-    let mut decision = decide(&source.spec, source.notion_token().as_deref(), &req);
-    if let Some(d) = recheck_notion(app, &source, &req, &decision).await {
+    let judged_with = source.notion_token();
+    let mut decision = decide(&source.spec, judged_with.as_deref(), &req);
+    if let Some(d) =
+        super::notion::recheck(app, &source, &req, &decision, judged_with.as_deref()).await
+    {
         decision = d;
     }
     let refuse_here = |refusal| {
@@ -335,40 +380,26 @@ async fn handle(
     }
 }
 
-/// A Notion delivery refused for want of the right token is judged again if the
-/// stored token differs from this process's copy: another process sharing the store
-/// may have captured, cleared or replaced it.
-async fn recheck_notion(
-    app: &Ingress,
-    source: &LiveSource,
-    req: &Request<'_>,
-    decision: &Decision,
-) -> Option<Decision> {
-    let Decision::Refuse(r) = decision else {
-        return None;
-    };
-    let notion = matches!(source.spec.rule, Rule::Provider(Provider::Notion));
-    let token_related = matches!(
-        r.reason,
-        "bad_signature" | "no_verification_token" | "verification_token_already_captured"
+/// A body not received within `body_read_timeout`: 408, and `Connection: close` so
+/// hyper drops the connection rather than wait for the rest of a body nobody reads.
+fn body_timeout(app: &Ingress, id: &str) -> Response {
+    app.metrics.outcome(id, "body_timeout");
+    let mut resp = json_error(
+        StatusCode::REQUEST_TIMEOUT,
+        "body_timeout",
+        "the body did not arrive within body_read_timeout",
     );
-    if !notion || !token_related {
-        return None;
-    }
-    let stored = app
-        .store
-        .backend()
-        .get_state(&source.spec.id, NOTION_TOKEN_KEY)
-        .await
-        .ok()?;
-    if stored == source.notion_token() {
-        return None;
-    }
-    source.set_notion_token(stored.clone());
-    Some(decide(&source.spec, stored.as_deref(), req))
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 fn store_unavailable(app: &Ingress, id: &str, e: &crate::Error) -> Response {
+    if let crate::Error::Overloaded(m) = e {
+        // The group commit's queue is full (count or bytes): shed, nothing stored.
+        app.metrics.outcome(id, "overloaded");
+        return overloaded(m);
+    }
     app.metrics.outcome(id, "store_unavailable");
     tracing::warn!(source = id, error = %e, "store unavailable; answered 503");
     let resp = json_error(

@@ -223,3 +223,54 @@ fn a_public_listener_needs_an_admin_token_or_an_explicit_opt_out() {
     assert!(guarded.admin_token.is_some());
     assert!(resolve("listen = \"127.0.0.1:0\"\n").is_ok());
 }
+
+#[test]
+fn ingress_limits_have_documented_defaults_and_refuse_zero() {
+    let c = resolve("").unwrap();
+    assert_eq!(c.limits, IngressLimits::default());
+    assert_eq!(c.limits.max_concurrent_requests, 1024);
+    assert_eq!(
+        c.limits.header_read_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(
+        c.limits.body_read_timeout,
+        std::time::Duration::from_secs(30)
+    );
+    assert_eq!(c.store_options.write_queue_max_bytes, 64 * 1024 * 1024);
+    let c = resolve(
+        "max_concurrent_requests = 8\nheader_read_timeout = \"250ms\"\nbody_read_timeout = 2\nwrite_queue_max_bytes = 4096\n",
+    )
+    .unwrap();
+    assert_eq!(c.limits.max_concurrent_requests, 8);
+    assert_eq!(
+        c.limits.header_read_timeout,
+        std::time::Duration::from_millis(250)
+    );
+    assert_eq!(
+        c.limits.body_read_timeout,
+        std::time::Duration::from_secs(2)
+    );
+    assert_eq!(c.store_options.write_queue_max_bytes, 4096);
+    assert!(err("max_concurrent_requests = 0\n").contains("max_concurrent_requests"));
+    assert!(err("body_read_timeout = \"0s\"\n").contains("body_read_timeout: must be positive"));
+    assert!(err("header_read_timeout = \"soon\"\n").contains("header_read_timeout"));
+    assert!(err("write_queue_max_bytes = 0\n").contains("write_queue_max_bytes"));
+}
+
+#[test]
+fn notion_recheck_limit_applies_to_notion_only_and_defaults_to_one_a_second() {
+    let c = resolve("[[sources]]\nid = \"n\"\nprovider = \"notion\"\n").unwrap();
+    assert_eq!(
+        c.sources[0].notion_recheck_limit,
+        limits::DEFAULT_NOTION_RECHECK_LIMIT
+    );
+    assert!(err(
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\nnotion_recheck_limit = { per_second = 1 }\n"
+    )
+    .contains("notion_recheck_limit applies to provider notion only"));
+    assert!(err(
+        "[[sources]]\nid = \"n\"\nprovider = \"notion\"\nnotion_recheck_limit = { per_second = 0 }\n"
+    )
+    .contains("notion_recheck_limit needs per_second > 0"));
+}

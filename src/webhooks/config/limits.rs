@@ -1,0 +1,86 @@
+//! The listener's bounds on untrusted clients: how many ingress requests run at once,
+//! how long a client may take to send its headers and its body, and how many bytes of
+//! writes may wait for the group commit. Each is a top-level option of
+//! switchboard.toml with the default named here; the README's Limits table lists them
+//! with the per-source ones (`max_body_bytes`, `rate_limit`, `notion_recheck_limit`).
+
+use std::time::Duration;
+
+use super::duration::{duration_or, DurationSetting};
+use super::RateLimit;
+use crate::error::{Error, Result};
+
+/// Default `max_concurrent_requests`: 1024 ingress requests at once. A request holds
+/// its body (up to `max_body_bytes`) while it is judged and committed; 1024 is far
+/// more than a commit-bound SQLite store serves at once (a batch is 512 writes), and
+/// far fewer than the file descriptors and memory a flood would otherwise take.
+pub(crate) const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 1024;
+/// Default `header_read_timeout`: 10 s from the first byte of a request to the end of
+/// its headers. Providers send their headers in one packet; a client that dribbles
+/// them is holding a connection, not delivering.
+pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `body_read_timeout`: 30 s from the end of the headers to the end of the
+/// body, time for a 10 MiB body over a slow link, and a bound on how long a client
+/// sending one byte every few seconds holds a concurrency slot.
+pub(crate) const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `notion_recheck_limit`: re-reading a Notion source's stored token (after a
+/// refusal that another process's capture could explain) at most once a second,
+/// 10 at once. Legitimate re-checks follow an operator's capture or clear, a handful
+/// at a time; a flood of unsigned requests gets the in-memory answer.
+pub(crate) const DEFAULT_NOTION_RECHECK_LIMIT: RateLimit = RateLimit {
+    per_second: 1.0,
+    burst: Some(10.0),
+};
+
+/// The listener's limits, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IngressLimits {
+    /// Ingress requests (`POST /hooks/*`) served at once; beyond, 503 + `Retry-After`.
+    pub max_concurrent_requests: usize,
+    /// Time allowed for a request's headers; beyond, the connection is closed.
+    pub header_read_timeout: Duration,
+    /// Time allowed for a request's body after its headers; beyond, 408 and close.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for IngressLimits {
+    fn default() -> Self {
+        IngressLimits {
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Resolves the top-level options; every bound must be positive, since a zero would
+/// refuse every request.
+pub(super) fn resolve(
+    max_concurrent_requests: Option<usize>,
+    header_read_timeout: Option<&DurationSetting>,
+    body_read_timeout: Option<&DurationSetting>,
+) -> Result<IngressLimits> {
+    let max = max_concurrent_requests.unwrap_or(DEFAULT_MAX_CONCURRENT_REQUESTS);
+    if max == 0 {
+        return Err(Error::Config(
+            "max_concurrent_requests must be at least 1".into(),
+        ));
+    }
+    let timeout = |name: &str, s, default| {
+        duration_or(s, default, true).map_err(|e| Error::Config(format!("{name}: {e}")))
+    };
+    Ok(IngressLimits {
+        max_concurrent_requests: max,
+        header_read_timeout: timeout(
+            "header_read_timeout",
+            header_read_timeout,
+            DEFAULT_HEADER_READ_TIMEOUT,
+        )?,
+        body_read_timeout: timeout(
+            "body_read_timeout",
+            body_read_timeout,
+            DEFAULT_BODY_READ_TIMEOUT,
+        )?,
+    })
+}

@@ -1,0 +1,145 @@
+//! The runtime's HTTP listener: accepts connections and serves the router over HTTP/1
+//! with hyper directly (not `axum::serve`), because the bounds on slow clients live
+//! at the connection:
+//!
+//! - `header_read_timeout`: hyper's own, from the first byte of a request (or the
+//!   start of an idle keep-alive wait) to the end of its headers; past it hyper closes
+//!   the connection. Without it a client that dribbles its headers holds a socket
+//!   and a task forever.
+//! - `body_read_timeout`: a deadline set when the headers are in, carried by the
+//!   request body ([`body_deadline`]); a read past it fails with [`BodyTimeout`], which
+//!   ingress answers 408 with `Connection: close`. A client sending one byte every few
+//!   seconds is dropped at the deadline, however steadily it sends.
+//!
+//! Together with the concurrency limit on ingress (in [`super::server::router`]) they
+//! bound what slow clients take: at most `max_concurrent_requests` requests, each for
+//! at most the two timeouts.
+//!
+//! Shutdown is graceful: the listener stops accepting, every connection finishes the
+//! request it is serving (its write commits before it is answered), idle ones close.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use futures_util::StreamExt as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::config::IngressLimits;
+
+/// How long the accept loop pauses after an accept error that is not one
+/// connection's (out of file descriptors, say), so it does not spin while the
+/// condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// A request body not received within `body_read_timeout`.
+#[derive(Debug)]
+pub(crate) struct BodyTimeout;
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body did not arrive within body_read_timeout")
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// Whether `e` (a body-reading error, however wrapped) is a [`BodyTimeout`].
+pub(crate) fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.is::<BodyTimeout>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Middleware: gives the request body a deadline `timeout` from now (the headers are
+/// in when a handler's middleware runs). The deadline covers the whole body, not each
+/// read, so steady dribbling does not extend it.
+pub(crate) async fn body_deadline(
+    State(timeout): State<Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (parts, body) = req.into_parts();
+    let chunks =
+        futures_util::stream::unfold(Some(body.into_data_stream()), move |state| async move {
+            let mut data = state?;
+            match tokio::time::timeout_at(deadline, data.next()).await {
+                Ok(Some(Ok(bytes))) => Some((Ok::<Bytes, axum::BoxError>(bytes), Some(data))),
+                Ok(Some(Err(e))) => Some((Err(e.into()), None)),
+                Ok(None) => None,
+                Err(_) => Some((Err(BodyTimeout.into()), None)),
+            }
+        });
+    next.run(Request::from_parts(parts, Body::from_stream(chunks)))
+        .await
+}
+
+/// Serves `app` on `listener` until `stop` fires, then drains: see the module doc.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: IngressLimits,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        limits.body_read_timeout,
+        body_deadline,
+    ));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed; pausing before the next");
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => continue,
+                }
+            }
+        };
+        // Answers are small and written at once; Nagle would only delay them.
+        let _ = tcp.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                // A timed-out or reset client: its business, not an operator's.
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Accept errors that concern one connection (it was reset before we took it), as
+/// opposed to the listener's.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}

@@ -1,0 +1,97 @@
+//! Re-checking a Notion source's stored verification token, bounded.
+//!
+//! Several runtime processes may share one store, and the token one of them captured
+//! (or an operator cleared) is only in the store until the others read it. So a Notion
+//! delivery refused for want of the right token is judged again against the stored
+//! token. Unbounded, that is one store read per refused request, and refusals are what
+//! an attacker can send for free: a flood of unsigned "verification" bodies would turn
+//! into a flood of store reads. Two bounds keep it cheap:
+//!
+//! - single flight: re-checks of one source run one at a time, and a refusal that
+//!   waited while another re-read the store takes that read's answer instead of
+//!   reading again, so N concurrent refusals cost one read;
+//! - a token bucket per source (`notion_recheck_limit`, default 1/s, burst 10): past
+//!   it, a refusal keeps its in-memory answer. A capture elsewhere is still seen within
+//!   a second or so, and Notion retries what was refused meanwhile.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::classify::Provider;
+use super::config::{RateLimit, Rule};
+use super::ingest::{decide, Decision, Request};
+use super::rate_limit::TokenBucket;
+use super::server::{Ingress, LiveSource, NOTION_TOKEN_KEY};
+
+/// One source's re-check state.
+pub(crate) struct Recheck {
+    budget: Mutex<TokenBucket>,
+    /// Held while a re-check reads the store.
+    flight: tokio::sync::Mutex<()>,
+    /// Store reads finished, so a waiter can tell that one happened while it waited.
+    reads: AtomicU64,
+}
+
+impl Recheck {
+    /// A full budget at `now_ms`.
+    pub(crate) fn new(limit: RateLimit, now_ms: i64) -> Recheck {
+        let burst = limit.burst.unwrap_or(limit.per_second.max(1.0));
+        Recheck {
+            budget: Mutex::new(TokenBucket::new(limit.per_second, burst, now_ms)),
+            flight: tokio::sync::Mutex::new(()),
+            reads: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A better decision for a Notion delivery refused for a token reason, if the token
+/// has changed since `judged_with` was read: in this process (a concurrent capture),
+/// or in the store (another process), the latter at most as often as the budget lets.
+/// Counted in `notion_rechecks_total{source,outcome}`: `read` (a store read),
+/// `shared` (another re-check's read answered this one), `skipped` (over budget).
+pub(crate) async fn recheck(
+    app: &Ingress,
+    source: &LiveSource,
+    req: &Request<'_>,
+    decision: &Decision,
+    judged_with: Option<&str>,
+) -> Option<Decision> {
+    let Decision::Refuse(r) = decision else {
+        return None;
+    };
+    let notion = matches!(source.spec.rule, Rule::Provider(Provider::Notion));
+    let token_related = matches!(
+        r.reason,
+        "bad_signature" | "no_verification_token" | "verification_token_already_captured"
+    );
+    if !notion || !token_related {
+        return None;
+    }
+    let id = source.spec.id.as_str();
+    let redecide = |token: Option<String>| {
+        (token.as_deref() != judged_with).then(|| decide(&source.spec, token.as_deref(), req))
+    };
+    let state = &source.recheck;
+    let seen = state.reads.load(Ordering::Acquire);
+    let _flight = state.flight.lock().await;
+    if state.reads.load(Ordering::Acquire) != seen {
+        app.metrics.notion_recheck(id, "shared");
+        return redecide(source.notion_token());
+    }
+    let allowed = state
+        .budget
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .try_take(req.now_ms)
+        .is_ok();
+    if !allowed {
+        app.metrics.notion_recheck(id, "skipped");
+        return redecide(source.notion_token());
+    }
+    app.metrics.notion_recheck(id, "read");
+    let stored = app.store.backend().get_state(id, NOTION_TOKEN_KEY).await;
+    state.reads.fetch_add(1, Ordering::Release);
+    let stored = stored.ok()?;
+    source.set_notion_token(stored.clone());
+    redecide(stored)
+}
