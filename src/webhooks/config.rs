@@ -197,6 +197,9 @@ pub struct SourceConfig {
     /// (another process may have captured or cleared it). Default
     /// `{ per_second = 1, burst = 10 }`.
     pub notion_recheck_limit: Option<RateLimit>,
+    /// How many refusals of this source are written to the rejection audit table.
+    /// Default `{ per_second = 20, burst = 200 }`; past it, refusals are counted only.
+    pub rejection_audit_limit: Option<RateLimit>,
     /// generic_hmac: `header` (default) or `authorization` (the canonical
     /// `Authorization: HMAC-SHA256 timestamp=…,signature=…` form).
     pub scheme: Option<String>,
@@ -360,6 +363,8 @@ pub struct SourceSpec {
     pub rate_limit: Option<RateLimit>,
     /// Notion only: the budget of stored-token re-checks.
     pub notion_recheck_limit: RateLimit,
+    /// The budget of rejection audit rows.
+    pub rejection_audit_limit: RateLimit,
 }
 
 /// The whole configuration, resolved.
@@ -611,6 +616,7 @@ impl SourceConfig {
         for (name, limit) in [
             ("rate_limit", &self.rate_limit),
             ("notion_recheck_limit", &self.notion_recheck_limit),
+            ("rejection_audit_limit", &self.rejection_audit_limit),
         ] {
             if let Some(r) = limit {
                 let valid = r.per_second.is_finite()
@@ -653,6 +659,9 @@ impl SourceConfig {
             notion_recheck_limit: self
                 .notion_recheck_limit
                 .unwrap_or(limits::DEFAULT_NOTION_RECHECK_LIMIT),
+            rejection_audit_limit: self
+                .rejection_audit_limit
+                .unwrap_or(limits::DEFAULT_REJECTION_AUDIT_LIMIT),
         })
     }
 

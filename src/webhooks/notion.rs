@@ -35,9 +35,8 @@ pub(crate) struct Recheck {
 impl Recheck {
     /// A full budget at `now_ms`.
     pub(crate) fn new(limit: RateLimit, now_ms: i64) -> Recheck {
-        let burst = limit.burst.unwrap_or(limit.per_second.max(1.0));
         Recheck {
-            budget: Mutex::new(TokenBucket::new(limit.per_second, burst, now_ms)),
+            budget: Mutex::new(TokenBucket::for_limit(limit, now_ms)),
             flight: tokio::sync::Mutex::new(()),
             reads: AtomicU64::new(0),
         }

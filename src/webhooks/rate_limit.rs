@@ -1,6 +1,8 @@
 //! A token bucket per source. Pure: the caller passes the time, so the refill
 //! arithmetic is tested without a clock.
 
+use super::config::RateLimit;
+
 /// A token bucket holding at most `burst` tokens, refilled at `per_second`.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenBucket {
@@ -19,6 +21,13 @@ impl TokenBucket {
             tokens: burst,
             last_ms: now_ms,
         }
+    }
+
+    /// A full bucket for a configured limit; a limit without `burst` holds one
+    /// second's worth (at least one token).
+    pub(crate) fn for_limit(limit: RateLimit, now_ms: i64) -> TokenBucket {
+        let burst = limit.burst.unwrap_or(limit.per_second.max(1.0));
+        TokenBucket::new(limit.per_second, burst, now_ms)
     }
 
     /// Takes one token, or says how many whole seconds until one is available (at

@@ -48,14 +48,6 @@ use crate::triggers::IdSeed;
 /// restarted database to come back, short next to providers' retry schedules.
 pub(crate) const STORE_RETRY_AFTER_SECS: u64 = 5;
 
-/// Audit rows per source per second (burst [`AUDIT_BURST`]). Refusals beyond it are
-/// still answered and counted (`rejections_total`, `outcome="rejected"`) but not
-/// written, so a flood of forged deliveries cannot fill the disk through the audit
-/// table and starve real events of space.
-pub(crate) const AUDIT_PER_SECOND: f64 = 20.0;
-/// Audit rows a source may write at once.
-pub(crate) const AUDIT_BURST: f64 = 200.0;
-
 /// `Retry-After` seconds when the listener is at `max_concurrent_requests` or the
 /// write queue is full: load that clears as requests finish, in well under a second
 /// when it is a burst, so the shortest whole value `Retry-After` can say.
@@ -127,19 +119,18 @@ impl Ingress {
                 }
                 _ => None,
             };
-            let bucket = spec.rate_limit.map(|r| {
-                Mutex::new(TokenBucket::new(
-                    r.per_second,
-                    r.burst.unwrap_or(r.per_second.max(1.0)),
-                    now,
-                ))
-            });
+            let bucket = spec
+                .rate_limit
+                .map(|r| Mutex::new(TokenBucket::for_limit(r, now)));
             order.push(spec.id.clone());
             map.insert(
                 spec.id.clone(),
                 Arc::new(LiveSource {
                     bucket,
-                    audit_bucket: Mutex::new(TokenBucket::new(AUDIT_PER_SECOND, AUDIT_BURST, now)),
+                    audit_bucket: Mutex::new(TokenBucket::for_limit(
+                        spec.rejection_audit_limit,
+                        now,
+                    )),
                     notion_token: RwLock::new(notion_token),
                     capture: tokio::sync::Mutex::new(()),
                     recheck: Recheck::new(spec.notion_recheck_limit, now),

@@ -32,6 +32,16 @@ pub(crate) const DEFAULT_NOTION_RECHECK_LIMIT: RateLimit = RateLimit {
     burst: Some(10.0),
 };
 
+/// Default `rejection_audit_limit`: 20 audit rows per source per second, 200 at once.
+/// Refusals beyond it are still answered and counted (`rejections_total`,
+/// `audit_skipped_total`) but not written, so a flood of forged deliveries cannot fill
+/// the disk through the audit table and starve real events of space, while an
+/// operator still sees a sample of every kind of refusal.
+pub(crate) const DEFAULT_REJECTION_AUDIT_LIMIT: RateLimit = RateLimit {
+    per_second: 20.0,
+    burst: Some(200.0),
+};
+
 /// The listener's limits, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

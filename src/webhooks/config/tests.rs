@@ -274,3 +274,17 @@ fn notion_recheck_limit_applies_to_notion_only_and_defaults_to_one_a_second() {
     )
     .contains("notion_recheck_limit needs per_second > 0"));
 }
+
+#[test]
+fn rejection_audit_limit_defaults_to_twenty_a_second_and_refuses_a_zero_rate() {
+    let c =
+        resolve("[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\n").unwrap();
+    assert_eq!(
+        c.sources[0].rejection_audit_limit,
+        limits::DEFAULT_REJECTION_AUDIT_LIMIT
+    );
+    assert!(err(
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\nrejection_audit_limit = { per_second = 0 }\n"
+    )
+    .contains("rejection_audit_limit needs per_second > 0"));
+}
