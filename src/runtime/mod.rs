@@ -36,7 +36,8 @@ use crate::outbox::metrics::DispatchMetrics;
 use crate::store::{open_backend, redact_url, Store};
 use crate::triggers::binding::Handler;
 use crate::webhooks::config::{ResolvedConfig, Rule};
-use crate::webhooks::server::{router, Ingress};
+use crate::webhooks::server::router;
+use crate::webhooks::state::Ingress;
 use crate::webhooks::ticker::{self, Ticker};
 use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};
 

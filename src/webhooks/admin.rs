@@ -30,7 +30,8 @@ use subtle::ConstantTimeEq;
 
 use super::classify::Provider;
 use super::config::Rule;
-use super::server::{Ingress, LiveSource, NOTION_TOKEN_KEY};
+use super::notion::NOTION_TOKEN_KEY;
+use super::state::{Ingress, LiveSource};
 use crate::store::EventQuery;
 
 /// Largest page of events or rejections.

@@ -6,7 +6,9 @@
 //! rules, the clock passed in), [`classify`] (kind and dedupe key), [`redact`] (what
 //! may be stored of headers), [`ingest`] (the whole decision for one request),
 //! [`rate_limit`] (token buckets) and [`cron`] (schedules and catch-up). The shells:
-//! [`config`] (switchboard.toml), `server` and `admin` (the HTTP surface, axum),
+//! [`config`] (switchboard.toml), `state` (the live sources both HTTP halves share),
+//! `server` and `admin` (the HTTP surface, axum; `server` mounts `admin`, and neither
+//! imports the other's state),
 //! `listener` (connections, with the header and body timeouts), `notion` (bounded
 //! token re-checks),
 //! [`metrics`], `routing` (trigger bindings at ingest), and [`crate::runtime`], which wires them to the store.
@@ -24,5 +26,6 @@ pub(crate) mod redact;
 pub(crate) mod routing;
 pub(crate) mod server;
 pub(crate) mod signature;
+pub(crate) mod state;
 pub(crate) mod ticker;
 pub use ticker::LAST_FIRE_KEY;

@@ -15,16 +15,25 @@
 //!   a second or so, and Notion retries what was refused meanwhile.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use super::classify::Provider;
-use super::config::{RateLimit, Rule};
+use super::config::{RateLimit, Rule, SourceSpec};
 use super::ingest::{decide, Decision, Request};
+use super::metrics::IngressMetrics;
 use super::rate_limit::TokenBucket;
-use super::server::{Ingress, LiveSource, NOTION_TOKEN_KEY};
+use crate::store::Store;
 
-/// One source's re-check state.
-pub(crate) struct Recheck {
+/// State key of a captured Notion verification token.
+pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
+
+/// One Notion source's verification token as this process knows it, and the bounded
+/// re-check of the stored one. Self-contained (it takes the spec, store and metrics
+/// it needs), so the shared ingest state holds one without this module depending on
+/// that state.
+pub(crate) struct NotionToken {
+    /// The captured token, if any, as last read or captured here.
+    token: RwLock<Option<String>>,
     budget: Mutex<TokenBucket>,
     /// Held while a re-check reads the store.
     flight: tokio::sync::Mutex<()>,
@@ -32,65 +41,79 @@ pub(crate) struct Recheck {
     reads: AtomicU64,
 }
 
-impl Recheck {
-    /// A full budget at `now_ms`.
-    pub(crate) fn new(limit: RateLimit, now_ms: i64) -> Recheck {
-        Recheck {
+impl NotionToken {
+    /// The token loaded at start, and a full re-check budget at `now_ms`.
+    pub(crate) fn new(token: Option<String>, limit: RateLimit, now_ms: i64) -> NotionToken {
+        NotionToken {
+            token: RwLock::new(token),
             budget: Mutex::new(TokenBucket::for_limit(limit, now_ms)),
             flight: tokio::sync::Mutex::new(()),
             reads: AtomicU64::new(0),
         }
     }
-}
 
-/// A better decision for a Notion delivery refused for a token reason, if the token
-/// has changed since `judged_with` was read: in this process (a concurrent capture),
-/// or in the store (another process), the latter at most as often as the budget lets.
-/// Counted in `notion_rechecks_total{source,outcome}`: `read` (a store read),
-/// `shared` (another re-check's read answered this one), `skipped` (over budget).
-pub(crate) async fn recheck(
-    app: &Ingress,
-    source: &LiveSource,
-    req: &Request<'_>,
-    decision: &Decision,
-    judged_with: Option<&str>,
-) -> Option<Decision> {
-    let Decision::Refuse(r) = decision else {
-        return None;
-    };
-    let notion = matches!(source.spec.rule, Rule::Provider(Provider::Notion));
-    let token_related = matches!(
-        r.reason,
-        "bad_signature" | "no_verification_token" | "verification_token_already_captured"
-    );
-    if !notion || !token_related {
-        return None;
+    /// The captured token, if any.
+    pub(crate) fn get(&self) -> Option<String> {
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
-    let id = source.spec.id.as_str();
-    let redecide = |token: Option<String>| {
-        (token.as_deref() != judged_with).then(|| decide(&source.spec, token.as_deref(), req))
-    };
-    let state = &source.recheck;
-    let seen = state.reads.load(Ordering::Acquire);
-    let _flight = state.flight.lock().await;
-    if state.reads.load(Ordering::Acquire) != seen {
-        app.metrics.notion_recheck(id, "shared");
-        return redecide(source.notion_token());
+
+    /// Replaces (or clears) the captured token.
+    pub(crate) fn set(&self, token: Option<String>) {
+        *self.token.write().unwrap_or_else(|p| p.into_inner()) = token;
     }
-    let allowed = state
-        .budget
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .try_take(req.now_ms)
-        .is_ok();
-    if !allowed {
-        app.metrics.notion_recheck(id, "skipped");
-        return redecide(source.notion_token());
+
+    /// A better decision for a Notion delivery refused for a token reason, if the token
+    /// has changed since `judged_with` was read: in this process (a concurrent capture),
+    /// or in the store (another process), the latter at most as often as the budget lets.
+    /// Counted in `notion_rechecks_total{source,outcome}`: `read` (a store read),
+    /// `shared` (another re-check's read answered this one), `skipped` (over budget).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn recheck(
+        &self,
+        spec: &SourceSpec,
+        store: &Store,
+        metrics: &IngressMetrics,
+        req: &Request<'_>,
+        decision: &Decision,
+        judged_with: Option<&str>,
+    ) -> Option<Decision> {
+        let Decision::Refuse(r) = decision else {
+            return None;
+        };
+        let notion = matches!(spec.rule, Rule::Provider(Provider::Notion));
+        let token_related = matches!(
+            r.reason,
+            "bad_signature" | "no_verification_token" | "verification_token_already_captured"
+        );
+        if !notion || !token_related {
+            return None;
+        }
+        let id = spec.id.as_str();
+        let redecide = |token: Option<String>| {
+            (token.as_deref() != judged_with).then(|| decide(spec, token.as_deref(), req))
+        };
+        let state = self;
+        let seen = state.reads.load(Ordering::Acquire);
+        let _flight = state.flight.lock().await;
+        if state.reads.load(Ordering::Acquire) != seen {
+            metrics.notion_recheck(id, "shared");
+            return redecide(self.get());
+        }
+        let allowed = state
+            .budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_take(req.now_ms)
+            .is_ok();
+        if !allowed {
+            metrics.notion_recheck(id, "skipped");
+            return redecide(self.get());
+        }
+        metrics.notion_recheck(id, "read");
+        let stored = store.backend().get_state(id, NOTION_TOKEN_KEY).await;
+        state.reads.fetch_add(1, Ordering::Release);
+        let stored = stored.ok()?;
+        self.set(stored.clone());
+        redecide(stored)
     }
-    app.metrics.notion_recheck(id, "read");
-    let stored = app.store.backend().get_state(id, NOTION_TOKEN_KEY).await;
-    state.reads.fetch_add(1, Ordering::Release);
-    let stored = stored.ok()?;
-    source.set_notion_token(stored.clone());
-    redecide(stored)
 }

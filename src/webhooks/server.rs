@@ -20,8 +20,7 @@
 //! the group-committed insert (milliseconds), which writes the event and its outbox
 //! rows together; anything slower (executing bindings) happens after, from the store.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -33,15 +32,12 @@ use axum::Router;
 use serde_json::json;
 
 use super::classify::Provider;
-use super::config::{Rule, Secret, SourceSpec};
+use super::config::Rule;
 use super::ingest::{decide, Decision, Refusal, Request};
-use super::metrics::IngressMetrics;
-use super::notion::Recheck;
-use super::rate_limit::TokenBucket;
+use super::notion::NOTION_TOKEN_KEY;
 use super::redact::redact_headers;
-use super::routing::IngestRouter;
-use crate::store::{now_ms, Appended, Rejected, Store};
-use crate::triggers::registry::TriggerRegistry;
+use super::state::{Ingress, LiveSource};
+use crate::store::{now_ms, Appended, Rejected};
 use crate::triggers::IdSeed;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
@@ -52,104 +48,6 @@ pub(crate) const STORE_RETRY_AFTER_SECS: u64 = 5;
 /// write queue is full: load that clears as requests finish, in well under a second
 /// when it is a burst, so the shortest whole value `Retry-After` can say.
 pub(crate) const OVERLOADED_RETRY_AFTER_SECS: u64 = 1;
-
-/// State key of a captured Notion verification token.
-pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";
-
-/// One source at run time.
-pub(crate) struct LiveSource {
-    pub(crate) spec: SourceSpec,
-    bucket: Option<Mutex<TokenBucket>>,
-    audit_bucket: Mutex<TokenBucket>,
-    notion_token: RwLock<Option<String>>,
-    /// Serialises Notion token captures in this process, so two concurrent unsigned
-    /// verification requests cannot both be captured (the second gets 409).
-    capture: tokio::sync::Mutex<()>,
-    /// Notion: the bounded re-check of the stored token ([`super::notion`]).
-    pub(crate) recheck: Recheck,
-}
-
-impl LiveSource {
-    /// The captured Notion verification token, if any.
-    pub(crate) fn notion_token(&self) -> Option<String> {
-        self.notion_token
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Replaces (or clears) the captured token.
-    pub(crate) fn set_notion_token(&self, token: Option<String>) {
-        *self.notion_token.write().unwrap_or_else(|p| p.into_inner()) = token;
-    }
-}
-
-/// Everything the handlers share.
-pub(crate) struct Ingress {
-    pub(crate) sources: HashMap<String, Arc<LiveSource>>,
-    /// Source ids in configuration order, for listings.
-    pub(crate) order: Vec<String>,
-    pub(crate) store: Store,
-    pub(crate) metrics: Arc<IngressMetrics>,
-    /// The trigger bindings each stored event is matched against.
-    pub(crate) router: IngestRouter,
-    pub(crate) admin_token: Option<Secret>,
-    /// Metrics of other parts (the dispatcher), appended to `/metrics`.
-    pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::outbox::metrics::DispatchMetrics>>,
-}
-
-impl Ingress {
-    /// Builds the state, loading captured Notion tokens from the store.
-    pub(crate) async fn new(
-        sources: Vec<SourceSpec>,
-        triggers: Arc<TriggerRegistry>,
-        store: Store,
-        admin_token: Option<Secret>,
-    ) -> crate::Result<Ingress> {
-        let now = now_ms();
-        let mut map = HashMap::new();
-        let mut order = Vec::new();
-        for spec in sources {
-            let notion_token = match spec.rule {
-                Rule::Provider(Provider::Notion) => {
-                    store
-                        .backend()
-                        .get_state(&spec.id, NOTION_TOKEN_KEY)
-                        .await?
-                }
-                _ => None,
-            };
-            let bucket = spec
-                .rate_limit
-                .map(|r| Mutex::new(TokenBucket::for_limit(r, now)));
-            order.push(spec.id.clone());
-            map.insert(
-                spec.id.clone(),
-                Arc::new(LiveSource {
-                    bucket,
-                    audit_bucket: Mutex::new(TokenBucket::for_limit(
-                        spec.rejection_audit_limit,
-                        now,
-                    )),
-                    notion_token: RwLock::new(notion_token),
-                    capture: tokio::sync::Mutex::new(()),
-                    recheck: Recheck::new(spec.notion_recheck_limit, now),
-                    spec,
-                }),
-            );
-        }
-        let metrics = Arc::new(IngressMetrics::new());
-        Ok(Ingress {
-            sources: map,
-            order,
-            store,
-            router: IngestRouter::new(triggers, metrics.clone()),
-            metrics,
-            admin_token,
-            more_metrics: std::sync::OnceLock::new(),
-        })
-    }
-}
 
 /// The whole HTTP surface: ingress, the ingest admin API, and `deliver` (the deliver
 /// half's admin routes, state applied), which gets the same bearer-token check.
@@ -292,8 +190,17 @@ async fn handle(
     };
     let judged_with = source.notion_token();
     let mut decision = decide(&source.spec, judged_with.as_deref(), &req);
-    if let Some(d) =
-        super::notion::recheck(app, &source, &req, &decision, judged_with.as_deref()).await
+    if let Some(d) = source
+        .notion
+        .recheck(
+            &source.spec,
+            &app.store,
+            &app.metrics,
+            &req,
+            &decision,
+            judged_with.as_deref(),
+        )
+        .await
     {
         decision = d;
     }
