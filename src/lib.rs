@@ -85,11 +85,11 @@ pub use outbox::deliver::{
     CONTEXT_TRACE_ID,
 };
 #[cfg(feature = "runtime")]
+pub use runtime::config::{ResolvedConfig, RuntimeConfig};
+#[cfg(feature = "runtime")]
 pub use runtime::ops::{EnqueueRequest, Enqueued};
 #[cfg(feature = "runtime")]
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
 pub use triggers::{SignatureStatus, TriggerEvent};
-#[cfg(feature = "runtime")]
-pub use webhooks::config::{ResolvedConfig, RuntimeConfig};

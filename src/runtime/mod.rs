@@ -14,6 +14,7 @@
 //! operations are then handed to the registration's connector ([`connector::OpsSlot`]).
 
 pub(crate) mod admin;
+pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
 mod sweeper;
@@ -33,9 +34,9 @@ use crate::mux::{
 use crate::outbox::deliver::{Deliver, Handlers};
 use crate::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
 use crate::outbox::metrics::DispatchMetrics;
+use crate::runtime::config::{ResolvedConfig, Rule};
 use crate::store::{open_backend, redact_url, Store};
 use crate::triggers::binding::Handler;
-use crate::webhooks::config::{ResolvedConfig, Rule};
 use crate::webhooks::server::router;
 use crate::webhooks::state::Ingress;
 use crate::webhooks::ticker::{self, Ticker};

@@ -1,7 +1,7 @@
 //! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
 //!
 //! Parsing checks shape (unknown keys are refused, as everywhere in the file);
-//! resolving, from [`crate::webhooks::config::RuntimeConfig::resolve`], checks meaning
+//! resolving, from [`crate::runtime::config::RuntimeConfig::resolve`], checks meaning
 //! and builds the [`TriggerRegistry`] and the [`QueueSpec`]s. Every error names the
 //! trigger (or queue) and the option.
 //!
@@ -39,7 +39,7 @@ use super::registry::TriggerRegistry;
 use crate::error::{Error, Result};
 use crate::outbox::retry::{self, Backoff, RetryPolicy};
 use crate::proto::PayloadEncoding;
-use crate::webhooks::config::duration::{duration_or, DurationSetting};
+use crate::runtime::config::duration::{duration_or, DurationSetting};
 
 /// Default queue visibility timeout: 30 s, the default attempt timeout, so a consumer
 /// that takes as long as a handler may keeps its message.

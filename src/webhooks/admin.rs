@@ -29,9 +29,9 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use super::classify::Provider;
-use super::config::Rule;
 use super::notion::NOTION_TOKEN_KEY;
 use super::state::{Ingress, LiveSource};
+use crate::runtime::config::Rule;
 use crate::store::EventQuery;
 
 /// Largest page of events or rejections.
@@ -151,7 +151,11 @@ fn describe(src: &LiveSource) -> Value {
         }
         // Only rules that check a signed timestamp have a tolerance to show.
         Rule::Provider(Provider::Github) => {}
-        Rule::Generic(g) if matches!(g.scheme, super::config::GenericScheme::Header { .. }) => {}
+        Rule::Generic(g)
+            if matches!(
+                g.scheme,
+                crate::runtime::config::GenericScheme::Header { .. }
+            ) => {}
         Rule::Provider(_) | Rule::Generic(_) => {
             v["timestamp_tolerance_secs"] = json!(s.tolerance_s);
         }

@@ -12,9 +12,9 @@
 use serde_json::Value;
 
 use super::classify::{classify, Provider};
-use super::config::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
 use super::redact::redact_headers;
 use super::signature::{self, Headers, Rejection};
+use crate::runtime::config::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
 use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
 
 /// One request as the HTTP layer saw it.

@@ -15,7 +15,6 @@
 
 pub(crate) mod admin;
 pub(crate) mod classify;
-pub(crate) mod config;
 pub(crate) mod cron;
 pub(crate) mod ingest;
 pub(crate) mod listener;

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::classify::Provider;
-use super::config::{RateLimit, Rule, SourceSpec};
 use super::ingest::{decide, Decision, Request};
 use super::metrics::IngressMetrics;
 use super::rate_limit::TokenBucket;
+use crate::runtime::config::{RateLimit, Rule, SourceSpec};
 use crate::store::Store;
 
 /// State key of a captured Notion verification token.

@@ -1,7 +1,7 @@
 //! A token bucket per source. Pure: the caller passes the time, so the refill
 //! arithmetic is tested without a clock.
 
-use super::config::RateLimit;
+use crate::runtime::config::RateLimit;
 
 /// A token bucket holding at most `burst` tokens, refilled at `per_second`.
 #[derive(Debug, Clone)]

@@ -32,11 +32,11 @@ use axum::Router;
 use serde_json::json;
 
 use super::classify::Provider;
-use super::config::Rule;
 use super::ingest::{decide, Decision, Refusal, Request};
 use super::notion::NOTION_TOKEN_KEY;
 use super::redact::redact_headers;
 use super::state::{Ingress, LiveSource};
+use crate::runtime::config::Rule;
 use crate::store::{now_ms, Appended, Rejected};
 use crate::triggers::IdSeed;
 

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::classify::Provider;
-use super::config::{Rule, Secret, SourceSpec};
 use super::metrics::IngressMetrics;
 use super::notion::{NotionToken, NOTION_TOKEN_KEY};
 use super::rate_limit::TokenBucket;
 use super::routing::IngestRouter;
+use crate::runtime::config::{Rule, Secret, SourceSpec};
 use crate::store::{now_ms, Store};
 use crate::triggers::registry::TriggerRegistry;
 

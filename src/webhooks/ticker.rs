@@ -18,10 +18,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
 
-use super::config::{CronRule, SourceSpec};
 use super::cron::missed_fires;
 use super::routing::IngestRouter;
 use crate::mux::backoff::{Backoff, BackoffPolicy};
+use crate::runtime::config::{CronRule, SourceSpec};
 use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::*;
 use crate::outbox::model::Destination;
+use crate::runtime::config::{DispatcherSettings, ResolvedConfig, RuntimeConfig};
 use crate::triggers::testing::event;
-use crate::webhooks::config::{DispatcherSettings, ResolvedConfig, RuntimeConfig};
 
 /// `rest`, then two sources (`rest` first, so its top-level keys stay top-level).
 fn resolve(rest: &str) -> Result<ResolvedConfig> {

@@ -2,7 +2,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::*;
-use crate::webhooks::config::RuntimeConfig;
+use crate::runtime::config::RuntimeConfig;
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -196,7 +196,7 @@ fn notion_captures_the_first_unsigned_token_once_then_verifies_with_it() {
     let first = br#"{"verification_token":"secret_tok"}"#;
     assert_eq!(
         run(&s, None, &[], first),
-        Decision::CaptureNotionToken(crate::webhooks::config::Secret::new("secret_tok"))
+        Decision::CaptureNotionToken(crate::runtime::config::Secret::new("secret_tok"))
     );
     assert_eq!(
         refused(run(&s, Some("secret_tok"), &[], first)),

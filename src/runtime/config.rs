@@ -33,12 +33,12 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::classify::Provider;
-use super::cron::{CatchUp, Schedule};
-use super::signature::MacEncoding;
 use crate::error::{Error, Result};
 use crate::triggers::config::{QueueConfig, QueueSpec, TriggerConfig};
 use crate::triggers::registry::TriggerRegistry;
+use crate::webhooks::classify::Provider;
+use crate::webhooks::cron::{CatchUp, Schedule};
+use crate::webhooks::signature::MacEncoding;
 
 pub(crate) mod deliver;
 pub(crate) mod duration;
@@ -730,7 +730,7 @@ impl SourceConfig {
             None => CatchUp::default(),
             Some(s) => s
                 .parse()
-                .map_err(|e: super::cron::CronError| bad(e.to_string()))?,
+                .map_err(|e: crate::webhooks::cron::CronError| bad(e.to_string()))?,
         };
         let payload = match &self.payload {
             None => "{}".to_owned(),
