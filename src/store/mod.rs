@@ -198,8 +198,7 @@ pub struct StoreOptions {
     /// SQLite only: how commits are synced. Default `FULL`.
     pub synchronous: sqlite::Synchronous,
     /// Bytes of writes the group commit may hold (queued or committing); beyond, a
-    /// write is refused with [`crate::Error::Overloaded`]. Default 64 MiB
-    /// ([`group_commit::DEFAULT_QUEUE_MAX_BYTES`]).
+    /// write is refused with [`crate::Error::Overloaded`]. Default 64 MiB.
     pub write_queue_max_bytes: usize,
 }
 
