@@ -346,12 +346,6 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     assert_eq!(msg["event_id"], event_id.as_str());
     assert_eq!(msg["payload"], r#"{"job":1}"#);
     assert_eq!(msg["receives"], 1);
-    let (_, hidden) = recv(50).await;
-    assert_eq!(
-        hidden["messages"].as_array().unwrap().len(),
-        0,
-        "invisible while received"
-    );
     // The visibility (50 ms) runs out: the message comes back, received twice now.
     let again = std::sync::Mutex::new(serde_json::Value::Null);
     eventually("the message to come back", || async {
@@ -363,6 +357,13 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     .await;
     let again = again.into_inner().unwrap();
     assert_eq!(again["messages"][0]["receives"], 2);
+    // Received for a minute this time: invisible meanwhile, however slow the machine.
+    let (_, hidden) = recv(50).await;
+    assert_eq!(
+        hidden["messages"].as_array().unwrap().len(),
+        0,
+        "invisible while received"
+    );
     // The first receipt no longer holds it.
     let stale = format!(
         "/api/v1/queues/work/messages/{}/ack?receipt={}",
@@ -396,9 +397,14 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     rt.stop().await;
 }
 
-/// Answers by what the payload asks: `ok`, `fail`, or `sleep_ms` then ok.
+/// Answers by what the payload asks: `ok`, `fail`, `busy`, `sleep_ms` then ok, or
+/// `hold`: ok once the test releases it.
 #[derive(Clone, Default)]
-struct Scripted;
+struct Scripted {
+    /// Attempts that have started holding.
+    holding: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: std::sync::Arc<tokio::sync::Notify>,
+}
 
 #[async_trait::async_trait]
 impl switchboard::BaseConnector for Scripted {
@@ -413,6 +419,11 @@ impl switchboard::BaseConnector for Scripted {
         let v = payload.as_json().cloned().unwrap_or_default();
         if let Some(ms) = v["sleep_ms"].as_u64() {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        if v["do"] == "hold" {
+            self.holding
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.release.notified().await;
         }
         match v["do"].as_str() {
             Some("fail") => Err(switchboard::Error::Connector("told to fail".into())),
@@ -439,7 +450,8 @@ handler = { queue = "work" }
 
 #[tokio::test]
 async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() {
-    let mut rt = Rt::sqlite_with(SYNC, |b| b.local_connector("scripted", Scripted)).await;
+    let scripted = Scripted::default();
+    let mut rt = Rt::sqlite_with(SYNC, |b| b.local_connector("scripted", scripted.clone())).await;
     let runtime = rt.rt();
     let base = format!("http://{}", runtime.local_addr());
     let client = reqwest::Client::new();
@@ -478,17 +490,23 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
     let (status, _) = call("nope", json!({})).await;
     assert_eq!(status, 404);
     // max_concurrent = 1: while one attempt runs, another is refused, not queued.
-    let slow = tokio::spawn(call("sync", json!({"sleep_ms": 250})));
-    let ops = runtime.ops().clone();
-    eventually("the slow attempt to hold the binding's permit", || async {
-        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
-            || matches!(
-                ops.invoke_now("sync", b"{}".to_vec(), 0, None).await,
-                Err(switchboard::__private::runtime::ops::OpError::Busy(_))
-            )
+    let held = tokio::spawn(call("sync", json!({"do": "hold"})));
+    let holding = scripted.holding.clone();
+    eventually("the held attempt to run", || async {
+        holding.load(std::sync::atomic::Ordering::SeqCst) == 1
     })
     .await;
-    assert_eq!(slow.await.unwrap().0, 200);
+    let ops = runtime.ops().clone();
+    let second = ops.invoke_now("sync", b"{}".to_vec(), 0, None).await;
+    assert!(
+        matches!(
+            second,
+            Err(switchboard::__private::runtime::ops::OpError::Busy(_))
+        ),
+        "{second:?}"
+    );
+    scripted.release.notify_one();
+    assert_eq!(held.await.unwrap().0, 200);
     // The caller hangs up: the attempt still ends, and is recorded as abandoned.
     let impatient = reqwest::Client::builder()
         .timeout(std::time::Duration::from_millis(50))
@@ -613,7 +631,9 @@ async fn signed_webhooks_reach_matching_bindings_once_and_a_failing_filter_skips
     rt.stop().await;
 }
 
-#[tokio::test]
+// Virtual time: the lease and its keeper run on the dispatcher's tokio clock, so four
+// lease lengths pass in no time and a slow machine cannot let a lease lapse.
+#[tokio::test(start_paused = true)]
 async fn a_handler_longer_than_its_lease_keeps_its_row_and_runs_once() {
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let rec = Recorder::gated(gate.clone());
@@ -627,26 +647,16 @@ id = "slow"
 handler = { local = "rec", capability = "x" }
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
-    rt.enqueue("slow", json!({})).await;
+    enqueue_direct(&rt, "slow", json!({})).await;
     let ops = rt.rt().ops().clone();
-    eventually("the attempt to start", || async {
-        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
-    })
-    .await;
-    // Hold the handler for several leases; the keeper extends the lease each third of
-    // one, so the row stays leased and is never claimed a second time.
-    let store = rt.rt().store().clone();
-    // The invariant is checked across four lease lengths (the waits pace the checks;
-    // nothing is synchronised on them).
+    let in_flight = || ops.triggers()["triggers"][0]["counts"]["in_flight"].clone();
+    eventually("the attempt to start", || async { in_flight() == 1 }).await;
+    // Hold the handler for four lease lengths; the keeper extends the lease each third
+    // of one. A lease that lapsed would be claimed again (the binding has permits to
+    // spare) and start a second attempt beside the held one.
     for _ in 0..12 {
-        let stats = store
-            .backend()
-            .stats(switchboard::__private::store::now_ms())
-            .await
-            .unwrap();
-        assert_eq!(stats.leased + stats.due + stats.scheduled, 1);
-        assert_eq!(stats.due, 0, "a row under a kept lease is never due");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(in_flight(), 1, "the held row was never claimed again");
     }
     assert_eq!(rec.count(), 0, "still the first attempt, held");
     gate.add_permits(1);
@@ -656,6 +666,7 @@ handler = { local = "rec", capability = "x" }
     .await;
     rt.stop().await;
     assert_eq!(rec.count(), 1, "one execution");
+    assert_eq!(rec.seen()[0].ctx("switchboard.attempt"), "1");
 }
 
 #[tokio::test]
@@ -680,17 +691,17 @@ max_concurrent = 1
         ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
     })
     .await;
+    // The rows that got no permit are released after the attempt starts; wait for that.
     let store = rt.rt().store().clone();
-    let stats = store
-        .backend()
-        .stats(switchboard::__private::store::now_ms())
-        .await
-        .unwrap();
-    assert_eq!(
-        (stats.leased, stats.due),
-        (1, 3),
-        "rows that got no permit are not held: {stats:?}"
-    );
+    eventually("rows that got no permit not to be held", || async {
+        let stats = store
+            .backend()
+            .stats(switchboard::__private::store::now_ms())
+            .await
+            .unwrap();
+        (stats.leased, stats.due) == (1, 3)
+    })
+    .await;
     let (dir, url) = (rt.dir.clone(), rt.store_url.clone());
     rt.stop().await;
     let stats = store

@@ -141,6 +141,13 @@ async fn the_dispatcher_backs_off_while_postgres_is_away_and_resumes_when_it_ret
         rec.count() >= 6
     })
     .await;
+    // Once nothing is left in the outbox, whatever was stored has been delivered: a
+    // stored refusal would be among the deliveries.
+    eventually("the outbox to drain", || async {
+        let s = rt.get("/api/v1/outbox/stats").await;
+        s["due"] == 0 && s["leased"] == 0 && s["scheduled"] == 0
+    })
+    .await;
     let ns: Vec<_> = rec.seen().iter().map(|s| s.payload["n"].clone()).collect();
     assert!(
         !ns.contains(&json!("refused")),

@@ -87,10 +87,14 @@ fn public_pem(k: &p256::SecretKey) -> String {
 }
 
 fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
-        .as_secs()
+        .as_millis() as u64
 }
 
 /// An RFC 7523 client assertion signed by `k`.
@@ -216,12 +220,18 @@ fn tamper(jwt: &str) -> String {
 #[tokio::test]
 async fn a_bare_register_is_pending_listed_and_not_executable() {
     let gw = TestGateway::start_with(manual()).await;
+    let before = now_ms();
     let _ws = pending(&gw, "a").await;
+    let after = now_ms();
     let listed = get_json(format!("{}/api/v1/approvals", gw.http_url())).await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["arn"], arn("a"));
     assert_eq!(listed[0]["transport"], "websocket");
-    assert!(listed[0]["requested_at_ms"].as_u64().unwrap() > 0);
+    let requested = listed[0]["requested_at_ms"].as_u64().unwrap();
+    assert!(
+        (before..=after).contains(&requested),
+        "stamped when the register came, in ms: {requested} not in {before}..={after}"
+    );
     assert_eq!(gw.registrations()[0].status, "pending");
     let r = http()
         .post(format!(

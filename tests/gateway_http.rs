@@ -97,15 +97,22 @@ async fn http_api_lists_executes_and_maps_failures_to_status_codes() {
     assert_eq!(list[0]["transport"], "websocket");
     assert!(list[0]["socket_id"].is_u64());
 
+    let sent = std::time::Instant::now();
     let (code, v) = post(
         format!("{base}/api/v1/connectors/matrix:acme:tagged:ok/execute"),
         json!({"payload": {"a": 1}}),
     )
     .await;
+    let round_trip = sent.elapsed().as_millis() as i64;
     assert_eq!(code, 200);
     assert_eq!(v["success"], true);
     assert_eq!(v["payload"]["echo"], json!({"a": 1}));
-    assert!(v["duration_ms"].is_i64());
+    // The connector's own measure, in milliseconds: within the round trip around it.
+    let took = v["duration_ms"].as_i64().expect("duration_ms");
+    assert!(
+        (0..=round_trip).contains(&took),
+        "{took} ms of {round_trip} ms"
+    );
 
     let (code, v) = post(
         format!("{base}/api/v1/connectors/matrix:acme:tagged:nobody/execute"),

@@ -62,7 +62,9 @@ async fn an_invoke_by_arn_or_dot_key_returns_the_targets_answer_and_context() {
         send_invoke(
             &mut caller,
             InvokeCapabilityRequest {
-                timeout_ms: 1500,
+                // Not the default, so the context shows it was passed on; long, so no
+                // stall of a loaded machine can make it fire before the answer.
+                timeout_ms: 120_000,
                 ..invoke(&id, address)
             },
         )
@@ -73,7 +75,7 @@ async fn an_invoke_by_arn_or_dot_key_returns_the_targets_answer_and_context() {
             req.context["trace"], "t1",
             "the caller's context is sent along"
         );
-        assert_eq!(req.context["timeout_ms"], "1500");
+        assert_eq!(req.context["timeout_ms"], "120000");
         assert_eq!(req.capability_id, "cap");
         assert_eq!(&req.payload[..], br#"{"x":1}"#);
         assert_ne!(req.request_id, id, "the gateway uses its own request id");

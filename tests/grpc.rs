@@ -124,10 +124,12 @@ async fn a_cut_connection_is_redialled_with_backoff_and_every_stream_returns() {
     }
 }
 
-/// Holds each execute for a while and records the most it ever ran at once.
+/// Holds each execute until the test opens the gate, and records the most it ever ran
+/// at once.
 struct Gauge {
     running: AtomicUsize,
     peak: AtomicUsize,
+    gate: tokio::sync::Semaphore,
 }
 
 #[async_trait]
@@ -138,8 +140,7 @@ impl BaseConnector for Gauge {
     async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.peak.fetch_max(now, SeqCst);
-        // Work that takes time, so executes overlap if admission lets them.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        let _permit = self.gate.acquire().await.expect("open");
         self.running.fetch_sub(1, SeqCst);
         Ok(p)
     }
@@ -156,12 +157,26 @@ async fn max_concurrent_requests_bounds_the_executes_running_on_a_stream() {
     let gauge = Arc::new(Gauge {
         running: AtomicUsize::new(0),
         peak: AtomicUsize::new(0),
+        gate: tokio::sync::Semaphore::new(0),
     });
     let reg = Registration::shared(cfg, gauge.clone());
     let (runner, _join) = start(RunnerOptions::default(), vec![reg]).await;
-    let arn = find(&runner, "gauge").arn().unwrap();
+    let h = find(&runner, "gauge");
+    let arn = h.arn().unwrap();
     let calls = (0..12).map(|i| gw.execute(&arn, json!({"i": i})));
-    let outs = futures_util::future::join_all(calls).await;
+    let mut calls = Box::pin(futures_util::future::join_all(calls));
+    // With the gate shut, every execute that admission starts stays running: once all
+    // twelve have arrived, the two allowed are running and the rest wait their turn.
+    tokio::select! {
+        _ = &mut calls => panic!("answered with the gate shut"),
+        _ = eventually("all twelve executes to arrive and two to run", || {
+            let (received, running) = (h.metrics().requests_received, gauge.running.load(SeqCst));
+            async move { received == 12 && running >= 2 }
+        }) => {}
+    }
+    assert_eq!(gauge.running.load(SeqCst), 2, "admission started only two");
+    gauge.gate.add_permits(12);
+    let outs = calls.await;
     assert!(
         outs.iter().all(|o| o.as_ref().is_ok_and(|o| o.success)),
         "{outs:?}"

@@ -65,16 +65,18 @@ async fn events_claims_and_captured_tokens_survive_a_restart(kind: StoreKind) {
 }
 
 async fn an_expired_claim_lets_the_key_in_again_and_is_swept(kind: StoreKind) {
+    // The claim lives in wall-clock time (the store's clock), so it cannot be paused:
+    // 3 s leaves the copy right after the first far inside it on a loaded machine.
     let h = Harness::start(
         &kind,
-        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\ndedupe_retention_secs = 1\n",
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\ndedupe_retention_secs = 3\n",
     )
     .await;
     let d = Kind::Github.signed("short-lived");
     let (_, first) = h.post_json("gh", &d).await;
     assert_eq!(first["duplicate"], false);
     assert_eq!(h.post_json("gh", &d).await.1["duplicate"], true);
-    // Redeliver until the 1 s claim has expired; every earlier copy is a duplicate.
+    // Redeliver until the 3 s claim has expired; every earlier copy is a duplicate.
     let second = eventually("the claim to expire", || async {
         let (_, body) = h.post_json("gh", &d).await;
         (body["duplicate"] == false).then_some(body)
@@ -165,24 +167,34 @@ async fn cron_ticks_are_stored_under_their_schedule_key(kind: StoreKind) {
 async fn cron_catches_up_on_fires_missed_while_down(kind: StoreKind) {
     for (mode, expect_missed) in [("all", 10), ("latest", 1)] {
         let config = format!("[[sources]]\nid = \"c\"\nprovider = \"cron\"\nschedule = \"0 * * * * *\"\ncatch_up = \"{mode}\"\n");
-        let mut h = Harness::start(&kind, &config).await;
-        h.stop().await;
-        // Pretend the last fire was ten minutes ago (just after a minute boundary).
-        let down_since = (now_s() / 60 - 10) * 60 * 1000 + 1;
-        let backend =
-            switchboard::__private::store::open_backend(&h.store_url, &Default::default())
+        // The fires missed are the minute boundaries between the pretended last fire and
+        // the restart; one passing while the runtime restarts would make that set depend
+        // on how fast the restart was, so such a round is run again (it cannot happen
+        // twice in a row).
+        let (mut h, down_since, restarted_at) = loop {
+            let mut h = Harness::start(&kind, &config).await;
+            h.stop().await;
+            // Pretend the last fire was ten minutes ago (just after a minute boundary).
+            let now = now_s();
+            let down_since = (now / 60 - 10) * 60 * 1000 + 1;
+            let backend =
+                switchboard::__private::store::open_backend(&h.store_url, &Default::default())
+                    .await
+                    .unwrap();
+            backend
+                .put_state(
+                    "c",
+                    switchboard::__private::webhooks::LAST_FIRE_KEY,
+                    Some(&down_since.to_string()),
+                )
                 .await
                 .unwrap();
-        backend
-            .put_state(
-                "c",
-                switchboard::__private::webhooks::LAST_FIRE_KEY,
-                Some(&down_since.to_string()),
-            )
-            .await
-            .unwrap();
-        let restarted_at = now_s() * 1000;
-        h.restart().await;
+            h.restart().await;
+            if now_s() / 60 == now / 60 {
+                break (h, down_since, now * 1000);
+            }
+            h.stop().await;
+        };
         let missed = |events: &[Value]| -> Vec<i64> {
             events
                 .iter()

@@ -51,10 +51,16 @@ async fn an_oversized_body_is_413_whether_declared_or_streamed_and_is_audited() 
     .await;
     assert!(audit.iter().all(|r| r["reason"] == "body_too_large"));
     assert!(h.events("gh").await.is_empty());
-    // A body at the limit is fine.
-    let ok = Kind::Github.signed("d2");
-    assert!(ok.body.len() <= 1024);
-    assert_eq!(h.post_json("gh", &ok).await.0, 200);
+    // A body of exactly the limit is fine; one byte more is not. (The delivery id is
+    // part of the body, so its length sets the body's.)
+    let skeleton = Kind::Github.signed("").body.len();
+    let at_limit = "d".repeat(1024 - skeleton);
+    assert_eq!(
+        h.post_json("gh", &Kind::Github.signed(&at_limit)).await.0,
+        200
+    );
+    let over = format!("{at_limit}d");
+    assert_eq!(h.post_json("gh", &Kind::Github.signed(&over)).await.0, 413);
 }
 
 #[tokio::test]

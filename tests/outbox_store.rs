@@ -519,7 +519,10 @@ async fn a_message_past_its_max_receives_becomes_a_dead_letter_and_replays_to_it
 
 async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKind) {
     let f = Fixture::open(&kind).await;
+    // Rows are stamped with the wall clock when committed; the oldest is this one.
+    let before = switchboard::__private::store::now_ms();
     f.append("leased", vec![due_at(T - 300)]).await;
+    let after = switchboard::__private::store::now_ms();
     f.append("expired", vec![due_at(T - 200)]).await;
     f.append("due", vec![due_at(T - 100)]).await;
     f.append("scheduled", vec![due_at(T + 10_000)]).await;
@@ -561,13 +564,17 @@ async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKin
         (2, 1, 1),
         "an expired lease counts as due"
     );
-    assert!(a.oldest_age_ms.unwrap() > 0);
+    let oldest = a.oldest_age_ms.unwrap();
+    assert!(
+        (T - after..=T - before).contains(&oldest),
+        "the age at T of the first row enqueued: {oldest}"
+    );
     assert_eq!((s.due, s.leased, s.scheduled, s.dead_letters), (2, 1, 1, 1));
     assert_eq!(s.by_binding["b"].dead_letters, 1);
     assert_eq!((s.by_binding["b"].due, s.by_binding["b"].leased), (0, 0));
     let q = &s.queues["q"];
     assert_eq!((q.due, q.leased, q.scheduled), (1, 1, 0));
-    assert!(s.oldest_age_ms.is_some());
+    assert_eq!(s.oldest_age_ms, Some(oldest), "the oldest of every binding");
 }
 
 async fn expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_ones(
@@ -647,7 +654,9 @@ async fn expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_o
 }
 
 async fn wake_fires_after_an_enqueueing_commit(kind: StoreKind) {
-    let f = Fixture::open(&kind).await;
+    let Some(f) = Fixture::open_alone(&kind, "wake_fires_after_an_enqueueing_commit").await else {
+        return;
+    };
     // On SQLite the writer's own backend is the one woken (one process per file); on
     // PostgreSQL a second backend instance hears it through LISTEN/NOTIFY.
     let listener = match kind {
@@ -655,6 +664,10 @@ async fn wake_fires_after_an_enqueueing_commit(kind: StoreKind) {
         StoreKind::Postgres(_) => f.second_process().await,
     };
     let wake = listener.wake();
+    assert!(
+        futures_util::FutureExt::now_or_never(wake.notified()).is_none(),
+        "nothing notified it yet"
+    );
     f.append_rows(&["d-1"]).await;
     tokio::time::timeout(DEADLINE, wake.notified())
         .await
@@ -667,6 +680,8 @@ async fn wake_fires_after_an_enqueueing_commit(kind: StoreKind) {
             .len(),
         1
     );
+    drop(listener);
+    f.close().await;
 }
 
 async fn two_claimers_on_a_thousand_rows_never_receive_the_same_row(kind: StoreKind) {
@@ -717,14 +732,20 @@ async fn postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_i
     };
     let target = rest.split('/').next().unwrap().to_owned();
     let proxy = support::Proxy::start(target.clone()).await;
-    let schema_url = support::fresh_postgres_schema(&base).await;
-    let through_proxy = schema_url.replacen(&target, &proxy.addr.to_string(), 1);
+    // A database of its own: no other test's commit can wake it.
+    let test = "postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_is_back";
+    let Some(db_url) = fixture::fresh_postgres_database(&base, test).await else {
+        return;
+    };
+    let through_proxy = db_url.replacen(&target, &proxy.addr.to_string(), 1);
     let backend = switchboard::__private::store::open_backend(&through_proxy, &Default::default())
         .await
         .unwrap();
     let wake = backend.wake();
-    // A wake-up some other test's commit left behind must not pass for the reconnect's.
-    let _ = wake.notified().now_or_never();
+    assert!(
+        wake.notified().now_or_never().is_none(),
+        "nothing notified it yet"
+    );
 
     proxy.down();
     let claim = claim_request(&[B], T, T + LEASE, 1, 10);
@@ -742,6 +763,8 @@ async fn postgres_going_away_gives_store_errors_and_the_listener_wakes_once_it_i
         .await
         .expect("the listener reconnects and wakes the dispatcher once");
     assert!(backend.claim(&claim).await.unwrap().is_empty());
+    drop(backend);
+    fixture::drop_postgres_database(&base, &db_url).await;
 }
 
 /// PostgreSQL only (SQLite has one process per file): when a delivered row held an
@@ -753,18 +776,23 @@ async fn postgres_finishing_an_ordering_keys_head_wakes_other_processes() {
         skip_postgres("postgres_finishing_an_ordering_keys_head_wakes_other_processes");
         return;
     };
-    let f = Fixture::open(&StoreKind::Postgres(base)).await;
+    use futures_util::FutureExt as _;
+    let test = "postgres_finishing_an_ordering_keys_head_wakes_other_processes";
+    let Some(f) = Fixture::open_alone(&StoreKind::Postgres(base), test).await else {
+        return;
+    };
     f.append("a-1", vec![keyed("A")]).await;
     f.append("a-2", vec![keyed("A")]).await;
     let head = f.claim_for(&[B], T, 1, 10).await;
     assert_eq!(head.len(), 1, "a-2 waits behind a-1");
+    // It listens from here on, in a database no other test writes to: the appends'
+    // notifications went before it listened, so the next wake-up is the finish's.
     let other = f.second_process().await;
     let wake = other.wake();
-    // Consume the wake-ups the appends sent, so the next one is the finish's.
-    while tokio::time::timeout(std::time::Duration::from_millis(200), wake.notified())
-        .await
-        .is_ok()
-    {}
+    assert!(
+        wake.notified().now_or_never().is_none(),
+        "nothing notified it yet"
+    );
     let done = Finish::Done {
         id: head[0].id,
         token: head[0].token,
@@ -781,4 +809,6 @@ async fn postgres_finishing_an_ordering_keys_head_wakes_other_processes() {
             .len(),
         1
     );
+    drop(other);
+    f.close().await;
 }

@@ -12,6 +12,13 @@ use switchboard::proto::{stream_message::Message, MetricsReport};
 use crate::common::eventually;
 use crate::raw::{answer, next_execute, registered, send_proto, Raw};
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 fn report(arn: &str, requests_received: i64) -> Message {
     Message::MetricsReport(MetricsReport {
         connector_arn: arn.into(),
@@ -38,6 +45,7 @@ async fn a_metrics_report_is_shown_with_its_registration_and_a_foreign_one_is_dr
     let _two = registered(&gw, "acme", &["two"]).await;
     // The foreign reports go first: a socket's frames are handled in order, so once the
     // valid one shows, both were handled.
+    let before = now_ms();
     send_proto(&mut one, 20, report("matrix:acme:raw:two", 99)).await;
     send_proto(&mut one, 21, report("matrix:acme:raw:nobody", 98)).await;
     send_proto(&mut one, 22, report("matrix:acme:raw:one", 10)).await;
@@ -45,6 +53,7 @@ async fn a_metrics_report_is_shown_with_its_registration_and_a_foreign_one_is_dr
         gw.registrations()[0].metrics.is_some()
     })
     .await;
+    let after = now_ms();
 
     let list: Vec<Value> = reqwest::get(format!("{}/api/v1/connectors", gw.http_url()))
         .await
@@ -70,7 +79,11 @@ async fn a_metrics_report_is_shown_with_its_registration_and_a_foreign_one_is_dr
     ] {
         assert_eq!(m[field], value, "{field} in {m}");
     }
-    assert!(m["received_at_ms"].as_i64().unwrap() > 0, "{m}");
+    let received = m["received_at_ms"].as_i64().unwrap();
+    assert!(
+        (before..=after).contains(&received),
+        "the gateway's own receive time, not the report's: {received} not in {before}..={after}"
+    );
     assert_eq!(list[1]["arn"], "matrix:acme:raw:two");
     assert!(
         list[1]["metrics"].is_null(),

@@ -302,7 +302,7 @@ impl Delivery {
     }
 }
 
-fn mac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+pub fn mac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
     for p in parts {
         m.update(p);

@@ -10,7 +10,7 @@ use switchboard::__private::outbox::model::{
 use switchboard::__private::store::{open_backend, Appended, Backend, Store, StoreOptions};
 use switchboard::__private::triggers::{SignatureStatus, TriggerEvent};
 
-use super::support::{fresh_postgres_schema, StoreKind};
+use super::support::{fresh_postgres_schema, now_s, StoreKind};
 
 /// A clock well past every real commit time, so rows enqueued "now" are due at it.
 pub const T: i64 = 4_000_000_000_000;
@@ -27,6 +27,9 @@ pub struct Fixture {
     pub store: Store,
     pub url: String,
     _dir: tempfile::TempDir,
+    /// The base URL and the URL of a database made for this fixture alone, dropped by
+    /// [`Fixture::close`].
+    alone: Option<(String, String)>,
 }
 
 impl Fixture {
@@ -37,6 +40,41 @@ impl Fixture {
             StoreKind::Sqlite => format!("sqlite:{}", dir.path().join("outbox.db").display()),
             StoreKind::Postgres(base) => fresh_postgres_schema(base).await,
         };
+        Fixture::open_url(url, dir).await
+    }
+
+    /// Opens a fresh store of `kind` that no other test shares a PostgreSQL database
+    /// with, for tests of wake-ups: a `NOTIFY` reaches every session of its database
+    /// that listens on the channel, so in the shared test database another test's
+    /// commit could pass for the one under test. `None`, having said why, when the
+    /// role may not create databases.
+    pub async fn open_alone(kind: &StoreKind, test: &str) -> Option<Fixture> {
+        match kind {
+            StoreKind::Sqlite => Some(Fixture::open(kind).await),
+            StoreKind::Postgres(base) => {
+                let url = fresh_postgres_database(base, test).await?;
+                let mut f = Fixture::open_url(url.clone(), tempfile::tempdir().unwrap()).await;
+                f.alone = Some((base.clone(), url));
+                Some(f)
+            }
+        }
+    }
+
+    /// Closes the store, and drops the database [`Fixture::open_alone`] made for it.
+    pub async fn close(self) {
+        let Fixture {
+            backend,
+            store,
+            alone,
+            ..
+        } = self;
+        drop((store, backend));
+        if let Some((base, url)) = alone {
+            drop_postgres_database(&base, &url).await;
+        }
+    }
+
+    async fn open_url(url: String, dir: tempfile::TempDir) -> Fixture {
         let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
         let store = Store::new(backend.clone());
         Fixture {
@@ -44,6 +82,7 @@ impl Fixture {
             store,
             url,
             _dir: dir,
+            alone: None,
         }
     }
 
@@ -89,6 +128,70 @@ impl Fixture {
             .await
             .unwrap()
     }
+}
+
+/// A new database next to the one `base` names, and the URL of it; `None` when it
+/// cannot be created (the skip is written to stderr, naming `test`). Databases of
+/// earlier runs (over an hour old, by their name) are dropped on the way.
+pub async fn fresh_postgres_database(base: &str, test: &str) -> Option<String> {
+    use std::io::Write as _;
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(conn);
+    let stale = client
+        .query(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'sb\\_testdb\\_%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    for row in stale {
+        let name: String = row.get(0);
+        let created: Option<i64> = name.split('_').nth(2).and_then(|t| t.parse().ok());
+        if created.is_none_or(|t| t < now_s() - 3600) {
+            let _ = client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        }
+    }
+    let name = format!("sb_testdb_{}_{:08x}", now_s(), rand::random::<u32>());
+    let (path, query) = base.split_once('?').unwrap_or((base, ""));
+    let created = match path.rsplit_once('/') {
+        Some((server, _)) if server.contains("://") => client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .map(|()| match query {
+                "" => format!("{server}/{name}"),
+                _ => format!("{server}/{name}?{query}"),
+            })
+            .map_err(|e| e.to_string()),
+        _ => Err(format!("{base} does not end in /DATABASE")),
+    };
+    created
+        .map_err(|why| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {test}: it needs a PostgreSQL database of its own (CREATE DATABASE): {why}"
+            );
+        })
+        .ok()
+}
+
+/// Drops the database at `url` that [`fresh_postgres_database`] made from `base`,
+/// ending the sessions still on it.
+pub async fn drop_postgres_database(base: &str, url: &str) {
+    let name = url.split('?').next().and_then(|p| p.rsplit('/').next());
+    let Some(name) = name.filter(|n| n.starts_with("sb_testdb_")) else {
+        return;
+    };
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test PostgreSQL");
+    tokio::spawn(conn);
+    let _ = client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await;
 }
 
 /// A claim request.
