@@ -310,4 +310,29 @@ mod tests {
             assert_eq!(Failure::from_error(&e).kind.http_status(), status, "{e}");
         }
     }
+
+    #[test]
+    fn remote_codes_for_load_timeout_and_bad_input_keep_their_meaning() {
+        // A remote error's code decides the status the sync path answers and the label
+        // the attempt is recorded under: a handler's timeout is a 504, not a 502, and a
+        // payload the handler refused is the input's fault (422).
+        let remote = |code: &str| Error::Remote {
+            code: code.into(),
+            message: "m".into(),
+        };
+        for (code, kind) in [
+            ("overloaded", FailureKind::Overloaded),
+            ("rate_limited", FailureKind::Overloaded),
+            ("timeout", FailureKind::Timeout),
+            ("invalid_payload", FailureKind::Validation),
+            ("payload", FailureKind::Validation),
+            ("validation", FailureKind::Validation),
+            ("unsupported_encoding", FailureKind::Validation),
+            ("internal", FailureKind::Handler),
+        ] {
+            assert_eq!(Failure::from_error(&remote(code)).kind, kind, "{code}");
+        }
+        let local = Failure::from_error(&Error::UnsupportedEncoding("MSGPACK".into()));
+        assert_eq!(local.kind, FailureKind::Validation);
+    }
 }

@@ -75,4 +75,14 @@ mod tests {
         assert_eq!(b.try_take(0), Err(10), "a clock step back refills nothing");
         assert_eq!(b.try_take(11_000), Ok(()));
     }
+
+    #[test]
+    fn a_partly_refilled_bucket_hints_only_the_time_its_missing_fraction_takes() {
+        // One token per 10 s: 5.5 s after the bucket emptied it holds 0.55 tokens, so the
+        // next one is 4.5 s away and Retry-After says 5, not the 10 of an empty bucket.
+        let mut b = TokenBucket::new(0.1, 1.0, 0);
+        assert_eq!(b.try_take(0), Ok(()));
+        assert_eq!(b.try_take(5_500), Err(5));
+        assert_eq!(b.try_take(10_100), Ok(()));
+    }
 }

@@ -337,3 +337,59 @@ fn the_same_request_and_seed_always_decide_the_same_event() {
     let c = stored(run(&s, None, &with_tp, body));
     assert_eq!(c.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
 }
+
+#[test]
+fn a_malformed_signature_is_a_bad_request_not_an_authentication_failure() {
+    // An odd number of hex digits cannot be a MAC at all: the sender's integration is
+    // broken (400), which an operator tells apart from a wrong secret (401).
+    let s = spec("provider = \"github\"\nsecret_env = \"NEW\"");
+    let h = [
+        ("X-Hub-Signature-256", "sha256=abc"),
+        ("X-GitHub-Event", "issues"),
+        ("X-GitHub-Delivery", "d"),
+    ];
+    assert_eq!(
+        refused(run(&s, None, &h, br#"{"action":"opened"}"#)),
+        (400, "malformed")
+    );
+}
+
+/// A signed Linear delivery whose body timestamp is `ts_ms`, for a source whose
+/// tolerance is 60 s plus a 10 s grace.
+fn linear_at(ts_ms: i64) -> Decision {
+    let s = spec("provider = \"linear\"\nsecret_env = \"NEW\"\ntimestamp_grace_secs = 10");
+    let body = format!(r#"{{"type":"Issue","action":"create","webhookTimestamp":{ts_ms}}}"#);
+    let sig = hex_mac(b"new-secret", &[body.as_bytes()]);
+    let h = [("Linear-Signature", sig.as_str()), ("Linear-Delivery", "d")];
+    run(&s, None, &h, body.as_bytes())
+}
+
+#[test]
+fn linear_accepts_a_timestamp_exactly_at_the_tolerance_either_way_and_not_a_ms_beyond() {
+    stored(linear_at(NOW_MS - 70_000));
+    stored(linear_at(NOW_MS + 70_000));
+    assert_eq!(
+        refused(linear_at(NOW_MS - 70_001)),
+        (401, "stale_timestamp")
+    );
+    assert_eq!(
+        refused(linear_at(NOW_MS + 70_001)),
+        (401, "future_timestamp")
+    );
+}
+
+#[test]
+fn linear_refusals_say_how_far_off_the_timestamp_is_in_whole_seconds() {
+    let detail = |d: Decision| match d {
+        Decision::Refuse(r) => r.detail,
+        other => panic!("expected Refuse, got {other:?}"),
+    };
+    assert_eq!(
+        detail(linear_at(NOW_MS - 71_500)),
+        "timestamp is 71 s old; the tolerance is 70 s"
+    );
+    assert_eq!(
+        detail(linear_at(NOW_MS + 71_500)),
+        "timestamp is 71 s in the future; the tolerance is 70 s"
+    );
+}
