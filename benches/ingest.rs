@@ -1,21 +1,35 @@
 //! Durable verified webhook events per second through real HTTP.
 //!
-//! A load generator (a minimal HTTP/1.1 client, `CONCURRENCY` connections kept alive) posts signed
-//! GitHub deliveries with a 5 KiB body and a fresh delivery id each, so every request
-//! is verified (HMAC-SHA256), classified, claimed and stored. Rows:
+//! A load generator (a minimal HTTP/1.1 client, `CONCURRENCY` connections kept alive)
+//! posts signed GitHub deliveries, GitHub's own header set and a realistic
+//! `issues.opened` body ([`support::payload`]), with a fresh delivery id each, so
+//! every request is verified (HMAC-SHA256), classified, claimed and stored. Rows:
 //!
 //! - **baseline**: the same HTTP stack (axum on hyper, same client) answering 200
 //!   after reading the body, doing no other work: the ceiling of this machine for
 //!   this request shape, with client and server sharing its cores;
+//! - **store only**: the same appends through the group commit with no HTTP in front;
 //! - **sqlite (FULL)**: the default store, commits fsynced, group-committed;
+//!   **sqlite (FULL, zstd bodies)**: the same with `sqlite_body_compression = "zstd"`
+//!   (about half the bytes per row, at the CPU of compressing each body);
 //! - **sqlite (NORMAL)**: WAL's NORMAL sync;
 //! - **postgres**: with `SWITCHBOARD_TEST_POSTGRES_URL` (or
 //!   `SWITCHBOARD_BENCH_POSTGRES_URL`) set, a fresh schema in that database.
 //!
+//! Two client placements, each with its own baseline: **in-process** (the client's
+//! tasks share the server's tokio runtime) and **child process** (the same client in a
+//! separate process with its own runtime, so the figure is the server's and the two
+//! schedulers do not interleave). Both share the machine's cores either way.
+//!
 //! Each row prints events/s, p50/p99 latency and the ratio to the baseline measured in
-//! the same run, then checks the store holds exactly the acknowledged events.
-//! `SWITCHBOARD_BENCH_SECS` sets the duration per row (default 2).
+//! the same run and placement, then checks the store holds exactly the acknowledged
+//! events. `SWITCHBOARD_BENCH_SECS` sets the duration per row (default 2);
+//! `SWITCHBOARD_BENCH_PLACEMENT=child|in-process` runs one placement only;
+//! `SWITCHBOARD_BENCH_ROWS=<text>` only the store rows whose name contains it (for
+//! profiling one row).
 
+#[path = "support/payload.rs"]
+mod payload;
 #[path = "support/mod.rs"]
 mod support;
 // The test suite's helpers: a fresh PostgreSQL schema per run.
@@ -40,11 +54,8 @@ const CONCURRENCY: usize = 256;
 /// typical GitHub one.
 const BODY_SIZES: [usize; 2] = [1024, 5 * 1024];
 const SECRET: &str = "bench-secret";
-
-fn body(size: usize) -> String {
-    let pad = "x".repeat(size - 64);
-    format!(r#"{{"action":"opened","issue":{{"number":1}},"pad":"{pad}"}}"#)
-}
+/// Set in the child process's environment: `addr size secs`.
+const CLIENT_ENV: &str = "SWITCHBOARD_BENCH_CLIENT";
 
 fn signature(body: &str) -> String {
     let mut m = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
@@ -64,7 +75,7 @@ fn signature(body: &str) -> String {
 /// request in flight per connection; the request bytes are built once but for the
 /// delivery id), so the machine's two cores go to the server rather than to the client.
 async fn drive(addr: SocketAddr, size: usize, dur: Duration) -> Sample {
-    let body = Arc::new(body(size));
+    let body = Arc::new(payload::github_issue(size));
     let sig = Arc::new(signature(&body));
     let tag = rand::random::<u32>();
     measure(dur, |deadline, counter| {
@@ -80,8 +91,11 @@ async fn drive(addr: SocketAddr, size: usize, dur: Duration) -> Sample {
                 req.clear();
                 write!(
                     req,
-                    "POST /hooks/gh HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n\
-                         x-github-event: issues\r\nx-github-delivery: {tag:08x}-{n}\r\n\
+                    "POST /hooks/gh HTTP/1.1\r\nhost: bench\r\naccept: */*\r\n\
+                         user-agent: GitHub-Hookshot/6b02022\r\ncontent-type: application/json\r\n\
+                         x-github-event: issues\r\nx-github-delivery: {tag:08x}-{n:04x}-11ef-8c5e-0242ac120002\r\n\
+                         x-github-hook-id: 512345678\r\nx-github-hook-installation-target-id: 1296269\r\n\
+                         x-github-hook-installation-target-type: repository\r\n\
                          x-hub-signature-256: {sig}\r\ncontent-length: {}\r\n\r\n",
                     body.len()
                 )
@@ -158,7 +172,7 @@ async fn drive_store(
     size: usize,
     dur: Duration,
 ) -> Sample {
-    let body = Arc::new(body(size));
+    let body = Arc::new(payload::github_issue(size));
     measure(dur, |deadline, counter| {
         let (store, body) = (store.clone(), body.clone());
         async move {
@@ -235,22 +249,130 @@ async fn stored_count(rt: &Runtime) -> u64 {
     }
 }
 
-fn row(name: &str, s: &mut Sample, base: Option<f64>, batches: Option<(u64, u64)>) {
-    let rate = s.rate();
+fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>) {
+    let rate = s.rate;
     let ratio = base.map_or("1.00".to_owned(), |b| format!("{:.2}", rate / b));
     let per_batch = batches.map_or("-".to_owned(), |(b, w)| {
         format!("{:.1}", w as f64 / b.max(1) as f64)
     });
     println!(
-        "| {name:<18} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} |",
+        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} |",
         rate,
-        us(s.p(0.50)),
-        us(s.p(0.99))
+        us(s.p50),
+        us(s.p99)
     );
 }
 
-#[tokio::main]
-async fn main() {
+/// Where the load generator runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Tasks on the server's own runtime.
+    InProcess,
+    /// This bench binary again, in a child process with its own runtime.
+    Child,
+}
+
+impl Placement {
+    fn name(self) -> &'static str {
+        match self {
+            Placement::InProcess => "in-process",
+            Placement::Child => "child process",
+        }
+    }
+
+    /// Drives `addr` with bodies of `size` for `dur`.
+    async fn drive(self, addr: SocketAddr, size: usize, dur: Duration) -> Figures {
+        match self {
+            Placement::InProcess => Figures::of(&mut drive(addr, size, dur).await),
+            Placement::Child => drive_from_child(addr, size, dur).await,
+        }
+    }
+}
+
+/// What a row reports of a sample: rate and latency percentiles.
+struct Figures {
+    ops: u64,
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl Figures {
+    fn of(s: &mut Sample) -> Figures {
+        Figures {
+            ops: s.ops,
+            rate: s.rate(),
+            p50: s.p(0.50),
+            p99: s.p(0.99),
+        }
+    }
+}
+
+/// Runs the load generator in a child process (this binary, [`CLIENT_ENV`] set) and
+/// reads its one line of figures: `ops rate p50_ns p99_ns`.
+async fn drive_from_child(addr: SocketAddr, size: usize, dur: Duration) -> Figures {
+    let exe = std::env::current_exe().expect("the bench binary's path");
+    let out = tokio::process::Command::new(exe)
+        .env(CLIENT_ENV, format!("{addr} {size} {}", dur.as_secs_f64()))
+        .output()
+        .await
+        .expect("start the client process");
+    assert!(
+        out.status.success(),
+        "client process failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).expect("UTF-8 figures");
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    Figures {
+        ops: f[0] as u64,
+        rate: f[1],
+        p50: Duration::from_nanos(f[2] as u64),
+        p99: Duration::from_nanos(f[3] as u64),
+    }
+}
+
+/// The child process's side: drive the address it was given, print the figures.
+fn client_main(spec: &str) {
+    let mut parts = spec.split_whitespace();
+    let addr: SocketAddr = parts.next().unwrap().parse().unwrap();
+    let size: usize = parts.next().unwrap().parse().unwrap();
+    let secs: f64 = parts.next().unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut s = rt.block_on(drive(addr, size, Duration::from_secs_f64(secs)));
+    let f = Figures::of(&mut s);
+    println!(
+        "{} {} {} {}",
+        f.ops,
+        f.rate,
+        f.p50.as_nanos(),
+        f.p99.as_nanos()
+    );
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(CLIENT_ENV) {
+        return client_main(&spec);
+    }
+    let placements = match std::env::var("SWITCHBOARD_BENCH_PLACEMENT").as_deref() {
+        Ok("child") => vec![Placement::Child],
+        Ok("in-process") => vec![Placement::InProcess],
+        _ => vec![Placement::Child, Placement::InProcess],
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench(placements));
+}
+
+async fn bench(placements: Vec<Placement>) {
     let dur = run_for();
     let pg = std::env::var("SWITCHBOARD_BENCH_POSTGRES_URL")
         .or_else(|_| std::env::var("SWITCHBOARD_TEST_POSTGRES_URL"))
@@ -261,15 +383,12 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     println!("ingest: {CONCURRENCY} connections, signed GitHub deliveries, {dur:?} per row");
     for size in BODY_SIZES {
-        println!("\nbody {size} B\n");
-        println!("| row                | events/s  | p50 µs  | p99 µs  | ratio | writes/txn |");
-        println!("|--------------------|----------:|--------:|--------:|------:|-----------:|");
-        let (addr, server) = baseline().await;
-        let mut s = drive(addr, size, dur).await;
-        let base = s.rate();
-        row("baseline (no work)", &mut s, None, None);
-        server.abort();
-
+        let body = payload::github_issue(size);
+        println!(
+            "\nbody {} B (zstd level 1 would store {} B)",
+            body.len(),
+            zstd_len(body.as_bytes())
+        );
         // The store alone, for scale: the same appends with no HTTP in front.
         let url = format!(
             "sqlite:{}",
@@ -280,57 +399,83 @@ async fn main() {
                 .await
                 .unwrap(),
         );
-        let mut s = drive_store(store.clone(), size, dur).await;
-        let st = store.stats();
-        row(
-            "store only (FULL)",
-            &mut s,
-            Some(base),
-            Some((st.batches, st.writes)),
-        );
+        let mut only = drive_store(store.clone(), size, dur).await;
+        let only_stats = store.stats();
         drop(store);
-
-        let mut stores = vec![
-            (
-                "sqlite (FULL)",
-                format!(
-                    "sqlite:{}",
-                    dir.path().join(format!("full-{size}.db")).display()
-                ),
-                "",
-            ),
-            (
-                "sqlite (NORMAL)",
-                format!(
-                    "sqlite:{}",
-                    dir.path().join(format!("normal-{size}.db")).display()
-                ),
-                "sqlite_synchronous = \"normal\"",
-            ),
-        ];
-        if let Some(base_url) = &pg {
-            stores.push((
-                "postgres",
-                ingest_support::fresh_postgres_schema(base_url).await,
-                "",
-            ));
-        }
-        for (name, store, extra) in stores {
-            let rt = runtime(&store, extra).await;
-            let mut s = drive(rt.local_addr(), size, dur).await;
-            let stats = rt.store().stats();
+        for &placement in &placements {
+            println!("\nclient: {}\n", placement.name());
+            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn |");
+            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|");
+            let (addr, server) = baseline().await;
+            let f = placement.drive(addr, size, dur).await;
+            let base = f.rate;
+            row("baseline (no work)", &f, None, None);
+            server.abort();
             row(
-                name,
-                &mut s,
+                "store only (FULL, no HTTP)",
+                &Figures::of(&mut only),
                 Some(base),
-                Some((stats.batches, stats.writes)),
+                Some((only_stats.batches, only_stats.writes)),
             );
-            let stored = stored_count(&rt).await;
-            assert_eq!(
-                stored, s.ops,
-                "{name}: stored events differ from acknowledged ones"
-            );
-            rt.shutdown().await.unwrap();
+            for (name, store, extra) in stores(dir.path(), size, placement, &pg).await {
+                let rt = runtime(&store, extra).await;
+                let f = placement.drive(rt.local_addr(), size, dur).await;
+                let stats = rt.store().stats();
+                row(name, &f, Some(base), Some((stats.batches, stats.writes)));
+                let stored = stored_count(&rt).await;
+                assert_eq!(
+                    stored, f.ops,
+                    "{name}: stored events differ from acknowledged ones"
+                );
+                rt.shutdown().await.unwrap();
+            }
         }
     }
+}
+
+/// The stores of one table: name, URL, extra switchboard.toml lines.
+async fn stores(
+    dir: &std::path::Path,
+    size: usize,
+    placement: Placement,
+    pg: &Option<String>,
+) -> Vec<(&'static str, String, &'static str)> {
+    let file = |kind: &str| {
+        let tag = match placement {
+            Placement::InProcess => "in",
+            Placement::Child => "child",
+        };
+        format!(
+            "sqlite:{}",
+            dir.join(format!("{kind}-{size}-{tag}.db")).display()
+        )
+    };
+    let only = std::env::var("SWITCHBOARD_BENCH_ROWS").unwrap_or_default();
+    let mut stores = vec![
+        ("sqlite (FULL)", file("full"), ""),
+        (
+            "sqlite (FULL, zstd bodies)",
+            file("zstd"),
+            "sqlite_body_compression = \"zstd\"",
+        ),
+        (
+            "sqlite (NORMAL)",
+            file("normal"),
+            "sqlite_synchronous = \"normal\"",
+        ),
+    ];
+    if let Some(base_url) = pg {
+        stores.push((
+            "postgres",
+            ingest_support::fresh_postgres_schema(base_url).await,
+            "",
+        ));
+    }
+    stores.retain(|(name, _, _)| name.contains(only.as_str()));
+    stores
+}
+
+/// What zstd at level 1 makes of `body`, for the table's heading.
+fn zstd_len(body: &[u8]) -> usize {
+    zstd::bulk::compress(body, 1).map_or(body.len(), |c| c.len())
 }

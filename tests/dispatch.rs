@@ -631,6 +631,62 @@ async fn signed_webhooks_reach_matching_bindings_once_and_a_failing_filter_skips
     rt.stop().await;
 }
 
+/// With `sqlite_body_compression = "zstd"` the event is stored as a zstd frame, and
+/// the dispatcher's claim hands the handler the body that was received.
+#[tokio::test]
+async fn a_compressed_body_reaches_its_handler_as_received() {
+    let (opened, closed, broken) = (
+        Recorder::default(),
+        Recorder::default(),
+        Recorder::default(),
+    );
+    let config = format!("sqlite_body_compression = \"zstd\"\n{WEBHOOKS}");
+    let mut rt = Rt::sqlite(
+        &config,
+        &[
+            ("opened", opened.clone()),
+            ("closed", closed),
+            ("broken", broken),
+        ],
+    )
+    .await;
+    let labels: Vec<String> = (0..40)
+        .map(|i| format!(r#"{{"id":{i},"name":"label-{i}"}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"action":"opened","issue":{{"number":1,"labels":[{}]}},"delivery":"z1"}}"#,
+        labels.join(",")
+    );
+    let secret = dsupport::env("GH_SECRET").unwrap();
+    let sig = format!(
+        "sha256={}",
+        support::hex(&support::mac(secret.as_bytes(), &[body.as_bytes()]))
+    );
+    let status = reqwest::Client::new()
+        .post(format!("{}/hooks/gh", rt.base))
+        .header("X-Hub-Signature-256", sig)
+        .header("X-GitHub-Event", "issues")
+        .header("X-GitHub-Delivery", "z1")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+    eventually("the opened issue delivered", || async {
+        opened.count() == 1
+    })
+    .await;
+    let want: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(opened.seen()[0].payload, want);
+    let codec: i64 = rusqlite::Connection::open(rt.dir.path().join("rt.db"))
+        .unwrap()
+        .query_row("SELECT body_codec FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(codec, 1, "stored compressed");
+    rt.stop().await;
+}
+
 // Virtual time: the lease and its keeper run on the dispatcher's tokio clock, so four
 // lease lengths pass in no time and a slow machine cannot let a lease lapse.
 #[tokio::test(start_paused = true)]

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::body_codec::{BodyCompression, Prepared};
 use super::{Appended, Backend, Rejected, Write};
 use crate::error::{Error, Result};
 use crate::triggers::TriggerEvent;
@@ -67,6 +68,8 @@ struct Shared {
     /// Bytes of the jobs queued or in the batch being committed.
     queued_bytes: AtomicUsize,
     max_queue_bytes: usize,
+    /// How the backend wants bodies prepared, applied in the caller's task.
+    compression: BodyCompression,
 }
 
 impl Shared {
@@ -136,6 +139,7 @@ impl Store {
     /// committing (`write_queue_max_bytes` in switchboard.toml).
     pub fn with_max_queue_bytes(backend: Arc<dyn Backend>, max_queue_bytes: usize) -> Store {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+        let compression = backend.body_compression();
         let shared = Arc::new(Shared {
             backend,
             tx,
@@ -144,6 +148,7 @@ impl Store {
             dropped_audit: AtomicU64::new(0),
             queued_bytes: AtomicUsize::new(0),
             max_queue_bytes: max_queue_bytes.max(1),
+            compression,
         });
         // A task on the caller's runtime. Tried: a dedicated thread with its own
         // runtime, to spare the writer the HTTP tasks' run queue; no measurable gain,
@@ -166,18 +171,24 @@ impl Store {
 
     /// Like [`Store::append`], and creates `enqueue`'s outbox rows and queue messages in
     /// the same transaction when (and only when) the event is stored.
+    ///
+    /// The event's stored form (headers JSON, the body compressed if the backend wants
+    /// it) is prepared here, in the caller's task, so that concurrent requests do that
+    /// work in parallel rather than in the one writer ([`super::body_codec`]).
     pub async fn append_enqueue(
         &self,
-        event: TriggerEvent,
+        mut event: TriggerEvent,
         claim_expires_at_ms: i64,
         enqueue: Vec<crate::outbox::model::Enqueue>,
     ) -> Result<Appended> {
         let (reply, rx) = oneshot::channel();
+        let prepared = Prepared::take(&mut event, self.shared.compression);
         let job = Job::new(
             Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms,
                 enqueue,
+                prepared,
             },
             Some(reply),
         );
@@ -221,11 +232,12 @@ impl Job {
     }
 }
 
-/// The bytes a write holds that a client chose: a body, or an audit row's headers and
-/// detail. What both the batch cut and the queue's byte bound count.
+/// The bytes a write holds that a client chose: a body (as stored) and its headers, or
+/// an audit row's headers and detail. What both the batch cut and the queue's byte
+/// bound count.
 fn write_bytes(write: &Write) -> usize {
     match write {
-        Write::Append { event, .. } => event.body.len(),
+        Write::Append { prepared, .. } => prepared.body.len() + prepared.headers_json.len(),
         Write::Reject(r) => r.headers_json.len() + r.detail.len(),
     }
 }
@@ -317,11 +329,14 @@ mod tests {
             serde_json::Value::Null,
             crate::triggers::SignatureStatus::Verified,
         );
+        let mut event = event;
+        let prepared = Prepared::take(&mut event, BodyCompression::None);
         Job::new(
             Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms: 0,
                 enqueue: Vec::new(),
+                prepared,
             },
             None,
         )

@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::triggers::TriggerEvent;
 
+pub(crate) mod body_codec;
 pub(crate) mod group_commit;
 mod outbox_rows;
 #[cfg(feature = "postgres")]
@@ -54,6 +55,9 @@ pub enum Write {
         /// Outbox rows and queue messages to create with the event, in the same
         /// transaction, only if the claim is new: a duplicate enqueues nothing.
         enqueue: Vec<crate::outbox::model::Enqueue>,
+        /// The event's headers and body as the backend writes them, prepared in the
+        /// request's task ([`body_codec::Prepared::take`] has taken `event.body`).
+        prepared: body_codec::Prepared,
     },
     /// Record a refused delivery in the audit table.
     Reject(Rejected),
@@ -123,6 +127,12 @@ pub struct Swept {
 pub trait Backend: crate::outbox::OutboxStore + Send + Sync + 'static {
     /// A short name for logs and metrics (`sqlite`, `postgres`).
     fn name(&self) -> &'static str;
+
+    /// How this backend wants event bodies prepared for [`Backend::write_batch`].
+    /// Default: stored as received.
+    fn body_compression(&self) -> body_codec::BodyCompression {
+        body_codec::BodyCompression::None
+    }
 
     /// Applies `writes` in ONE transaction, evaluating claims against `now_ms`, and
     /// returns one result per write in order (`None` for a rejected write). An error
@@ -200,6 +210,9 @@ pub struct StoreOptions {
     /// Bytes of writes the group commit may hold (queued or committing); beyond, a
     /// write is refused with [`crate::Error::Overloaded`]. Default 64 MiB.
     pub write_queue_max_bytes: usize,
+    /// SQLite only: how event bodies are stored. Default zstd at level 1 for bodies of
+    /// 512 bytes or more ([`body_codec`]).
+    pub body_compression: body_codec::BodyCompression,
 }
 
 impl Default for StoreOptions {
@@ -209,6 +222,7 @@ impl Default for StoreOptions {
             max_db_bytes: None,
             synchronous: sqlite::Synchronous::Full,
             write_queue_max_bytes: group_commit::DEFAULT_QUEUE_MAX_BYTES,
+            body_compression: body_codec::BodyCompression::default(),
         }
     }
 }

@@ -289,7 +289,7 @@ struct Columns<'a> {
     keys: Vec<&'a str>,
     traces: Vec<&'a str>,
     tenants: Vec<&'a str>,
-    headers: Vec<String>,
+    headers: Vec<&'a str>,
     bodies: Vec<&'a [u8]>,
     signatures: Vec<&'static str>,
     expires: Vec<i64>,
@@ -325,12 +325,13 @@ impl<'a> Columns<'a> {
         };
         let mut first = std::collections::HashMap::new();
         for (at, w) in writes.iter().enumerate() {
-            let (e, expires, enqueue) = match w {
+            let (e, expires, enqueue, prepared) = match w {
                 Write::Append {
                     event,
                     claim_expires_at_ms,
                     enqueue,
-                } => (event, *claim_expires_at_ms, enqueue),
+                    prepared,
+                } => (event, *claim_expires_at_ms, enqueue, prepared),
                 Write::Reject(r) => {
                     c.rejections.push(r);
                     continue;
@@ -350,9 +351,8 @@ impl<'a> Columns<'a> {
             c.keys.push(&e.dedupe_key);
             c.traces.push(&e.trace_id);
             c.tenants.push(&e.tenant);
-            c.headers
-                .push(serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into()));
-            c.bodies.push(&e.body);
+            c.headers.push(&prepared.headers_json);
+            c.bodies.push(&prepared.body);
             c.signatures.push(e.signature.as_str());
             c.expires.push(expires);
             c.index.push(at);

@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ) WITHOUT ROWID;",
     ),
     (2, super::sqlite_outbox::SCHEMA),
+    // How each body is stored (super::body_codec): rows before this version are raw.
+    (
+        3,
+        "ALTER TABLE events ADD COLUMN body_codec INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
@@ -87,12 +92,12 @@ const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, ex
     WHERE dedupe_claims.expires_at <= ?5";
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = ?1 AND dedupe_key = ?2";
 const INSERT_EVENT: &str = "INSERT INTO events (id, source, provider, kind, received_at,
-    occurred_at, dedupe_key, trace_id, tenant, headers, body, signature)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+    occurred_at, dedupe_key, trace_id, tenant, headers, body, signature, body_codec)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
-    dedupe_key, trace_id, tenant, headers, body, signature FROM events
+    dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events
     WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR seq < ?2)
     ORDER BY seq DESC LIMIT ?3";
 
@@ -117,6 +122,8 @@ pub(crate) struct SqliteBackend {
     /// How the writer syncs its commits (claims may sync less; see
     /// [`super::sqlite_outbox`]).
     pub(super) synchronous: Synchronous,
+    /// How event bodies are stored.
+    body_compression: super::body_codec::BodyCompression,
     /// Dropping it stops the checkpointer thread.
     _checkpointer: std::sync::mpsc::Sender<()>,
 }
@@ -176,6 +183,8 @@ impl SqliteBackend {
                 ))
             })?;
             conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            super::body_codec::register_sql_function(&conn)
+                .map_err(sql_err("register switchboard_body"))?;
             Ok(conn)
         };
         let mut writer = open("writer")?;
@@ -204,6 +213,7 @@ impl SqliteBackend {
             reader: Arc::new(Mutex::new(reader)),
             wake: Arc::new(tokio::sync::Notify::new()),
             synchronous: options.synchronous,
+            body_compression: options.body_compression,
             _checkpointer: stop,
         })
     }
@@ -300,6 +310,7 @@ fn write_all(
                     event: e,
                     claim_expires_at_ms,
                     enqueue,
+                    prepared,
                 } => {
                     let claimed = claim.execute(params![
                         e.source,
@@ -309,8 +320,6 @@ fn write_all(
                         now_ms
                     ])? == 1;
                     if claimed {
-                        let headers =
-                            serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into());
                         insert.execute(params![
                             e.id,
                             e.source,
@@ -321,9 +330,10 @@ fn write_all(
                             e.dedupe_key,
                             e.trace_id,
                             e.tenant,
-                            headers,
-                            e.body,
-                            e.signature.as_str()
+                            prepared.headers_json,
+                            prepared.body,
+                            e.signature.as_str(),
+                            prepared.codec
                         ])?;
                         enqueuer.insert(&e.id, enqueue, now_ms)?;
                         out.push(Some(Appended::Stored(e.id.clone())));
@@ -387,6 +397,10 @@ fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
 impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn body_compression(&self) -> super::body_codec::BodyCompression {
+        self.body_compression
     }
 
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>> {
@@ -669,6 +683,7 @@ mod tests {
             event: Box::new(event),
             claim_expires_at_ms: 1,
             enqueue: vec![Enqueue::dispatch("b", "f")],
+            prepared: Default::default(),
         };
         let done = vec![Finish::Done { id: 1, token: 1 }];
         let errors = [

@@ -139,7 +139,7 @@ fn claim_select() -> String {
         "SELECT o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
             COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''),
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
-            COALESCE(o.payload, e.body, X''), o.dead_letter_id, o.errors
+            COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id, o.errors
         FROM outbox o LEFT JOIN events e ON e.id = o.event_id
         WHERE o.next_attempt_at <= ?1 AND o.binding_id IN (SELECT value FROM json_each(?2))
             AND {IS_HEAD}
@@ -416,7 +416,9 @@ fn dead_letter(
         return Ok(None);
     };
     let (trace_id, body) = tx
-        .prepare_cached("SELECT trace_id, body FROM events WHERE id = ?1")?
+        .prepare_cached(
+            "SELECT trace_id, switchboard_body(body_codec, body) FROM events WHERE id = ?1",
+        )?
         .query_row(params![event_id], |r| {
             Ok((r.get::<_, String>(0)?, r.get(1)?))
         })

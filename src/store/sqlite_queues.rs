@@ -146,7 +146,7 @@ fn receive(c: &mut Connection, req: &ReceiveRequest, receipt: i64) -> rusqlite::
         let mut select = tx.prepare_cached(
             "SELECT m.id, m.receives, m.binding_id, m.fingerprint, m.event_id, m.depth,
                 m.enqueued_at, COALESCE(e.kind, ''), COALESCE(e.trace_id, ''),
-                COALESCE(m.payload, e.body, X''), m.payload
+                COALESCE(m.payload, switchboard_body(e.body_codec, e.body), X''), m.payload
              FROM queue_messages m LEFT JOIN events e ON e.id = m.event_id
              WHERE m.queue = ?1 AND m.visible_at <= ?2 ORDER BY m.visible_at, m.id LIMIT ?3",
         )?;

@@ -288,3 +288,31 @@ fn rejection_audit_limit_defaults_to_twenty_a_second_and_refuses_a_zero_rate() {
     )
     .contains("rejection_audit_limit needs per_second > 0"));
 }
+
+#[test]
+fn sqlite_body_compression_is_off_by_default_and_checked() {
+    use crate::store::body_codec::BodyCompression;
+    let c = resolve("").unwrap();
+    assert_eq!(c.store_options.body_compression, BodyCompression::None);
+    let c = resolve("sqlite_body_compression = \"zstd\"\n").unwrap();
+    assert_eq!(
+        c.store_options.body_compression,
+        BodyCompression::Zstd {
+            min_bytes: 512,
+            level: 1
+        }
+    );
+    let c =
+        resolve("sqlite_body_compression = \"zstd\"\nsqlite_body_compression_min_bytes = 2048\n")
+            .unwrap();
+    assert_eq!(
+        c.store_options.body_compression,
+        BodyCompression::Zstd {
+            min_bytes: 2048,
+            level: 1
+        }
+    );
+    assert!(err("sqlite_body_compression = \"gzip\"\n").contains("expected \"zstd\" or \"none\""));
+    // A threshold without compression is a mistake worth saying, not ignoring.
+    assert!(err("sqlite_body_compression_min_bytes = 100\n").contains("remove one"));
+}
