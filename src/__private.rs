@@ -58,11 +58,311 @@ pub mod webhooks {
     pub mod signature {
         pub use crate::webhooks::signature::{github, standard_webhooks, Rejection};
     }
+    /// Cron expressions, for the `cron_expression` fuzz target.
+    pub mod cron {
+        pub use crate::webhooks::cron::{CronError, Schedule};
+    }
+    /// The ingest decision, for the `ingest_decision` and `config_loader` fuzz targets.
+    ///
+    /// A wrapper rather than a re-export: `webhooks::ingest::decide`, its `Request` and
+    /// its `Decision` are `pub(crate)`, and a fuzz target needs only the status the
+    /// listener would answer.
+    pub mod ingest {
+        use crate::runtime::config::SourceSpec;
+        use crate::triggers::IdSeed;
+        use crate::webhooks::ingest::{decide, Decision, Request};
+
+        /// The HTTP status the listener answers for this delivery to `spec`, with the
+        /// refusal's reason label (`stored`, `notion_token_captured` or `reply` when
+        /// it is not refused). Runs `webhooks::ingest::decide` with fixed ids.
+        pub fn decide_status(
+            spec: &SourceSpec,
+            notion_token: Option<&str>,
+            method: &str,
+            path: &str,
+            headers: &[(&str, &str)],
+            body: &[u8],
+            now_ms: i64,
+        ) -> (u16, &'static str) {
+            let req = Request {
+                method,
+                path,
+                headers,
+                body,
+                now_ms,
+                ids: IdSeed { event: 1, trace: 1 },
+            };
+            match decide(spec, notion_token, &req) {
+                Decision::Store(_) => (200, "stored"),
+                Decision::CaptureNotionToken(_) => (200, "notion_token_captured"),
+                Decision::Reply { status, .. } => (status, "reply"),
+                Decision::Refuse(r) => (r.status, r.reason),
+            }
+        }
+    }
 }
 
 #[cfg(feature = "runtime")]
 pub mod runtime {
     pub mod ops {
         pub use crate::runtime::ops::OpError;
+    }
+}
+
+/// The connection core (`mux::core`) framed as one gRPC `Connect` stream
+/// (`Framing::Stream`), for the `grpc_frame` fuzz target: what the driver does with a
+/// message that tonic decoded off the stream, with no I/O and a clock the caller moves.
+///
+/// A small handle rather than re-exports: the core, its options, inputs and events are
+/// `pub(crate)`. It holds one registration (tenant `t`, type `echo`, instance `i1`)
+/// with the runner's default timings; the caller plays the driver, answering
+/// `StartExecute` with `StreamCore::execute_done` and a due metrics report with
+/// `StreamCore::send_metrics_report`.
+#[cfg(feature = "websocket")]
+pub mod stream_core {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::connector::config::HeartbeatSettings;
+    use crate::identity::RegistrationKey;
+    use crate::mux::backoff::BackoffPolicy;
+    use crate::mux::core::{
+        Connection, CoreOptions, Event, Framing, Inbound, InvokeSpec, Now, RegistrationSpec,
+        Transmit,
+    };
+    use crate::mux::metrics::{HandleMetrics, SocketMetrics};
+    use crate::proto::{ExecuteRequest, ExecuteResponse, RegisterConnectorRequest, StreamMessage};
+
+    /// The wall clock at the core's start, Unix milliseconds.
+    const UNIX_START_MS: i64 = 1_700_000_000_000;
+
+    /// The registration's settings that change what the core does with a message.
+    #[derive(Debug, Clone)]
+    pub struct StreamCoreOptions {
+        /// Executes run at once.
+        pub max_concurrent: usize,
+        /// Executes that wait for a permit.
+        pub max_queued: usize,
+        /// Metrics reports every this long; zero for none.
+        pub metrics_interval: Duration,
+        /// A stored session token.
+        pub session_token: Option<String>,
+        /// A configured `auth_token`.
+        pub auth_token: String,
+        /// Hold the first register for a JWT minted from stored keys.
+        pub await_jwt: bool,
+    }
+
+    /// What the core asked its driver to do, flattened.
+    #[derive(Debug)]
+    pub enum CoreEvent {
+        /// Run the connector; answer with [`StreamCore::execute_done`].
+        StartExecute { exec: u64, request: ExecuteRequest },
+        /// Drop the execute's future.
+        CancelExecute(u64),
+        /// An invoke ended: answered by the gateway (`answered`), sent
+        /// fire-and-forget, or failed.
+        InvokeDone { waiter: u64, answered: bool },
+        /// Send the metrics report ([`StreamCore::send_metrics_report`]).
+        MetricsDue,
+        /// Close the stream and redial.
+        Reconnect(String),
+        /// The last registration was removed.
+        Close,
+        /// Any other event, by name (registered, pending, a proxy message, ...).
+        Other(&'static str),
+    }
+
+    /// One stream's connection core and its clock.
+    pub struct StreamCore {
+        conn: Connection<u64, ()>,
+        handle: u64,
+        start: Instant,
+        elapsed: Duration,
+    }
+
+    impl StreamCore {
+        /// A core with its one registration and no stream yet.
+        pub fn new(o: StreamCoreOptions) -> Self {
+            let opts = CoreOptions {
+                tenant: "t".into(),
+                heartbeat: HeartbeatSettings::default(),
+                join_timeout: crate::DEFAULT_CONNECT_TIMEOUT,
+                max_handlers: 1,
+                max_frame_bytes: 4 << 20,
+                seed: 7,
+                framing: Framing::Stream,
+            };
+            let mut conn = Connection::new(opts, Arc::new(SocketMetrics::default()));
+            let spec = RegistrationSpec {
+                key: RegistrationKey::new("t", "echo", "i1"),
+                register: RegisterConnectorRequest {
+                    tenant_id: "t".into(),
+                    connector_type: "echo".into(),
+                    instance_id: "i1".into(),
+                    jwt_token: o.auth_token,
+                    ..Default::default()
+                },
+                register_timeout: crate::DEFAULT_REGISTER_TIMEOUT,
+                retry: BackoffPolicy::default(),
+                max_concurrent: o.max_concurrent,
+                max_queued: o.max_queued,
+                execute_timeout: crate::DEFAULT_EXECUTE_TIMEOUT,
+                metrics_interval: o.metrics_interval,
+                metrics: Arc::new(HandleMetrics::default()),
+                session_token: o.session_token,
+                jwt: None,
+                await_jwt: o.await_jwt,
+            };
+            let start = Instant::now();
+            let now = Now {
+                instant: start,
+                unix_ms: UNIX_START_MS,
+            };
+            let handle = conn
+                .add(now, spec, ())
+                .expect("the first registration is admitted");
+            StreamCore {
+                conn,
+                handle,
+                start,
+                elapsed: Duration::ZERO,
+            }
+        }
+
+        fn now(&self) -> Now {
+            Now {
+                instant: self.start + self.elapsed,
+                unix_ms: UNIX_START_MS + self.elapsed.as_millis() as i64,
+            }
+        }
+
+        /// Time since the core was made.
+        pub fn elapsed(&self) -> Duration {
+            self.elapsed
+        }
+
+        /// Moves the clock on; call [`StreamCore::handle_timeout`] when
+        /// [`StreamCore::poll_timeout`] has come.
+        pub fn advance(&mut self, d: Duration) {
+            self.elapsed += d;
+        }
+
+        /// When the core next wants [`StreamCore::handle_timeout`], as time since it
+        /// was made.
+        pub fn poll_timeout(&self) -> Option<Duration> {
+            self.conn
+                .poll_timeout()
+                .map(|at| at.saturating_duration_since(self.start))
+        }
+
+        /// The deadlines that have passed.
+        pub fn handle_timeout(&mut self) {
+            self.conn.handle_timeout(self.now());
+        }
+
+        /// The stream opened.
+        pub fn connect(&mut self) {
+            self.conn.handle_connected(self.now());
+        }
+
+        /// The stream died (or the driver closed it).
+        pub fn disconnect(&mut self) {
+            self.conn.handle_disconnected(self.now());
+        }
+
+        /// One message read off the stream.
+        pub fn message(&mut self, msg: StreamMessage) {
+            self.conn.handle_frame(self.now(), Inbound::Message(msg));
+        }
+
+        /// The connector answered execute `exec`.
+        pub fn execute_done(&mut self, exec: u64, resp: ExecuteResponse) {
+            self.conn.handle_execute_done(self.now(), exec, resp);
+        }
+
+        /// The registration invokes `target`; `Err` hands the waiter back.
+        pub fn invoke(
+            &mut self,
+            request_id: String,
+            target: String,
+            timeout: Duration,
+            fire_and_forget: bool,
+            waiter: u64,
+        ) -> Result<(), u64> {
+            let spec = InvokeSpec {
+                request_id,
+                target,
+                capability_id: String::new(),
+                payload: bytes::Bytes::from_static(b"{}"),
+                payload_encoding: 0,
+                context: Default::default(),
+                timeout,
+                fire_and_forget,
+            };
+            let now = self.now();
+            self.conn
+                .invoke(now, self.handle, spec, waiter)
+                .map_err(|(w, _)| w)
+        }
+
+        /// The caller of an invoke gave up on it.
+        pub fn cancel_invoke(&mut self, request_id: &str) {
+            self.conn.cancel_invoke(request_id);
+        }
+
+        /// The approval exchange produced a JWT, or gave up.
+        pub fn set_credentials(&mut self, jwt: Option<String>) {
+            let now = self.now();
+            self.conn.set_credentials(now, self.handle, jwt);
+        }
+
+        /// Sends the registration's metrics report if it is registered.
+        pub fn send_metrics_report(&mut self) {
+            let now = self.now();
+            self.conn
+                .send_metrics_report(now, self.handle, Default::default());
+        }
+
+        /// Removes the registration; false when it was removed already.
+        pub fn remove(&mut self) -> bool {
+            let now = self.now();
+            self.conn.remove(now, self.handle).is_some()
+        }
+
+        /// The next message to write: `Err` with the text of a Phoenix frame, which a
+        /// stream core must never produce.
+        pub fn poll_transmit(&mut self) -> Option<Result<StreamMessage, String>> {
+            self.conn.poll_transmit().map(|t| match t {
+                Transmit::Message(m) => Ok(*m),
+                Transmit::Text(text) => Err(text),
+            })
+        }
+
+        /// The next event to act on.
+        pub fn poll_event(&mut self) -> Option<CoreEvent> {
+            let ev = self.conn.poll_event()?;
+            Some(match ev {
+                Event::StartExecute { exec, request, .. } => {
+                    CoreEvent::StartExecute { exec, request }
+                }
+                Event::CancelExecute(exec) => CoreEvent::CancelExecute(exec),
+                Event::InvokeDone { waiter, result } => CoreEvent::InvokeDone {
+                    waiter,
+                    answered: matches!(result, Ok(Some(_))),
+                },
+                Event::MetricsDue(_) => CoreEvent::MetricsDue,
+                Event::Reconnect(why) => CoreEvent::Reconnect(why),
+                Event::Close => CoreEvent::Close,
+                Event::Registered { .. } => CoreEvent::Other("registered"),
+                Event::Pending { .. } => CoreEvent::Other("pending"),
+                Event::Rejected { .. } => CoreEvent::Other("rejected"),
+                Event::CredentialRefused { .. } => CoreEvent::Other("credential_refused"),
+                Event::RegisterFailed { .. } => CoreEvent::Other("register_failed"),
+                Event::Unregistered(_) => CoreEvent::Other("unregistered"),
+                Event::Approval { .. } => CoreEvent::Other("approval"),
+                Event::Deliver { .. } => CoreEvent::Other("deliver"),
+            })
+        }
     }
 }

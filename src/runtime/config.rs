@@ -539,10 +539,11 @@ impl RuntimeConfig {
             store,
             store_options,
             admin_token,
-            rejection_retention_ms: self
-                .rejection_retention_secs
-                .unwrap_or(DEFAULT_REJECTION_RETENTION_SECS)
-                * 1000,
+            rejection_retention_ms: secs_to_ms(
+                "rejection_retention_secs",
+                self.rejection_retention_secs
+                    .unwrap_or(DEFAULT_REJECTION_RETENTION_SECS),
+            )?,
             sweep_interval: std::time::Duration::from_secs(
                 self.sweep_interval_secs.unwrap_or(3600).max(1),
             ),
@@ -668,8 +669,16 @@ impl SourceConfig {
             Rule::Provider(Provider::Linear) => 60,
             _ => 300,
         };
-        let tolerance_s = self.timestamp_tolerance_secs.unwrap_or(default_tolerance)
-            + self.timestamp_grace_secs.unwrap_or(0);
+        let tolerance_s = self
+            .timestamp_tolerance_secs
+            .unwrap_or(default_tolerance)
+            .checked_add(self.timestamp_grace_secs.unwrap_or(0))
+            .filter(|t| *t <= MAX_SECS);
+        let Some(tolerance_s) = tolerance_s else {
+            return Err(bad(format!(
+                "timestamp_tolerance_secs + timestamp_grace_secs must be at most {MAX_SECS} (10 years)"
+            )));
+        };
         if tolerance_s <= 0 {
             return Err(bad("timestamp_tolerance_secs must be positive".into()));
         }
@@ -679,13 +688,15 @@ impl SourceConfig {
         if retention <= 0 {
             return Err(bad("dedupe_retention_secs must be positive".into()));
         }
+        let retention_ms =
+            secs_to_ms("dedupe_retention_secs", retention).map_err(|e| bad(e.to_string()))?;
         Ok(SourceSpec {
             id: id.clone(),
             tenant: self.tenant.clone().unwrap_or_else(|| tenant.to_owned()),
             rule,
             secrets,
             tolerance_s,
-            retention_ms: retention * 1000,
+            retention_ms,
             max_body_bytes: self.max_body_bytes.unwrap_or(max_body),
             rate_limit: self.rate_limit,
             notion_recheck_limit: self
@@ -779,3 +790,18 @@ impl SourceConfig {
 
 #[cfg(test)]
 mod tests;
+
+/// Longest duration in seconds a `*_secs` option may name: ten years. Far beyond any
+/// sensible retention or tolerance, and small enough that milliseconds of it, added to
+/// a current timestamp, cannot overflow an `i64` (the fuzzer found options that did).
+const MAX_SECS: i64 = 10 * 365 * 86_400;
+
+/// `secs` of option `name` in milliseconds, refused past [`MAX_SECS`].
+fn secs_to_ms(name: &str, secs: i64) -> Result<i64> {
+    if secs > MAX_SECS {
+        return Err(Error::Config(format!(
+            "{name} = {secs}: at most {MAX_SECS} (10 years)"
+        )));
+    }
+    Ok(secs * 1000)
+}

@@ -218,25 +218,25 @@ fn percent_decode(s: &str) -> std::result::Result<String, String> {
     String::from_utf8(out).map_err(|_| "the proxy credentials do not decode to UTF-8".into())
 }
 
-/// Replaces the password in a proxy URL with `<redacted>`, for `Debug` output; works
-/// on strings that do not parse, too.
+/// Replaces the password in a proxy URL with `<redacted>`, for `Debug` output and
+/// errors; works on strings that do not parse, too. The credentials end at the LAST
+/// `@` of the string, not at the first `/` after the scheme: a password may hold `/`,
+/// `?` or `#`, and a mistyped scheme (`http;//user:pass@host`) must not show it either.
 pub(crate) fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (Some(s), r),
         None => (None, url),
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let redacted = match authority.rsplit_once('@') {
+    let redacted = match rest.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
             Some((user, _)) => format!("{user}:<redacted>@{host}"),
-            None => authority.to_owned(),
+            None => rest.to_owned(),
         },
-        None => authority.to_owned(),
+        None => rest.to_owned(),
     };
     match scheme {
-        Some(s) => format!("{s}://{redacted}{tail}"),
-        None => format!("{redacted}{tail}"),
+        Some(s) => format!("{s}://{redacted}"),
+        None => redacted,
     }
 }
 

@@ -126,7 +126,8 @@ fn decide_inner(
             ));
         }
     };
-    let occurred_s = |v: Option<i64>| v.map(|s| s * 1000);
+    // A signed but absurd time (near i64::MAX seconds) is no time at all, not an overflow.
+    let occurred_s = |v: Option<i64>| v.and_then(|s| s.checked_mul(1000));
     let (body, occurred_at_ms) = match provider {
         Provider::Github => {
             signature::github(&keys, h, req.body)?;
@@ -218,12 +219,13 @@ fn decide_inner(
 /// [`signature::check_timestamp`] at millisecond precision (Linear's timestamps are ms).
 fn check_ms(ts_ms: i64, now_ms: i64, tolerance_s: i64) -> Result<(), Rejection> {
     let delta = now_ms.saturating_sub(ts_ms);
-    if delta > tolerance_s * 1000 {
+    let tolerance_ms = tolerance_s.saturating_mul(1000);
+    if delta > tolerance_ms {
         Err(Rejection::Stale {
             age_s: delta / 1000,
             tolerance_s,
         })
-    } else if delta.saturating_neg() > tolerance_s * 1000 {
+    } else if delta.saturating_neg() > tolerance_ms {
         Err(Rejection::Future {
             ahead_s: delta.saturating_neg() / 1000,
             tolerance_s,

@@ -316,3 +316,19 @@ fn sqlite_body_compression_is_off_by_default_and_checked() {
     // A threshold without compression is a mistake worth saying, not ignoring.
     assert!(err("sqlite_body_compression_min_bytes = 100\n").contains("remove one"));
 }
+
+#[test]
+fn durations_that_would_overflow_milliseconds_are_refused_not_wrapped() {
+    let source = "[[sources]]\nid = \"l\"\nprovider = \"linear\"\nsecret_env = \"GH\"\n";
+    assert!(err("rejection_retention_secs = 9223372036854775807\n")
+        .contains("rejection_retention_secs"));
+    assert!(err(&format!(
+        "{source}dedupe_retention_secs = 9223372036854775807\n"
+    ))
+    .contains("dedupe_retention_secs"));
+    assert!(err(&format!(
+        "{source}timestamp_tolerance_secs = 9223372036854775807\ntimestamp_grace_secs = 9\n"
+    ))
+    .contains("at most"));
+    assert!(err(&format!("{source}timestamp_tolerance_secs = 400000000\n")).contains("at most"));
+}

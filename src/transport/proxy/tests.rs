@@ -286,3 +286,15 @@ fn connect_reply_oversized_head_is_refused() {
     buf.extend_from_slice(b"\r\n\r\n");
     assert!(parse_connect_reply(&buf, false).is_err());
 }
+
+#[test]
+fn redact_url_hides_passwords_holding_url_delimiters_or_behind_a_mistyped_scheme() {
+    assert_eq!(
+        redact_url("http://user:pa/ss?x#y@proxy:3128"),
+        "http://user:<redacted>@proxy:3128"
+    );
+    assert_eq!(
+        redact_url("http;//user:hunter2@proxy:3128"),
+        "http;//user:<redacted>@proxy:3128"
+    );
+}
