@@ -7,28 +7,14 @@
 #[path = "ingest/support.rs"]
 mod support;
 
-use support::{env, hex, mac, Delivery, Harness};
+use support::{env, Delivery, Harness};
 
 const SOURCE: &str =
     "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH_SECRET\"\n";
 
 /// A GitHub delivery of `body`, signed with the test secret.
 fn github(id: &str, body: String) -> Delivery {
-    let secret = env("GH_SECRET").unwrap();
-    let sig = format!(
-        "sha256={}",
-        hex(&mac(secret.as_bytes(), &[body.as_bytes()]))
-    );
-    Delivery::new(
-        &[
-            ("X-Hub-Signature-256", &sig),
-            ("X-GitHub-Event", "issues"),
-            ("X-GitHub-Delivery", id),
-            ("X-GitHub-Hook-ID", "1"),
-            ("Content-Type", "application/json"),
-        ],
-        body,
-    )
+    support::github_delivery(env("GH_SECRET").unwrap().as_bytes(), id, body)
 }
 
 /// An `issues.opened` body with `labels` repeated label objects (JSON compresses).

@@ -67,6 +67,24 @@ pub fn skip_postgres(test: &str) {
 }
 
 /// A fresh schema in the test database; the returned URL selects it.
+/// Drops what `list` names (schemas or databases called `<prefix>_<unix s>_<hex>`) that
+/// earlier runs left over an hour ago, with the statement `drop` makes of a name; a
+/// concurrent test's fresh ones are younger and kept.
+pub async fn drop_stale(
+    client: &tokio_postgres::Client,
+    list: &str,
+    drop: impl Fn(&str) -> String,
+) {
+    let stale = client.query(list, &[]).await.unwrap();
+    for row in stale {
+        let name: String = row.get(0);
+        let created: Option<i64> = name.split('_').nth(2).and_then(|t| t.parse().ok());
+        if created.is_none_or(|t| t < now_s() - 3600) {
+            let _ = client.batch_execute(&drop(&name)).await;
+        }
+    }
+}
+
 pub async fn fresh_postgres_schema(base: &str) -> String {
     let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
         .await
@@ -75,22 +93,12 @@ pub async fn fresh_postgres_schema(base: &str) -> String {
     // Named by creation time, so schemas left by earlier runs (over an hour old) can
     // be dropped without touching a concurrent test's.
     let schema = format!("sb_test_{}_{:08x}", now_s(), rand::random::<u32>());
-    let stale = client
-        .query(
-            "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sb\\_test\\_%'",
-            &[],
-        )
-        .await
-        .unwrap();
-    for row in stale {
-        let name: String = row.get(0);
-        let created: Option<i64> = name.split('_').nth(2).and_then(|t| t.parse().ok());
-        if created.is_none_or(|t| t < now_s() - 3600) {
-            let _ = client
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                .await;
-        }
-    }
+    drop_stale(
+        &client,
+        "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sb\\_test\\_%'",
+        |name| format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+    )
+    .await;
     client
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .await
@@ -302,6 +310,21 @@ impl Delivery {
     }
 }
 
+/// An `issues` delivery of `body` with delivery id `id`, signed with `key` as GitHub does.
+pub fn github_delivery(key: &[u8], id: &str, body: String) -> Delivery {
+    let sig = format!("sha256={}", hex(&mac(key, &[body.as_bytes()])));
+    Delivery::new(
+        &[
+            ("X-Hub-Signature-256", &sig),
+            ("X-GitHub-Event", "issues"),
+            ("X-GitHub-Delivery", id),
+            ("X-GitHub-Hook-ID", "1"),
+            ("Content-Type", "application/json"),
+        ],
+        body,
+    )
+}
+
 pub fn mac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
     for p in parts {
@@ -393,21 +416,11 @@ impl Kind {
         let key = secret.as_bytes();
         let ts_text = ts.to_string();
         match self {
-            Kind::Github => {
-                let body =
-                    format!(r#"{{"action":"opened","issue":{{"number":1}},"delivery":"{id}"}}"#);
-                let sig = format!("sha256={}", hex(&mac(key, &[body.as_bytes()])));
-                Delivery::new(
-                    &[
-                        ("X-Hub-Signature-256", &sig),
-                        ("X-GitHub-Event", "issues"),
-                        ("X-GitHub-Delivery", id),
-                        ("X-GitHub-Hook-ID", "1"),
-                        ("Content-Type", "application/json"),
-                    ],
-                    body,
-                )
-            }
+            Kind::Github => github_delivery(
+                key,
+                id,
+                format!(r#"{{"action":"opened","issue":{{"number":1}},"delivery":"{id}"}}"#),
+            ),
             Kind::Slack => {
                 let body = format!(
                     r#"{{"type":"event_callback","event_id":"{id}","event_time":{ts},"event":{{"type":"message","text":"hi"}}}}"#

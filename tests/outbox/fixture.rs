@@ -10,7 +10,7 @@ use switchboard::__private::outbox::model::{
 use switchboard::__private::store::{open_backend, Appended, Backend, Store, StoreOptions};
 use switchboard::__private::triggers::{SignatureStatus, TriggerEvent};
 
-use super::support::{fresh_postgres_schema, now_s, StoreKind};
+use super::support::{drop_stale, fresh_postgres_schema, now_s, StoreKind};
 
 /// A clock well past every real commit time, so rows enqueued "now" are due at it.
 pub const T: i64 = 4_000_000_000_000;
@@ -139,22 +139,12 @@ pub async fn fresh_postgres_database(base: &str, test: &str) -> Option<String> {
         .await
         .expect("connect to the test PostgreSQL");
     tokio::spawn(conn);
-    let stale = client
-        .query(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'sb\\_testdb\\_%'",
-            &[],
-        )
-        .await
-        .unwrap();
-    for row in stale {
-        let name: String = row.get(0);
-        let created: Option<i64> = name.split('_').nth(2).and_then(|t| t.parse().ok());
-        if created.is_none_or(|t| t < now_s() - 3600) {
-            let _ = client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        }
-    }
+    drop_stale(
+        &client,
+        "SELECT datname FROM pg_database WHERE datname LIKE 'sb\\_testdb\\_%'",
+        |name| format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    )
+    .await;
     let name = format!("sb_testdb_{}_{:08x}", now_s(), rand::random::<u32>());
     let (path, query) = base.split_once('?').unwrap_or((base, ""));
     let created = match path.rsplit_once('/') {
