@@ -210,8 +210,8 @@ pub struct StoreOptions {
     /// Bytes of writes the group commit may hold (queued or committing); beyond, a
     /// write is refused with [`crate::Error::Overloaded`]. Default 64 MiB.
     pub write_queue_max_bytes: usize,
-    /// SQLite only: how event bodies are stored. Default zstd at level 1 for bodies of
-    /// 512 bytes or more ([`body_codec`]).
+    /// SQLite only: how event bodies are stored. Default: as received
+    /// (`sqlite_body_compression`; `store::body_codec` says why).
     pub body_compression: body_codec::BodyCompression,
 }
 
