@@ -219,10 +219,7 @@ mod tests {
     fn small_incompressible_or_unwanted_bodies_are_stored_as_received() {
         let small = json(1);
         assert!(small.len() < DEFAULT_MIN_BYTES);
-        assert_eq!(
-            encode(small.clone(), BodyCompression::zstd()),
-            (RAW, small)
-        );
+        assert_eq!(encode(small.clone(), BodyCompression::zstd()), (RAW, small));
         // Random bytes do not shrink by an eighth.
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let noise: Vec<u8> = (0..4096)
