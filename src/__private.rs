@@ -123,9 +123,9 @@ pub mod stream_core {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use crate::backoff::BackoffPolicy;
     use crate::connector::config::HeartbeatSettings;
     use crate::identity::RegistrationKey;
-    use crate::mux::backoff::BackoffPolicy;
     use crate::mux::core::{
         Connection, CoreOptions, Event, Framing, Inbound, InvokeSpec, Now, RegistrationSpec,
         Transmit,

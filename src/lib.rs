@@ -20,8 +20,12 @@
 
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
+pub(crate) mod backoff;
 pub(crate) mod clock;
 pub(crate) mod connector;
+pub(crate) mod context_keys;
+#[cfg(feature = "runtime")]
+pub(crate) mod duration;
 pub(crate) mod encoding;
 #[cfg(feature = "websocket")]
 mod entry;
@@ -61,29 +65,29 @@ pub mod __private;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub use backoff::BackoffPolicy;
 pub use connector::config::{
     ConnectorConfig, ConnectorConfigBuilder, ConnectorScope, HeartbeatSettings, ProxySetting,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
 pub use connector::{BaseConnector, Capability, EchoConnector, ExecuteContext, TOOL_SCHEMAS_KEY};
+#[cfg(feature = "runtime")]
+pub use context_keys::{
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
+    CONTEXT_TRACE_ID,
+};
 pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
 #[cfg(feature = "websocket")]
 pub use entry::{run, run_until};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
-pub use mux::backoff::BackoffPolicy;
 #[cfg(feature = "websocket")]
 pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,
 };
 pub use mux::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
-#[cfg(feature = "runtime")]
-pub use outbox::deliver::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
-    CONTEXT_TRACE_ID,
-};
 #[cfg(feature = "runtime")]
 pub use runtime::config::{ResolvedConfig, RuntimeConfig};
 #[cfg(feature = "runtime")]

@@ -9,9 +9,7 @@ use crate::mux::invoke::{InvokeOptions, InvokeResponse};
 #[cfg(feature = "websocket")]
 use crate::mux::invoker::Invoker;
 
-/// Context keys an [`ExecuteContext::invoke`] carries over from the execute it is made
-/// in: the delivery's trace id and its hop depth (see the runtime's dispatcher).
-pub(crate) const PROPAGATED_KEYS: &[&str] = &["switchboard.trace_id", "switchboard.depth"];
+use crate::context_keys::PROPAGATED_KEYS;
 
 /// The context of one execute request: its request id, the gateway's context entries
 /// (`connector_arn`, `timeout_ms`, caller-supplied keys), and [`ExecuteContext::invoke`]
@@ -70,7 +68,8 @@ impl ExecuteContext {
 
     /// The ARN the gateway addressed this execute to.
     pub fn arn(&self) -> Option<&str> {
-        self.get("connector_arn").map(String::as_str)
+        self.get(crate::context_keys::CONNECTOR_ARN_CONTEXT_KEY)
+            .map(String::as_str)
     }
 
     /// Invokes `capability_id` of `target` (an ARN, or a dot key

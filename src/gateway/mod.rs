@@ -93,17 +93,9 @@ pub use testkit::{TestGateway, TEST_EXECUTE_TIMEOUT};
 
 use std::net::SocketAddr;
 
-/// The `execute_request` context key naming the addressee's ARN (PROTOCOL.md §4), by
-/// which the connector's demux routes the request to its registration.
-pub const CONNECTOR_ARN_CONTEXT_KEY: &str = "connector_arn";
-
-/// The `execute_request` context key carrying the request's deadline in decimal
-/// milliseconds, so that a connector can stop work the gateway no longer waits for.
-pub const TIMEOUT_MS_CONTEXT_KEY: &str = "timeout_ms";
-
-/// The `invoke_response` context key naming the ARN the invoke was delivered to, so
-/// that a caller that addressed a dot key learns which registration answered.
-pub const TARGET_ARN_CONTEXT_KEY: &str = "target_arn";
+pub use crate::context_keys::{
+    CONNECTOR_ARN_CONTEXT_KEY, TARGET_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY,
+};
 
 /// Runs a gateway with `config` on `listen` until Ctrl-C (the `switchboard gateway`
 /// command).

@@ -24,7 +24,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::backoff::{Backoff, BackoffPolicy};
 use super::core::Credential;
 use super::driver::Command;
 use super::handle::HandleState;
@@ -32,6 +31,7 @@ use super::routing::HandleId;
 use crate::auth::exchange::Exchange;
 use crate::auth::keys::KeyPair;
 use crate::auth::store::{CredentialStore, StoredCredentials};
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::proto::CredentialsIssued;

@@ -30,12 +30,12 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{self, Agents, AuthCtx};
-use super::backoff::{Backoff, BackoffPolicy};
 use super::core::{Connection, Event, ExecId, InvokeSpec, Now, RegistrationSpec};
 use super::handle::HandleState;
 use super::invoker::{Invoker, SocketLink};
 use super::routing::HandleId;
 use super::wire::{Target, Wire};
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connector::{run_execute, BaseConnector, ExecuteContext};
 use crate::error::Result;
 use crate::proto::{

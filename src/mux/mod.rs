@@ -1,7 +1,7 @@
 //! The multiplexer: many registrations of one tenant over one socket.
 //!
 //! Decision cores without I/O: [`routing`] decides which registration gets each
-//! inbound frame (PROTOCOL.md §5), [`backoff`] computes reconnect delays, and `core`
+//! inbound frame (PROTOCOL.md §5), and `core`
 //! is the whole connection of one socket as a state machine (channel, registrations,
 //! executes, invokes, deadlines). The async shell around them: `driver` is the one
 //! task per socket that drives a core, `handle` is the user's view of a registration,
@@ -9,7 +9,6 @@
 
 #[cfg(feature = "websocket")]
 mod approval;
-pub(crate) mod backoff;
 #[cfg(feature = "websocket")]
 pub(crate) mod core;
 #[cfg(feature = "websocket")]

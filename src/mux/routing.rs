@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::context_keys::CONNECTOR_ARN_CONTEXT_KEY;
 use crate::error::Error;
 use crate::identity::{Arn, RegistrationKey};
 use crate::proto::stream_message::Message;
@@ -24,9 +25,6 @@ use crate::proto::StreamMessage;
 /// Identifies one registration handle on a socket; chosen by the caller, unique per
 /// socket.
 pub(crate) type HandleId = u64;
-
-/// The context key of `execute_request` / `invoke_request` that names the addressee.
-const CONNECTOR_ARN_KEY: &str = "connector_arn";
 
 /// Where one inbound message goes. `P` is what the caller tracked with a pending
 /// request (see [`RoutingTable::track_request`]).
@@ -285,8 +283,12 @@ impl<P> RoutingTable<P> {
         };
         match message {
             Message::RegisterResponse(resp) => self.route_register_response(&resp.connector_arn),
-            Message::ExecuteRequest(req) => self.route_by_arn(req.context.get(CONNECTOR_ARN_KEY)),
-            Message::InvokeRequest(req) => self.route_by_arn(req.context.get(CONNECTOR_ARN_KEY)),
+            Message::ExecuteRequest(req) => {
+                self.route_by_arn(req.context.get(CONNECTOR_ARN_CONTEXT_KEY))
+            }
+            Message::InvokeRequest(req) => {
+                self.route_by_arn(req.context.get(CONNECTOR_ARN_CONTEXT_KEY))
+            }
             Message::ExecuteResponse(resp) => self.route_by_request_id(&resp.request_id),
             Message::InvokeResponse(resp) => self.route_by_request_id(&resp.request_id),
             Message::CredentialsIssued(c) => self.route_by_gateway_id(&c.gateway_id),

@@ -17,24 +17,14 @@ use async_trait::async_trait;
 
 use super::outcome::{Failure, FailureKind};
 use crate::connector::{BaseConnector, ExecuteContext};
+use crate::context_keys::{
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
+    CONTEXT_TRACE_ID,
+};
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::{InvokeOptions, RegistrationHandle};
 use crate::proto::PayloadEncoding;
 use crate::triggers::binding::{Binding, Handler};
-
-/// Context key: the event's id.
-pub const CONTEXT_EVENT_ID: &str = "switchboard.event_id";
-/// Context key: the event's W3C trace id.
-pub const CONTEXT_TRACE_ID: &str = "switchboard.trace_id";
-/// Context key: this attempt's number, 1-based.
-pub const CONTEXT_ATTEMPT: &str = "switchboard.attempt";
-/// Context key: the binding being delivered.
-pub const CONTEXT_BINDING: &str = "switchboard.binding";
-/// Context key: handler hops that produced the event. `outbox.enqueue` from inside an
-/// execute reads it, so events that handlers produce carry depth + 1.
-pub const CONTEXT_DEPTH: &str = "switchboard.depth";
-/// Context key: for a dead-letter handler's delivery, the dead letter's id.
-pub const CONTEXT_DEAD_LETTER_ID: &str = "switchboard.dead_letter_id";
 
 /// One attempt's input.
 #[derive(Debug, Clone, Copy)]

@@ -36,7 +36,7 @@ use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
 use super::model::{ClaimRequest, ClaimedRow, Destination, Finish};
 use super::outcome::{decide, DeadLetterTarget, Failure, FailureKind};
-use crate::mux::backoff::{Backoff, BackoffPolicy};
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::store::Backend;
 use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::registry::TriggerRegistry;

@@ -25,7 +25,7 @@
 //!
 //! The deliver half (`[gateway]`, `[dispatcher]`, `event_retention`) is in [`deliver`];
 //! `[[triggers]]` and `[[queues]]` in [`crate::triggers::config`]; durations
-//! (`"30s"`, `"7d"`) are read by [`duration`].
+//! (`"30s"`, `"7d"`) are read by [`crate::duration`].
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -42,11 +42,10 @@ use crate::webhooks::cron::{CatchUp, Schedule};
 use crate::webhooks::signature::MacEncoding;
 
 pub(crate) mod deliver;
-pub(crate) mod duration;
 pub(crate) mod limits;
 
+pub(crate) use crate::duration::DurationSetting;
 pub(crate) use deliver::{DispatcherConfig, DispatcherSettings, GatewayConfig, GatewaySettings};
-pub(crate) use duration::DurationSetting;
 pub(crate) use limits::IngressLimits;
 
 /// Default body limit: 10 MiB. Providers' own caps are lower (GitHub 25 MB is the
@@ -526,9 +525,12 @@ impl RuntimeConfig {
         };
         let (triggers, queues) =
             crate::triggers::config::resolve(&self.triggers, &self.queues, &known)?;
-        let event_retention =
-            duration::duration_or(self.event_retention.as_ref(), DEFAULT_EVENT_RETENTION, true)
-                .map_err(|e| Error::Config(format!("event_retention: {e}")))?;
+        let event_retention = crate::duration::duration_or(
+            self.event_retention.as_ref(),
+            DEFAULT_EVENT_RETENTION,
+            true,
+        )
+        .map_err(|e| Error::Config(format!("event_retention: {e}")))?;
         Ok(ResolvedConfig {
             listen: self.listen,
             limits: limits::resolve(

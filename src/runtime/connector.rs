@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use super::ops::{DeliverOps, EnqueueRequest, OpError};
 use crate::connector::{BaseConnector, ExecuteContext};
+use crate::context_keys::{CONTEXT_DEPTH, CONTEXT_TRACE_ID};
 use crate::encoding::Payload;
 use crate::error::{Error, Result};
-use crate::outbox::deliver::{CONTEXT_DEPTH, CONTEXT_TRACE_ID};
 use crate::outbox::model::DeadLetterQuery;
 use crate::proto::TaskTypeSchema;
 

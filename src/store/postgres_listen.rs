@@ -19,8 +19,8 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::outbox_rows::CHANNEL;
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::error::{Error, Result};
-use crate::mux::backoff::{Backoff, BackoffPolicy};
 
 /// First reconnect delay: short, so a restarted server is listened to again within a
 /// fraction of a second (the dispatcher polls its next due time meanwhile anyway).

@@ -36,10 +36,10 @@ use serde::Deserialize;
 use super::binding::{Binding, DeadLetterScope, Handler, DEFAULT_MAX_CONCURRENT, DEFAULT_TIMEOUT};
 use super::filter::Expression;
 use super::registry::TriggerRegistry;
+use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
 use crate::outbox::retry::{self, Backoff, RetryPolicy};
 use crate::proto::PayloadEncoding;
-use crate::runtime::config::duration::{duration_or, DurationSetting};
 
 /// Default queue visibility timeout: 30 s, the default attempt timeout, so a consumer
 /// that takes as long as a handler may keeps its message.

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cron::missed_fires;
 use super::routing::IngestRouter;
-use crate::mux::backoff::{Backoff, BackoffPolicy};
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::runtime::config::{CronRule, SourceSpec};
 use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};

@@ -11,8 +11,8 @@ use super::{
     DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_MAX_QUEUED_REQUESTS,
     DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
+use crate::backoff::BackoffPolicy;
 use crate::error::{Error, Result};
-use crate::mux::backoff::BackoffPolicy;
 use crate::transport::address::GatewayAddress;
 
 /// Builds a [`ConnectorConfig`]; every setter documents its default and

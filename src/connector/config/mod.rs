@@ -11,9 +11,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::backoff::BackoffPolicy;
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
-use crate::mux::backoff::BackoffPolicy;
 pub use crate::proto::ConnectorScope;
 use crate::transport::address::GatewayAddress;
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::timers::{Timer, TimerId};
 use super::{Connection, Event, Now};
+use crate::context_keys::TIMEOUT_MS_CONTEXT_KEY;
 use crate::mux::routing::HandleId;
 use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, InvokeCapabilityResponse,
@@ -24,10 +25,6 @@ use crate::proto::{
 
 /// Identifies one execute inside a core.
 pub(crate) type ExecId = u64;
-
-/// The context key in which the gateway states its deadline for an execute, in
-/// milliseconds.
-pub(crate) const TIMEOUT_MS_KEY: &str = "timeout_ms";
 
 /// One execute the core holds, queued or running.
 #[derive(Debug)]
@@ -60,7 +57,7 @@ impl<W, U> Connection<W, U> {
             .store(now.unix_ms.max(0) as u64, Relaxed);
         let gateway_deadline = req
             .context
-            .get(TIMEOUT_MS_KEY)
+            .get(TIMEOUT_MS_CONTEXT_KEY)
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|ms| *ms > 0)
             .map(Duration::from_millis);

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use super::timers::{Timer, TimerId};
 use super::{Connection, Event, ExecId, Link, Now};
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
-use crate::mux::backoff::{Backoff, BackoffPolicy};
 use crate::mux::metrics::{HandleMetrics, SocketMetrics};
 use crate::mux::routing::HandleId;
 use crate::proto::{

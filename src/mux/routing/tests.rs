@@ -32,7 +32,8 @@ fn execute(arn: Option<&str>) -> StreamMessage {
         ..Default::default()
     };
     if let Some(arn) = arn {
-        req.context.insert(CONNECTOR_ARN_KEY.into(), arn.into());
+        req.context
+            .insert(CONNECTOR_ARN_CONTEXT_KEY.into(), arn.into());
     }
     msg(Message::ExecuteRequest(req))
 }
@@ -43,7 +44,8 @@ fn invoke_request(arn: Option<&str>) -> StreamMessage {
         ..Default::default()
     };
     if let Some(arn) = arn {
-        req.context.insert(CONNECTOR_ARN_KEY.into(), arn.into());
+        req.context
+            .insert(CONNECTOR_ARN_CONTEXT_KEY.into(), arn.into());
     }
     msg(Message::InvokeRequest(req))
 }

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::duration::{duration_or, DurationSetting};
 use super::Secret;
+use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
 use crate::transport::GatewayAddress;
 

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::duration::{duration_or, DurationSetting};
 use super::RateLimit;
+use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
 
 /// Default `max_concurrent_requests`: 1024 ingress requests at once. A request holds

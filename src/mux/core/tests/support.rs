@@ -8,9 +8,9 @@ use bytes::Bytes;
 
 use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Inbound, Now, Transmit};
 use super::wire::registered;
+use crate::backoff::BackoffPolicy;
 use crate::connector::config::HeartbeatSettings;
 use crate::identity::RegistrationKey;
-use crate::mux::backoff::BackoffPolicy;
 use crate::mux::core::RegistrationSpec;
 use crate::mux::metrics::{HandleMetrics, SocketMetrics};
 use crate::mux::routing::HandleId;

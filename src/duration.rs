@@ -2,7 +2,7 @@
 //! `"7d"`, or a bare integer meaning seconds. One parser for every option that takes a
 //! duration, so they all read and fail the same way.
 //!
-//! Parsing keeps the text until [`RuntimeConfig::resolve`](super::RuntimeConfig::resolve),
+//! Parsing keeps the text until `RuntimeConfig::resolve` (and each section's own resolve),
 //! where the caller turns a bad value into an error naming its section and option.
 
 use std::time::Duration;

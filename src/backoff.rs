@@ -5,6 +5,9 @@
 //! returned delay itself, and calls [`Backoff::reset`] only once a connection has proven
 //! healthy, so the decision is deterministic and tested without time.
 
+// Without `websocket` no reconnect loop exists; `BackoffPolicy` stays for the config.
+#![cfg_attr(not(feature = "websocket"), allow(dead_code))]
+
 use std::time::Duration;
 
 /// The smallest delay [`Backoff::next_delay`] ever returns, so that a degenerate

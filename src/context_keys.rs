@@ -1,0 +1,47 @@
+//! The execute-context keys this crate writes and reads, spelled once.
+//!
+//! An execute request carries a string map (`ExecuteRequest.context`). The gateway
+//! fills some entries (PROTOCOL.md §4), the runtime's dispatcher others, and an
+//! [`ExecuteContext::invoke`](crate::ExecuteContext::invoke) carries two of them on to
+//! the next hop. Every side names the same key through these constants, so a renamed
+//! key cannot leave one side behind.
+//!
+//! The items are `pub` because the crate root re-exports the dispatcher's keys with the
+//! `runtime` feature and `gateway` re-exports the gateway's keys; a build without those
+//! features uses some of them only inside the crate.
+#![cfg_attr(
+    not(all(feature = "runtime", feature = "gateway")),
+    allow(unreachable_pub, dead_code)
+)]
+
+/// The `execute_request` context key naming the addressee's ARN (PROTOCOL.md §4), by
+/// which the connector's demux routes the request to its registration.
+pub const CONNECTOR_ARN_CONTEXT_KEY: &str = "connector_arn";
+
+/// The `execute_request` context key carrying the request's deadline in decimal
+/// milliseconds, so that a connector can stop work the gateway no longer waits for.
+pub const TIMEOUT_MS_CONTEXT_KEY: &str = "timeout_ms";
+
+/// The `invoke_response` context key naming the ARN the invoke was delivered to, so
+/// that a caller that addressed a dot key learns which registration answered.
+pub const TARGET_ARN_CONTEXT_KEY: &str = "target_arn";
+
+/// Context key: the event's id (set by the runtime's dispatcher).
+pub const CONTEXT_EVENT_ID: &str = "switchboard.event_id";
+/// Context key: the event's W3C trace id (set by the runtime's dispatcher, carried on
+/// by every invoke made inside the execute).
+pub const CONTEXT_TRACE_ID: &str = "switchboard.trace_id";
+/// Context key: this attempt's number, 1-based.
+pub const CONTEXT_ATTEMPT: &str = "switchboard.attempt";
+/// Context key: the binding being delivered.
+pub const CONTEXT_BINDING: &str = "switchboard.binding";
+/// Context key: handler hops that produced the event. `outbox.enqueue` from inside an
+/// execute reads it, so events that handlers produce carry depth + 1; every invoke made
+/// inside the execute carries it on.
+pub const CONTEXT_DEPTH: &str = "switchboard.depth";
+/// Context key: for a dead-letter handler's delivery, the dead letter's id.
+pub const CONTEXT_DEAD_LETTER_ID: &str = "switchboard.dead_letter_id";
+
+/// Context keys an [`ExecuteContext::invoke`](crate::ExecuteContext::invoke) carries
+/// over from the execute it is made in: the delivery's trace id and its hop depth.
+pub(crate) const PROPAGATED_KEYS: &[&str] = &[CONTEXT_TRACE_ID, CONTEXT_DEPTH];
