@@ -5,8 +5,9 @@
 #![cfg(feature = "gateway")]
 
 mod common;
+#[path = "interop/packages.rs"]
+mod node_packages;
 
-use std::path::Path;
 use std::process::Stdio;
 
 use common::{eventually, tagged, DEADLINE};
@@ -27,11 +28,7 @@ fn peak_rss_kib() -> u64 {
 
 #[tokio::test]
 async fn a_32_mib_message_is_refused_unbuffered_and_the_socket_reconnects() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-    assert!(
-        dir.join("node_modules/ws").exists(),
-        "Node packages missing: run `npm ci --prefix tests/interop` (bash .ci/run does)"
-    );
+    let dir = node_packages::installed(&["ws"]);
     let mut server = tokio::process::Command::new("node")
         .arg(dir.join("big_frame_server.js"))
         .arg(MESSAGE.to_string())

@@ -1,20 +1,17 @@
 //! Interop: the official `phoenix` npm client against the reference gateway (join,
 //! heartbeats, `unmatched topic`, duplicate join, a register over the `proto` event).
-//! `.ci/run` installs the Node packages (`npm ci --prefix tests/interop`).
+//! The first run installs the Node packages (`tests/interop/packages.rs`).
 #![cfg(feature = "gateway")]
 
-use std::path::Path;
+#[path = "interop/packages.rs"]
+mod node_packages;
 use std::time::Duration;
 
 use switchboard::gateway::TestGateway;
 
 #[tokio::test]
 async fn official_phoenix_js_client_interoperates_with_the_gateway() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-    assert!(
-        dir.join("node_modules/phoenix").exists(),
-        "Node packages missing: run `npm ci --prefix tests/interop` (bash .ci/run does)"
-    );
+    let dir = node_packages::installed(&["phoenix", "ws"]);
     let gw = TestGateway::start().await;
     let endpoint = format!("ws://{}/socket/connector", gw.local_addr());
     let run = tokio::process::Command::new("node")

@@ -1,23 +1,20 @@
 //! Interop: signatures made by the providers' official libraries
 //! (`@octokit/webhooks-methods` for GitHub, `standardwebhooks`) are accepted, by the
 //! signature functions and by a running runtime over HTTP, and rejected once the body
-//! is changed. `.ci/run` installs the Node packages.
+//! is changed. The first run installs the Node
+//! packages (`tests/interop/packages.rs`).
 #![cfg(feature = "runtime")]
 
+#[path = "interop/packages.rs"]
+mod node_packages;
 #[path = "ingest/support.rs"]
 mod support;
-
-use std::path::Path;
 
 use switchboard::__private::webhooks::signature::{github, standard_webhooks, Rejection};
 
 /// Runs tests/interop/sign.mjs, signing at `ts` (unix seconds).
 fn node_signatures(ts: Option<i64>) -> serde_json::Value {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-    assert!(
-        dir.join("node_modules/standardwebhooks").exists(),
-        "Node packages missing: run `npm ci --prefix tests/interop` (bash .ci/run does)"
-    );
+    let dir = node_packages::installed(&["@octokit/webhooks-methods", "standardwebhooks"]);
     let mut cmd = std::process::Command::new("node");
     cmd.arg(dir.join("sign.mjs"));
     if let Some(ts) = ts {
