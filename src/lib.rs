@@ -10,6 +10,7 @@
 //! connector calls another through the gateway with [`ExecuteContext::invoke`] (inside
 //! an execute) or [`RegistrationHandle::invoke`]. The `gateway` feature adds the other
 //! side of the wire: a reference gateway with an HTTP API and an in-process test kit.
+#![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 // The public API is the list of re-exports below, plus three public modules: `proto`
 // (the generated protocol messages, which gateway integrators need), `phoenix` (the
