@@ -4,6 +4,7 @@
 //! statement each, and their fan-out rows one more ([`INSERT_ROWS`]).
 
 use futures_util::future::{try_join4, try_join_all};
+use tokio_postgres::Row;
 
 use super::enqueue::{EnqueueColumns, INSERT_ROWS};
 use super::pg_err;
@@ -46,8 +47,9 @@ const FINISH_ANNOTATE: &str = "WITH gone AS (
     )
     SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM noted)";
 
-/// Moves one row to the dead letters; returns the dead letter and the payload its last
-/// attempt delivered (for the fan-out rows).
+/// Moves one row to the dead letters; returns the dead letter (as
+/// [`DEAD_LETTER_COLUMNS`]) and the payload its last attempt delivered (for the fan-out
+/// rows).
 const FINISH_DEAD: &str = "WITH gone AS (
         DELETE FROM outbox WHERE id = $1 AND lease_token = $2
         RETURNING binding_id, fingerprint, event_id, ordering_key, depth, attempts,
@@ -59,12 +61,35 @@ const FINISH_DEAD: &str = "WITH gone AS (
             g.errors || jsonb_build_array($3::TEXT::JSONB), g.enqueued_at, $4, g.ordering_key,
             g.depth, g.payload
         FROM gone g LEFT JOIN events e ON e.id = g.event_id
-        RETURNING id, binding_id, fingerprint, event_id, trace_id, attempts, errors,
-            enqueued_at, payload
+        RETURNING *
     )
     SELECT d.id, d.binding_id, d.fingerprint, d.event_id, d.trace_id, d.attempts,
-        d.errors::TEXT, d.enqueued_at, COALESCE(d.payload, e.body, ''::BYTEA)
+        d.errors::TEXT, d.enqueued_at, d.dead_at, d.annotations::TEXT, d.replays,
+        d.replayed_at, d.queue, COALESCE(d.payload, e.body, ''::BYTEA)
     FROM dead d LEFT JOIN events e ON e.id = d.event_id";
+
+/// A dead letter's columns in the order [`row_to_dead_letter`] reads them.
+pub(super) const DEAD_LETTER_COLUMNS: &str = "id, binding_id, fingerprint, event_id, trace_id,
+    attempts, errors::TEXT, enqueued_at, dead_at, annotations::TEXT, replays, replayed_at, queue";
+
+/// A dead letter from a row of [`DEAD_LETTER_COLUMNS`].
+pub(super) fn row_to_dead_letter(r: &Row) -> DeadLetter {
+    DeadLetter {
+        id: r.get(0),
+        binding_id: r.get(1),
+        fingerprint: r.get(2),
+        event_id: r.get(3),
+        trace_id: r.get(4),
+        attempts: to_u32(r.get::<_, i32>(5).into()),
+        errors: rows::parse_errors(r.get(6)),
+        enqueued_at_ms: r.get(7),
+        dead_at_ms: r.get(8),
+        annotations: rows::parse_annotations(r.get(9)),
+        replays: to_u32(r.get::<_, i32>(10).into()),
+        replayed_at_ms: r.get(11),
+        queue: r.get(12),
+    }
+}
 
 /// A batch of finishes, split by kind into the arrays of their statements.
 #[derive(Default)]
@@ -176,22 +201,8 @@ pub(super) async fn finish(
     for ((_, _, _, rows_for), row) in b.dead.into_iter().zip(deads) {
         let Some(row) = row else { continue };
         applied += 1;
-        let dl = DeadLetter {
-            id: row.get(0),
-            binding_id: row.get(1),
-            fingerprint: row.get(2),
-            event_id: row.get(3),
-            trace_id: row.get(4),
-            attempts: to_u32(row.get::<_, i32>(5).into()),
-            errors: rows::parse_errors(row.get(6)),
-            enqueued_at_ms: row.get(7),
-            dead_at_ms: now_ms,
-            annotations: Vec::new(),
-            replays: 0,
-            replayed_at_ms: None,
-            queue: None,
-        };
-        let delivered: Vec<u8> = row.get(8);
+        let dl = row_to_dead_letter(&row);
+        let delivered: Vec<u8> = row.get(13);
         let ready = rows::fanout_rows(rows_for, &dl, &delivered);
         fanout.extend(ready.into_iter().map(|r| (dl.event_id.clone(), r)));
     }

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use futures_util::future::try_join;
 use tokio_postgres::Row;
 
-use super::{finish, pg_err, prepared, queues, PostgresBackend};
+use super::finish::{self, row_to_dead_letter, DEAD_LETTER_COLUMNS};
+use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Expired, Finish, OutboxStats,
@@ -81,9 +82,6 @@ const STATS_QUEUES: &str = "SELECT queue, count(*) FILTER (WHERE visible_at <= $
 const STATS_DEAD: &str =
     "SELECT binding_id, queue, count(*) FROM dead_letters GROUP BY binding_id, queue";
 
-const DEAD_LETTER_COLUMNS: &str = "id, binding_id, fingerprint, event_id, trace_id, attempts,
-    errors::TEXT, enqueued_at, dead_at, annotations::TEXT, replays, replayed_at, queue";
-
 /// Counts the replay, and enqueues the dead letter's row (or queue message) again.
 const REPLAY: &str = "WITH dl AS (
         UPDATE dead_letters SET replays = replays + 1, replayed_at = $2 WHERE id = $1
@@ -126,24 +124,6 @@ fn claimed_row(r: &Row, token: i64) -> (i64, ClaimedRow) {
         errors: rows::parse_errors(r.get(15)),
     };
     (r.get(16), row)
-}
-
-fn row_to_dead_letter(r: &Row) -> DeadLetter {
-    DeadLetter {
-        id: r.get(0),
-        binding_id: r.get(1),
-        fingerprint: r.get(2),
-        event_id: r.get(3),
-        trace_id: r.get(4),
-        attempts: to_u32(r.get::<_, i32>(5).into()),
-        errors: rows::parse_errors(r.get(6)),
-        enqueued_at_ms: r.get(7),
-        dead_at_ms: r.get(8),
-        annotations: rows::parse_annotations(r.get(9)),
-        replays: to_u32(r.get::<_, i32>(10).into()),
-        replayed_at_ms: r.get(11),
-        queue: r.get(12),
-    }
 }
 
 /// Splits (id, token) pairs into the two arrays the statements take.
