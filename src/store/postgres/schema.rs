@@ -2,8 +2,8 @@
 //! says why each table and index is there). The JSON columns are `JSONB` here, so
 //! appending an error or an annotation is an SQL expression, not a read-modify-write.
 
-use super::pg_err;
 use crate::error::{Error, Result};
+use crate::store::backend::store_err;
 
 /// Key of the advisory lock held while migrating ("swbd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7377_6264;
@@ -132,22 +132,23 @@ const OUTBOX: &str = "CREATE INDEX events_by_received ON events (received_at, se
 /// lock, so processes starting together apply each once. `url` (redacted) names the
 /// database in errors.
 pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -> Result<()> {
-    let tx = client.transaction().await.map_err(pg_err("migrate"))?;
+    let bad = |e| store_err("postgres migrate", e);
+    let tx = client.transaction().await.map_err(bad)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(pg_err("migrate"))?;
+        .map_err(bad)?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
     )
     .await
-    .map_err(pg_err("migrate"))?;
+    .map_err(bad)?;
     let current: i64 = tx
         .query_one(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
             &[],
         )
         .await
-        .map_err(pg_err("migrate"))?
+        .map_err(bad)?
         .get(0);
     let newest = MIGRATIONS.last().map_or(0, |m| m.0);
     if current > newest {
@@ -156,13 +157,13 @@ pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -
         )));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-        tx.batch_execute(sql).await.map_err(pg_err("migrate"))?;
+        tx.batch_execute(sql).await.map_err(bad)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
             &[version, &crate::clock::now_ms()],
         )
         .await
-        .map_err(pg_err("migrate"))?;
+        .map_err(bad)?;
     }
-    tx.commit().await.map_err(pg_err("migrate"))
+    tx.commit().await.map_err(bad)
 }
