@@ -6,8 +6,8 @@
 
 use rusqlite::{params, Connection, TransactionBehavior};
 
-use super::Synchronous;
 use crate::outbox::model::{ClaimRequest, ClaimedRow};
+use crate::store::options::Synchronous;
 use crate::store::outbox_rows::{self as rows, to_u32};
 
 /// "No earlier row of the same binding and ordering key": the head-of-line rule.

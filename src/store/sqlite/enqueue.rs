@@ -14,8 +14,9 @@ const INSERT_ROW: &str = "INSERT INTO outbox (binding_id, fingerprint, event_id,
 const INSERT_MESSAGE: &str = "INSERT INTO queue_messages (queue, binding_id, fingerprint,
     event_id, depth, enqueued_at, visible_at, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
-/// Creates the outbox rows and queue messages of appended events, inside the group
-/// commit's transaction, with statements prepared once per connection.
+/// Creates outbox rows and queue messages inside the caller's transaction on the
+/// writer (the group commit's, a finish's, a replay's), with statements prepared once
+/// per connection.
 pub(super) struct Enqueuer<'c> {
     row: CachedStatement<'c>,
     message: CachedStatement<'c>,

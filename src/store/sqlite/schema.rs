@@ -23,12 +23,6 @@
 //!   `events (received_at)` (retention), and on `event_id` of the three tables that
 //!   reference events (retention keeps what they reference).
 //!
-//! [`crate::outbox::OutboxStore::next_due_ms`] leaves out rows held behind an earlier
-//! row of their ordering key: such a row may be due already, and counting it would
-//! wake the dispatcher in a loop for a row no claim can take; it becomes claimable
-//! when its head is finished, by the dispatcher that then claims again.
-//!
-//!
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
