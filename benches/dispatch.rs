@@ -50,11 +50,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use support::{percentile, us};
-use switchboard::__private::outbox::deliver::{AttemptInput, Deliver};
-use switchboard::__private::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
-use switchboard::__private::outbox::metrics::DispatchMetrics;
+use switchboard::__private::dispatch::deliver::{AttemptInput, Deliver};
+use switchboard::__private::dispatch::dispatcher::{Dispatcher, DispatcherOptions, Permits};
+use switchboard::__private::dispatch::metrics::DispatchMetrics;
 use switchboard::__private::outbox::model::Enqueue;
-use switchboard::__private::outbox::outcome::Failure;
+use switchboard::__private::outbox::outcome::AttemptFailure;
 use switchboard::__private::store::{open_backend, Backend, Store, StoreOptions};
 use switchboard::__private::triggers::binding::{Binding, Handler};
 use switchboard::__private::triggers::registry::TriggerRegistry;
@@ -278,7 +278,7 @@ struct Noop {
 
 #[async_trait]
 impl Deliver for Noop {
-    async fn deliver(&self, _: AttemptInput<'_>) -> Result<Payload, Failure> {
+    async fn deliver(&self, _: AttemptInput<'_>) -> Result<Payload, AttemptFailure> {
         let at = Instant::now();
         if let Some(tx) = &*self.starts.lock().unwrap() {
             let _ = tx.send(at);
@@ -296,7 +296,7 @@ fn registry() -> Arc<TriggerRegistry> {
             capability: "noop".into(),
         },
     );
-    b.max_concurrent = switchboard::__private::outbox::dispatcher::DEFAULT_MAX_IN_FLIGHT;
+    b.max_concurrent = switchboard::__private::dispatch::dispatcher::DEFAULT_MAX_IN_FLIGHT;
     b.fingerprint = b.definition_fingerprint();
     Arc::new(TriggerRegistry::new(vec![b]).unwrap())
 }

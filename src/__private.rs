@@ -25,19 +25,23 @@ pub mod outbox {
             ReceiveRequest, RunRecord,
         };
     }
+    pub mod outcome {
+        pub use crate::outbox::outcome::AttemptFailure;
+    }
+}
+
+#[cfg(feature = "runtime")]
+pub mod dispatch {
     pub mod deliver {
-        pub use crate::outbox::deliver::{AttemptInput, Deliver};
+        pub use crate::dispatch::deliver::{AttemptInput, Deliver};
     }
     pub mod dispatcher {
-        pub use crate::outbox::dispatcher::{
+        pub use crate::dispatch::dispatcher::{
             Dispatcher, DispatcherOptions, Permits, DEFAULT_MAX_IN_FLIGHT,
         };
     }
     pub mod metrics {
-        pub use crate::outbox::metrics::DispatchMetrics;
-    }
-    pub mod outcome {
-        pub use crate::outbox::outcome::Failure;
+        pub use crate::dispatch::metrics::DispatchMetrics;
     }
 }
 

@@ -26,6 +26,8 @@ pub(crate) mod clock;
 pub(crate) mod connector;
 pub(crate) mod context_keys;
 #[cfg(feature = "runtime")]
+pub(crate) mod dispatch;
+#[cfg(feature = "runtime")]
 pub(crate) mod duration;
 pub(crate) mod encoding;
 #[cfg(feature = "websocket")]

@@ -1,23 +1,18 @@
-//! The deliver half: a durable outbox written in the ingest transaction, and the
-//! dispatcher that claims its rows and delivers them through the execute channel.
+//! The outbox's models and decisions, without I/O: what a delivery row is, when it is
+//! tried again, how an attempt's result becomes a finish, and what a backend must
+//! provide to hold the rows.
 //!
 //! - [`model`]: the data (rows to enqueue, claimed rows, finishes, dead letters, stats);
 //! - [`store`]: [`OutboxStore`], what a backend provides (claims under a lease, finishes,
-//!   queues, dead letters, retention), implemented by SQLite and PostgreSQL;
+//!   queues, dead letters, retention); the SQLite and PostgreSQL backends (`store`)
+//!   implement it;
 //! - [`retry`]: the retry schedule, a pure function;
 //! - [`outcome`]: how an attempt's result becomes a finish (retry, dead letter,
-//!   annotation), a pure function;
-//! - [`deliver`]: running one attempt (invoke through the gateway, or a local
-//!   connector);
-//! - [`dispatcher`]: the tasks that claim, gate, run and finish rows;
-//! - [`metrics`]: its Prometheus metrics.
+//!   annotation), a pure function.
 //!
-//! Public like [`crate::store`], whose [`crate::store::Backend`] has [`OutboxStore`] as
-//! a supertrait; the curated API (issue 11) narrows both together.
+//! Nothing here runs anything: the dispatcher that claims and delivers rows is
+//! `dispatch`, the SQL is `store`'s. Both import this module; it imports neither.
 
-pub(crate) mod deliver;
-pub(crate) mod dispatcher;
-pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod outcome;
 pub(crate) mod retry;

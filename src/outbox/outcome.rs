@@ -56,17 +56,17 @@ impl FailureKind {
 
 /// A failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub struct AttemptFailure {
     /// Why.
     pub kind: FailureKind,
     /// What happened, for a person.
     pub message: String,
 }
 
-impl Failure {
+impl AttemptFailure {
     /// A failure of `kind`.
-    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
-        Failure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> AttemptFailure {
+        AttemptFailure {
             kind,
             message: message.into(),
         }
@@ -75,7 +75,7 @@ impl Failure {
     /// Classifies an error from a handler call. Remote codes that mean "refused for
     /// load" or "timed out" keep that meaning; a remote `invalid`/`payload` code is the
     /// input's fault; every other remote code is the handler's.
-    pub fn from_error(e: &Error) -> Failure {
+    pub fn from_error(e: &Error) -> AttemptFailure {
         let kind = match e {
             Error::Timeout { .. } => FailureKind::Timeout,
             Error::Overloaded(_) => FailureKind::Overloaded,
@@ -91,7 +91,7 @@ impl Failure {
             },
             _ => FailureKind::Platform,
         };
-        Failure::new(kind, e.to_string())
+        AttemptFailure::new(kind, e.to_string())
     }
 
     fn record(&self, attempt: u32, at_ms: i64) -> AttemptError {
@@ -121,7 +121,7 @@ pub(crate) struct DeadLetterTarget {
 pub(crate) fn decide(
     row: &ClaimedRow,
     retry: &RetryPolicy,
-    result: Result<(), &Failure>,
+    result: Result<(), &AttemptFailure>,
     now_ms: i64,
     unit: f64,
     dead_letter_handlers: &[DeadLetterTarget],
@@ -208,8 +208,8 @@ mod tests {
         }
     }
 
-    fn handler_failure() -> Failure {
-        Failure::new(FailureKind::Handler, "boom")
+    fn handler_failure() -> AttemptFailure {
+        AttemptFailure::new(FailureKind::Handler, "boom")
     }
 
     fn dl(id: &str) -> DeadLetterTarget {
@@ -307,7 +307,11 @@ mod tests {
             (Error::Shutdown, 500),
         ];
         for (e, status) in cases {
-            assert_eq!(Failure::from_error(&e).kind.http_status(), status, "{e}");
+            assert_eq!(
+                AttemptFailure::from_error(&e).kind.http_status(),
+                status,
+                "{e}"
+            );
         }
     }
 
@@ -330,9 +334,13 @@ mod tests {
             ("unsupported_encoding", FailureKind::Validation),
             ("internal", FailureKind::Handler),
         ] {
-            assert_eq!(Failure::from_error(&remote(code)).kind, kind, "{code}");
+            assert_eq!(
+                AttemptFailure::from_error(&remote(code)).kind,
+                kind,
+                "{code}"
+            );
         }
-        let local = Failure::from_error(&Error::UnsupportedEncoding("MSGPACK".into()));
+        let local = AttemptFailure::from_error(&Error::UnsupportedEncoding("MSGPACK".into()));
         assert_eq!(local.kind, FailureKind::Validation);
     }
 }

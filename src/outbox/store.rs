@@ -1,8 +1,8 @@
 //! [`OutboxStore`]: what the dispatcher, the queues and the admin API need from a
-//! backend. Both backends implement it next to [`crate::store::Backend`] (a supertrait
-//! of it), on the same database and, for the writes that must be atomic with ingest,
-//! in the same group-commit transaction ([`crate::store::Write::Append`] carries the
-//! rows to enqueue).
+//! backend. Both backends (`store::sqlite`, `store::postgres`) implement it beside the
+//! event store's trait, `store::Backend`, which has it as a supertrait: on the same
+//! database and, for the writes that must be atomic with ingest, in the same
+//! group-commit transaction (an append write carries the rows to enqueue).
 //!
 //! Invariants every implementation keeps:
 //! - a row is claimable when `next_attempt_at <= now` and no earlier row (lower id) of

@@ -27,13 +27,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::BaseConnector;
+use crate::dispatch::deliver::{Deliver, Handlers};
+use crate::dispatch::dispatcher::{Dispatcher, DispatcherOptions, Permits};
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::error::{Error, Result};
 use crate::mux::{
     MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
 };
-use crate::outbox::deliver::{Deliver, Handlers};
-use crate::outbox::dispatcher::{Dispatcher, DispatcherOptions, Permits};
-use crate::outbox::metrics::DispatchMetrics;
 use crate::runtime::config::{ResolvedConfig, Rule};
 use crate::store::{open_backend, redact_url, Store};
 use crate::triggers::binding::Handler;

@@ -11,15 +11,15 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::dispatch::deliver::{AttemptInput, Deliver};
+use crate::dispatch::dispatcher::{NoPermit, Permits};
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::encoding::Payload;
 use crate::error::Error;
-use crate::outbox::deliver::{AttemptInput, Deliver};
-use crate::outbox::dispatcher::{NoPermit, Permits};
-use crate::outbox::metrics::DispatchMetrics;
 use crate::outbox::model::{
     DeadLetter, DeadLetterQuery, Destination, Enqueue, ReceiveRequest, Received, RunRecord,
 };
-use crate::outbox::outcome::{Failure, FailureKind};
+use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::store::{now_ms, Appended, Store};
 use crate::triggers::binding::Handler;
 use crate::triggers::registry::TriggerRegistry;
@@ -57,7 +57,7 @@ pub enum OpError {
     /// The store failed; nothing was changed.
     Store(Error),
     /// The synchronous attempt ran and failed.
-    Failed(Failure),
+    Failed(AttemptFailure),
 }
 
 impl OpError {
@@ -352,7 +352,7 @@ impl DeliverOps {
             )));
         }
         let permits = self.permits.try_acquire(binding_id).map_err(|e| match e {
-            NoPermit::NotServed => OpError::Failed(Failure::new(
+            NoPermit::NotServed => OpError::Failed(AttemptFailure::new(
                 FailureKind::Platform,
                 format!("this runtime cannot deliver binding {binding_id:?} (its connector or gateway is not here)"),
             )),
@@ -379,7 +379,7 @@ impl DeliverOps {
             };
             let result = match tokio::time::timeout(binding.timeout, deliver.deliver(input)).await {
                 Ok(r) => r,
-                Err(_) => Err(Failure::new(
+                Err(_) => Err(AttemptFailure::new(
                     FailureKind::Timeout,
                     format!("the handler did not answer within {:?}", binding.timeout),
                 )),
@@ -411,7 +411,7 @@ impl DeliverOps {
         match rx.await {
             Ok(Ok(payload)) => Ok(payload),
             Ok(Err(f)) => Err(OpError::Failed(f)),
-            Err(_) => Err(OpError::Failed(Failure::new(
+            Err(_) => Err(OpError::Failed(AttemptFailure::new(
                 FailureKind::Platform,
                 "the attempt task ended without an answer",
             ))),

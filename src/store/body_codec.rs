@@ -10,9 +10,9 @@
 //! bounded by the bytes each row puts in the WAL and later in the database file
 //! (`benches/ingest.rs`: the store alone commits about twice as many 1 KiB rows as
 //! 5 KiB ones), and webhook bodies are JSON that zstd at level 1 shrinks 1.5–4× for a
-//! few microseconds. A body of at least [`BodyCompression::min_bytes`] is stored
-//! compressed when that saves at least an eighth of it; otherwise, and for every body
-//! on PostgreSQL (whose TOAST compresses large values itself), it is stored as
+//! few microseconds. A body of at least `min_bytes` ([`BodyCompression::Zstd`]) is
+//! stored compressed when that saves at least an eighth of it; otherwise, and for every
+//! body on PostgreSQL (whose TOAST compresses large values itself), it is stored as
 //! received. The `body_codec` column says which, so rows written before compression
 //! existed, or with it turned off, read back unchanged. Readers decompress inside
 //! SQLite through the `switchboard_body(codec, body)` SQL function that every

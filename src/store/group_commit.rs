@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::backend::{Appended, Backend, Rejected, Write};
 use super::body_codec::{BodyCompression, Prepared};
-use super::{Appended, Backend, Rejected, Write};
 use crate::error::{Error, Result};
+use crate::outbox::model::Enqueue;
 use crate::triggers::TriggerEvent;
 
 /// Most writes in one transaction. Large enough that a burst of a few hundred
@@ -59,7 +60,9 @@ struct Job {
     bytes: usize,
 }
 
-struct Shared {
+/// The write queue: what every clone of a [`Store`] and its writer task share (the
+/// channel, the byte bound and the counters).
+struct WriteQueue {
     backend: Arc<dyn Backend>,
     tx: mpsc::Sender<Job>,
     batches: AtomicU64,
@@ -72,7 +75,7 @@ struct Shared {
     compression: BodyCompression,
 }
 
-impl Shared {
+impl WriteQueue {
     /// Reserves `bytes` of the byte bound. A write is always admitted into an empty
     /// queue, so a body larger than the bound (a source's `max_body_bytes` may be)
     /// is slow under load rather than never stored.
@@ -113,7 +116,7 @@ impl Shared {
 /// The store handle: group-committed writes, direct reads. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    shared: Arc<Shared>,
+    queue: Arc<WriteQueue>,
 }
 
 /// Counters of the group commit, for `/metrics` and benchmarks.
@@ -140,7 +143,7 @@ impl Store {
     pub fn with_max_queue_bytes(backend: Arc<dyn Backend>, max_queue_bytes: usize) -> Store {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let compression = backend.body_compression();
-        let shared = Arc::new(Shared {
+        let queue = Arc::new(WriteQueue {
             backend,
             tx,
             batches: AtomicU64::new(0),
@@ -153,13 +156,13 @@ impl Store {
         // A task on the caller's runtime. Tried: a dedicated thread with its own
         // runtime, to spare the writer the HTTP tasks' run queue; no measurable gain,
         // and PostgreSQL connections opened there would die with that thread.
-        tokio::spawn(writer(Arc::downgrade(&shared), shared.backend.clone(), rx));
-        Store { shared }
+        tokio::spawn(writer(Arc::downgrade(&queue), queue.backend.clone(), rx));
+        Store { queue }
     }
 
     /// The backend, for reads and state.
     pub fn backend(&self) -> &dyn Backend {
-        &*self.shared.backend
+        &*self.queue.backend
     }
 
     /// Claims the event's dedupe key until `claim_expires_at_ms` and appends it, in one
@@ -179,10 +182,10 @@ impl Store {
         &self,
         mut event: TriggerEvent,
         claim_expires_at_ms: i64,
-        enqueue: Vec<crate::outbox::model::Enqueue>,
+        enqueue: Vec<Enqueue>,
     ) -> Result<Appended> {
         let (reply, rx) = oneshot::channel();
-        let prepared = Prepared::take(&mut event, self.shared.compression);
+        let prepared = Prepared::take(&mut event, self.queue.compression);
         let job = Job::new(
             Write::Append {
                 event: Box::new(event),
@@ -192,7 +195,7 @@ impl Store {
             },
             Some(reply),
         );
-        self.shared.enqueue(job)?;
+        self.queue.enqueue(job)?;
         match tokio::time::timeout(WRITE_DEADLINE, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Shutdown),
@@ -207,17 +210,17 @@ impl Store {
     /// per-reason counters still count every rejection).
     pub fn reject(&self, rejected: Rejected) {
         let job = Job::new(Write::Reject(rejected), None);
-        if self.shared.enqueue(job).is_err() {
-            self.shared.dropped_audit.fetch_add(1, Ordering::Relaxed);
+        if self.queue.enqueue(job).is_err() {
+            self.queue.dropped_audit.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Group-commit counters so far.
     pub fn stats(&self) -> GroupCommitStats {
         GroupCommitStats {
-            batches: self.shared.batches.load(Ordering::Relaxed),
-            writes: self.shared.batched_writes.load(Ordering::Relaxed),
-            dropped_audit: self.shared.dropped_audit.load(Ordering::Relaxed),
+            batches: self.queue.batches.load(Ordering::Relaxed),
+            writes: self.queue.batched_writes.load(Ordering::Relaxed),
+            dropped_audit: self.queue.dropped_audit.load(Ordering::Relaxed),
         }
     }
 }
@@ -243,7 +246,7 @@ fn write_bytes(write: &Write) -> usize {
 }
 
 async fn writer(
-    shared: std::sync::Weak<Shared>,
+    queue: std::sync::Weak<WriteQueue>,
     backend: Arc<dyn Backend>,
     mut rx: mpsc::Receiver<Job>,
 ) {
@@ -252,7 +255,7 @@ async fn writer(
         let mut pending = std::mem::take(&mut jobs);
         while !pending.is_empty() {
             let rest = pending.split_off(split_point(&pending));
-            commit(&shared, &*backend, pending).await;
+            commit(&queue, &*backend, pending).await;
             pending = rest;
         }
     }
@@ -272,7 +275,7 @@ fn split_point(jobs: &[Job]) -> usize {
 }
 
 /// Commits one batch and answers every writer in it.
-async fn commit(shared: &std::sync::Weak<Shared>, backend: &dyn Backend, jobs: Vec<Job>) {
+async fn commit(queue: &std::sync::Weak<WriteQueue>, backend: &dyn Backend, jobs: Vec<Job>) {
     let mut replies = Vec::with_capacity(jobs.len());
     let held: usize = jobs.iter().map(|j| j.bytes).sum();
     let writes: Vec<Write> = jobs
@@ -283,8 +286,8 @@ async fn commit(shared: &std::sync::Weak<Shared>, backend: &dyn Backend, jobs: V
         })
         .collect();
     let count = writes.len() as u64;
-    let result = backend.write_batch(writes, crate::store::now_ms()).await;
-    if let Some(s) = shared.upgrade() {
+    let result = backend.write_batch(writes, crate::clock::now_ms()).await;
+    if let Some(s) = queue.upgrade() {
         s.release(held);
         s.batches.fetch_add(1, Ordering::Relaxed);
         s.batched_writes.fetch_add(count, Ordering::Relaxed);
@@ -315,21 +318,7 @@ mod tests {
     use super::*;
 
     fn job(body_len: usize) -> Job {
-        let event = crate::triggers::TriggerEvent::new(
-            "s",
-            "github",
-            "k".into(),
-            0,
-            None,
-            "d".into(),
-            "t".into(),
-            "default",
-            Default::default(),
-            vec![0; body_len],
-            serde_json::Value::Null,
-            crate::triggers::SignatureStatus::Verified,
-        );
-        let mut event = event;
+        let mut event = crate::store::testing::event(vec![0; body_len]);
         let prepared = Prepared::take(&mut event, BodyCompression::None);
         Job::new(
             Write::Append {

@@ -13,10 +13,6 @@ use crate::outbox::model::{AttemptError, BindingDepth, DeadLetter, Destination, 
 /// been received `max_receives` times without an ack.
 pub(crate) const MAX_RECEIVES_KIND: &str = "max_receives";
 
-/// The PostgreSQL channel every outbox write notifies and every backend listens on.
-#[cfg(feature = "postgres")]
-pub(crate) const CHANNEL: &str = "switchboard_outbox";
-
 /// One attempt error as a JSON object, for appending to an `errors` column.
 pub(crate) fn error_json(error: &AttemptError) -> String {
     serde_json::to_string(error).unwrap_or_else(|_| "{}".into())

@@ -50,7 +50,7 @@ pub(crate) struct Ingress {
     pub(crate) router: IngestRouter,
     pub(crate) admin_token: Option<Secret>,
     /// Metrics of other parts (the dispatcher), appended to `/metrics`.
-    pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::outbox::metrics::DispatchMetrics>>,
+    pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::dispatch::metrics::DispatchMetrics>>,
 }
 
 impl Ingress {

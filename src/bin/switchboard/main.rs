@@ -111,7 +111,7 @@ async fn main() -> std::process::ExitCode {
     // The demo dead-letters on purpose, and the dispatcher warns once per dead letter;
     // its table counts them instead. RUST_LOG still overrides.
     let default_filter = match cli.command {
-        Command::Demo(_) => "warn,switchboard::outbox::dispatcher=error",
+        Command::Demo(_) => "warn,switchboard::dispatch::dispatcher=error",
         _ => "warn",
     };
     tracing_subscriber::fmt()

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::outcome::{Failure, FailureKind};
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
     CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
@@ -23,6 +22,7 @@ use crate::context_keys::{
 };
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::{InvokeOptions, RegistrationHandle};
+use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::proto::PayloadEncoding;
 use crate::triggers::binding::{Binding, Handler};
 
@@ -66,7 +66,7 @@ impl AttemptInput<'_> {
 #[async_trait]
 pub trait Deliver: Send + Sync + 'static {
     /// Delivers `input`, returning the handler's answer or why it failed.
-    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure>;
+    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, AttemptFailure>;
 
     /// Whether an attempt of `binding` can run now. While it cannot (the gateway
     /// connection is down), the dispatcher leaves the binding's rows due instead of
@@ -121,9 +121,9 @@ impl Handlers {
 
 /// Decodes the payload bytes in `encoding`; bytes that do not decode are the input's
 /// fault, so the failure is a validation failure (422 on the sync path).
-fn payload_in(bytes: &[u8], encoding: PayloadEncoding) -> Result<Payload, Failure> {
+fn payload_in(bytes: &[u8], encoding: PayloadEncoding) -> Result<Payload, AttemptFailure> {
     decode_payload(bytes, encoding).map_err(|e| {
-        Failure::new(
+        AttemptFailure::new(
             FailureKind::Validation,
             format!(
                 "the payload does not decode as {}: {e}",
@@ -142,7 +142,7 @@ impl Deliver for Handlers {
         }
     }
 
-    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, Failure> {
+    async fn deliver(&self, input: AttemptInput<'_>) -> Result<Payload, AttemptFailure> {
         match &input.binding.handler {
             Handler::Invoke {
                 target,
@@ -150,7 +150,7 @@ impl Deliver for Handlers {
                 encoding,
             } => {
                 let gateway = self.gateway.as_ref().ok_or_else(|| {
-                    Failure::new(FailureKind::Platform, "no [gateway] is configured")
+                    AttemptFailure::new(FailureKind::Platform, "no [gateway] is configured")
                 })?;
                 // The decoded payload declares its own wire encoding (JSON, RAW_BYTES
                 // or JSON_LINES); `InvokeOptions::encoding` is only for bytes in an
@@ -161,15 +161,15 @@ impl Deliver for Handlers {
                 let answer = gateway
                     .invoke(target, capability, payload, options)
                     .await
-                    .map_err(|e| Failure::from_error(&e))?;
-                answer.payload().map_err(|e| Failure::from_error(&e))
+                    .map_err(|e| AttemptFailure::from_error(&e))?;
+                answer.payload().map_err(|e| AttemptFailure::from_error(&e))
             }
             Handler::Local {
                 connector,
                 capability,
             } => {
                 let local = self.local.get(connector).ok_or_else(|| {
-                    Failure::new(
+                    AttemptFailure::new(
                         FailureKind::Platform,
                         format!("no local connector {connector:?} is registered with the runtime"),
                     )
@@ -189,9 +189,9 @@ impl Deliver for Handlers {
                 local
                     .execute_with_context(payload, Some(capability), &context)
                     .await
-                    .map_err(|e| Failure::from_error(&e))
+                    .map_err(|e| AttemptFailure::from_error(&e))
             }
-            Handler::Queue { queue } => Err(Failure::new(
+            Handler::Queue { queue } => Err(AttemptFailure::new(
                 FailureKind::Platform,
                 format!(
                     "binding {:?} feeds queue {queue:?}; queues are pulled, not dispatched",

@@ -10,7 +10,7 @@
 //!   (SQLite: in-process after a commit; PostgreSQL: `LISTEN/NOTIFY`), a freed permit,
 //!   the next row's due time, or `poll_interval`, whichever comes first;
 //! - one **attempt task** per admitted row, bounded by the binding's timeout; it
-//!   decides the row's [`Finish`] ([`super::outcome::decide`]) and queues it;
+//!   decides the row's [`Finish`] ([`crate::outbox::outcome::decide`]) and queues it;
 //! - the **finisher** commits queued finishes in batches (hundreds of successes are
 //!   one `DELETE`), retrying with backoff while the store is down;
 //! - the **lease keeper** extends the lease of every row in flight every third of a
@@ -34,10 +34,10 @@ use tokio_util::task::TaskTracker;
 
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
-use super::model::{ClaimRequest, ClaimedRow, Destination, Finish};
-use super::outcome::{decide, DeadLetterTarget, Failure, FailureKind};
 use crate::backoff::{Backoff, BackoffPolicy};
-use crate::store::Backend;
+use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
+use crate::outbox::outcome::{decide, AttemptFailure, DeadLetterTarget, FailureKind};
+use crate::outbox::OutboxStore;
 use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::registry::TriggerRegistry;
 
@@ -129,7 +129,7 @@ pub(crate) struct Clock {
 impl Clock {
     pub(crate) fn start() -> Clock {
         Clock {
-            base_ms: crate::store::now_ms(),
+            base_ms: crate::clock::now_ms(),
             base: tokio::time::Instant::now(),
         }
     }
@@ -144,7 +144,7 @@ impl Clock {
 }
 
 struct Inner {
-    store: Arc<dyn Backend>,
+    store: Arc<dyn OutboxStore>,
     registry: Arc<TriggerRegistry>,
     deliver: Arc<dyn Deliver>,
     metrics: Arc<DispatchMetrics>,
@@ -187,7 +187,7 @@ impl Dispatcher {
     /// Starts the dispatcher for the bindings `permits` gates (the others' rows are
     /// left for a process that can deliver them).
     pub fn start(
-        store: Arc<dyn Backend>,
+        store: Arc<dyn OutboxStore>,
         registry: Arc<TriggerRegistry>,
         deliver: Arc<dyn Deliver>,
         permits: Permits,
@@ -534,7 +534,7 @@ async fn attempt(
     let result = tokio::select! {
         r = tokio::time::timeout(binding.timeout, inner.deliver.deliver(input)) => match r {
             Ok(r) => r.map(drop),
-            Err(_) => Err(Failure::new(
+            Err(_) => Err(AttemptFailure::new(
                 FailureKind::Timeout,
                 format!("the handler did not answer within {:?}", binding.timeout),
             )),

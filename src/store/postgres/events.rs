@@ -1,81 +1,20 @@
-//! The PostgreSQL backend (feature `postgres`): tokio-postgres with a deadpool pool,
-//! for several runtime processes sharing one database.
-//!
-//! Chosen over sqlx for its build time here (about 70 s against 100 s clean) and
-//! because pipelining is explicit.
+//! [`Backend`] on PostgreSQL: ingest, events, audit, state and sweeps.
 //!
 //! A group-committed batch is ONE statement ([`APPEND_BATCH`]): the appends travel as
 //! arrays, and a data-modifying CTE claims every key and inserts the events whose claim
 //! it took, so N appends cost one round trip and one commit (measured: about 1.4× the
-//! events/s of one pipelined statement per append with 1 KiB bodies, 1.2× with 5 KiB). Two processes racing for one key
-//! serialise on the claim row; the loser sees a duplicate. Migrations run under a
-//! transaction-scoped advisory lock, so processes starting together apply each once.
+//! events/s of one pipelined statement per append with 1 KiB bodies, 1.2× with
+//! 5 KiB). Two processes racing for one key serialise on the claim row; the loser sees
+//! a duplicate.
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures_util::future::try_join_all;
-use tokio_postgres::NoTls;
 
-use super::{
-    redact_url, store_err, Appended, Backend, EventQuery, Rejected, StoreOptions, StoredEvent,
-    Swept, Write,
-};
+use super::enqueue::{insert_enqueued, EnqueueColumns};
+use super::{pg_err, PostgresBackend};
 use crate::error::{Error, Result};
+use crate::store::backend::{Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write};
 use crate::triggers::{SignatureStatus, TriggerEvent};
-
-/// Key of the advisory lock held while migrating ("swbd" in ASCII).
-const MIGRATION_LOCK: i64 = 0x7377_6264;
-
-/// How long a pool checkout or a new connection may take before the store counts as
-/// down (ingress then answers 503).
-const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
-const MIGRATIONS: &[(i64, &str)] = &[
-    (
-        1,
-        "CREATE TABLE events (
-        seq BIGSERIAL PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        source TEXT NOT NULL,
-        provider TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        received_at BIGINT NOT NULL,
-        occurred_at BIGINT,
-        dedupe_key TEXT NOT NULL,
-        trace_id TEXT NOT NULL,
-        tenant TEXT NOT NULL,
-        headers TEXT NOT NULL,
-        body BYTEA NOT NULL,
-        signature TEXT NOT NULL
-    );
-    CREATE INDEX events_by_source ON events (source, seq);
-    CREATE TABLE dedupe_claims (
-        source TEXT NOT NULL,
-        dedupe_key TEXT NOT NULL,
-        event_id TEXT NOT NULL,
-        expires_at BIGINT NOT NULL,
-        PRIMARY KEY (source, dedupe_key)
-    );
-    CREATE INDEX dedupe_claims_by_expiry ON dedupe_claims (expires_at);
-    CREATE TABLE rejections (
-        seq BIGSERIAL PRIMARY KEY,
-        source TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        detail TEXT NOT NULL,
-        received_at BIGINT NOT NULL,
-        headers TEXT NOT NULL,
-        body_len BIGINT NOT NULL
-    );
-    CREATE INDEX rejections_by_time ON rejections (received_at);
-    CREATE TABLE source_state (
-        source TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (source, key)
-    );",
-    ),
-    (2, super::postgres_outbox::SCHEMA),
-];
 
 /// One statement per batch: the appends arrive as arrays, a data-modifying CTE claims
 /// every key (`ON CONFLICT … DO UPDATE … WHERE expires_at <= now`, so only an expired
@@ -86,11 +25,13 @@ const MIGRATIONS: &[(i64, &str)] = &[
 ///
 /// The same statement creates the outbox rows and queue messages of the stored events
 /// (`$15…$23`, one array entry per row, `$15` naming its event's position in the input
-/// arrays): they are joined to `inserted`, so a duplicate enqueues nothing, and they
-/// add no statement and no round trip to the batch (empty arrays when nothing is
-/// enqueued). If any row went in, it notifies `switchboard_outbox` once; PostgreSQL
-/// delivers the notification at commit.
-pub(super) const APPEND_BATCH: &str = "WITH input AS (
+/// arrays), with the CTEs the fan-out uses too ([`insert_enqueued`]): they are joined
+/// to `inserted`, so a duplicate enqueues nothing, and they add no statement and no
+/// round trip to the batch (empty arrays when nothing is enqueued). If any row went
+/// in, it notifies `switchboard_outbox` once; PostgreSQL delivers the notification at
+/// commit.
+pub(super) const APPEND_BATCH: &str = concat!(
+    "WITH input AS (
         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
             $6::BIGINT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[],
             $12::TEXT[], $13::BIGINT[])
@@ -111,36 +52,22 @@ pub(super) const APPEND_BATCH: &str = "WITH input AS (
         FROM input WHERE id IN (SELECT event_id FROM claimed) ORDER BY ord
         RETURNING id
     ), enq AS (
-        SELECT q.*, i.id AS event_id
+        SELECT q.*, i.id AS event_id, $14::BIGINT AS enqueued_at
         FROM unnest($15::BIGINT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::INT[],
             $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[])
             WITH ORDINALITY AS q(event_ord, binding_id, fingerprint, ordering_key, depth,
                 queue, not_before, payload, dead_letter_id, n)
         JOIN input i ON i.ord = q.event_ord
         WHERE i.id IN (SELECT id FROM inserted)
-    ), dispatched AS (
-        INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
-            next_attempt_at, enqueued_at, due_at, payload, dead_letter_id)
-        SELECT binding_id, fingerprint, event_id, ordering_key, depth,
-            COALESCE(not_before, $14), $14, COALESCE(not_before, $14), payload, dead_letter_id
-        FROM enq WHERE queue IS NULL ORDER BY n
-        RETURNING 1
-    ), queued AS (
-        INSERT INTO queue_messages (queue, binding_id, fingerprint, event_id, depth,
-            enqueued_at, visible_at, payload)
-        SELECT queue, binding_id, fingerprint, event_id, depth, $14,
-            COALESCE(not_before, $14), payload
-        FROM enq WHERE queue IS NOT NULL ORDER BY n
-        RETURNING 1
-    ), notified AS (
-        SELECT pg_notify('switchboard_outbox', '')
-        FROM (SELECT 1 FROM dispatched UNION ALL SELECT 1 FROM queued LIMIT 1) AS any_row
-    )
+    ), ",
+    insert_enqueued!(),
+    "
     SELECT i.ord, n.id IS NOT NULL, c.event_id, (SELECT count(*) FROM notified)
     FROM input i
     LEFT JOIN inserted n ON n.id = i.id
     LEFT JOIN dedupe_claims c ON c.source = i.source AND c.dedupe_key = i.dedupe_key
-    ORDER BY i.ord";
+    ORDER BY i.ord"
+);
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = $1 AND dedupe_key = $2";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -148,105 +75,6 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
     dedupe_key, trace_id, tenant, headers, body, signature FROM events
     WHERE ($1::TEXT IS NULL OR source = $1) AND ($2::BIGINT IS NULL OR seq < $2)
     ORDER BY seq DESC LIMIT $3";
-
-/// The PostgreSQL backend.
-pub(crate) struct PostgresBackend {
-    pool: Pool,
-    url: String,
-    /// Woken by the `LISTEN switchboard_outbox` task on every notification.
-    pub(super) wake: std::sync::Arc<tokio::sync::Notify>,
-    /// Dropping it (with the backend) stops the listener task. `None` only while
-    /// `connect` migrates.
-    _listener: Option<tokio_util::sync::DropGuard>,
-}
-
-pub(super) fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e| store_err(&format!("postgres {what}"), e)
-}
-
-impl PostgresBackend {
-    /// Connects (checking the server is reachable) and applies migrations.
-    pub(crate) async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresBackend> {
-        let shown = redact_url(url);
-        let mut cfg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| Error::Config(format!("store {shown:?} is not a PostgreSQL URL: {e}")))?;
-        cfg.connect_timeout(CONNECT_DEADLINE);
-        let listen_cfg = cfg.clone();
-        let manager = Manager::from_config(
-            cfg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .wait_timeout(Some(CONNECT_DEADLINE))
-            .create_timeout(Some(CONNECT_DEADLINE))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|e| Error::Config(format!("store {shown:?}: {e}")))?;
-        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
-        // Migrate before listening: a database that cannot be migrated is reported as
-        // such, not as a failed LISTEN.
-        let mut backend = PostgresBackend {
-            pool,
-            url: shown.clone(),
-            wake: wake.clone(),
-            _listener: None,
-        };
-        backend.migrate().await?;
-        backend._listener = Some(super::postgres_listen::start(listen_cfg, wake, &shown).await?);
-        Ok(backend)
-    }
-
-    /// A pooled connection, or an error naming the server when none can be had.
-    pub(super) async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| Error::Store(format!("cannot reach PostgreSQL at {}: {e}", self.url)))
-    }
-
-    async fn migrate(&self) -> Result<()> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_err("migrate"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .await
-            .map_err(pg_err("migrate"))?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .await
-        .map_err(pg_err("migrate"))?;
-        let current: i64 = tx
-            .query_one(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-                &[],
-            )
-            .await
-            .map_err(pg_err("migrate"))?
-            .get(0);
-        let newest = MIGRATIONS.last().map_or(0, |m| m.0);
-        if current > newest {
-            return Err(Error::Store(format!(
-                "{} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard",
-                self.url
-            )));
-        }
-        for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-            tx.batch_execute(sql).await.map_err(pg_err("migrate"))?;
-            tx.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                &[version, &super::now_ms()],
-            )
-            .await
-            .map_err(pg_err("migrate"))?;
-        }
-        tx.commit().await.map_err(pg_err("migrate"))
-    }
-}
 
 fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
     let headers: String = r.get(10);
@@ -299,7 +127,7 @@ struct Columns<'a> {
     repeats: Vec<(usize, usize)>,
     rejections: Vec<&'a Rejected>,
     /// The rows to enqueue with the events, keyed by array position (1-based).
-    enqueue: super::postgres_outbox::EnqueueColumns<'a>,
+    enqueue: EnqueueColumns<'a>,
 }
 
 impl<'a> Columns<'a> {

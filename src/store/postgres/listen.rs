@@ -18,9 +18,11 @@ use tokio::sync::{oneshot, Notify};
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::outbox_rows::CHANNEL;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::error::{Error, Result};
+
+/// The channel every outbox write notifies and every backend listens on.
+pub(super) const CHANNEL: &str = "switchboard_outbox";
 
 /// First reconnect delay: short, so a restarted server is listened to again within a
 /// fraction of a second (the dispatcher polls its next due time meanwhile anyway).

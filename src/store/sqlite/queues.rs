@@ -1,6 +1,6 @@
-//! Queues, run records and retention on SQLite: the parts of
+//! Queues and retention on SQLite: the SQL of the parts of
 //! [`crate::outbox::OutboxStore`] that are not the outbox proper, kept apart so each
-//! file holds one concern ([`super::sqlite_outbox`] has the outbox and the schema).
+//! file holds one concern ([`super::outbox`] has the trait's implementation).
 //!
 //! A receive is a select and an update in one `IMMEDIATE` transaction on the writer
 //! connection, like a claim: SQLite's single writer is the lock. Retention deletes in
@@ -9,137 +9,16 @@
 
 use rusqlite::{params, Connection, TransactionBehavior};
 
-use super::outbox_rows::{self as rows, to_u32};
-use super::sqlite::{sql_err, SqliteBackend};
+use super::{sql_err, SqliteBackend};
 use crate::error::Result;
-use crate::outbox::model::{Expired, QueueMessage, ReceiveRequest, Received, RunRecord};
+use crate::outbox::model::{QueueMessage, ReceiveRequest, Received};
+use crate::store::outbox_rows::{self as rows, to_u32};
 
-impl SqliteBackend {
-    /// Hands out visible messages of a queue; see [`crate::outbox::OutboxStore::receive`].
-    pub(super) async fn receive_messages(&self, req: &ReceiveRequest) -> Result<Received> {
-        if req.max == 0 {
-            return Ok(Received::default());
-        }
-        let req = req.clone();
-        let receipt: i64 = rand::random();
-        Self::with(&self.writer, move |c| {
-            receive(c, &req, receipt).map_err(sql_err("receive queue messages"))
-        })
-        .await
-    }
-
-    /// Deletes a received message if `receipt` still holds it.
-    pub(super) async fn ack_message(&self, queue: &str, id: i64, receipt: i64) -> Result<bool> {
-        let queue = queue.to_owned();
-        Self::with(&self.writer, move |c| {
-            c.prepare_cached(
-                "DELETE FROM queue_messages WHERE queue = ?1 AND id = ?2 AND receipt = ?3",
-            )
-            .and_then(|mut s| s.execute(params![queue, id, receipt]))
-            .map(|n| n == 1)
-            .map_err(sql_err("ack a queue message"))
-        })
-        .await
-    }
-
-    /// Makes a received message visible again at `visible_at_ms` if `receipt` still holds it.
-    pub(super) async fn nack_message(
-        &self,
-        queue: &str,
-        id: i64,
-        receipt: i64,
-        visible_at_ms: i64,
-    ) -> Result<bool> {
-        let queue = queue.to_owned();
-        let held = Self::with(&self.writer, move |c| {
-            c.prepare_cached(
-                "UPDATE queue_messages SET visible_at = ?4, receipt = NULL
-                 WHERE queue = ?1 AND id = ?2 AND receipt = ?3",
-            )
-            .and_then(|mut s| s.execute(params![queue, id, receipt, visible_at_ms]))
-            .map(|n| n == 1)
-            .map_err(sql_err("nack a queue message"))
-        })
-        .await?;
-        if held {
-            self.wake.notify_one();
-        }
-        Ok(held)
-    }
-
-    /// Appends a sync invocation record.
-    pub(super) async fn insert_run(&self, run: &RunRecord) -> Result<()> {
-        let run = run.clone();
-        Self::with(&self.writer, move |c| {
-            c.prepare_cached(
-                "INSERT INTO trigger_runs (binding_id, event_id, started_at, duration_ms, status,
-                    error, abandoned) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    run.binding_id,
-                    run.event_id,
-                    run.started_at_ms,
-                    run.duration_ms,
-                    run.status,
-                    run.error,
-                    run.abandoned
-                ])
-            })
-            .map(drop)
-            .map_err(sql_err("record a run"))
-        })
-        .await
-    }
-
-    /// The newest sync invocation records.
-    pub(super) async fn read_runs(
-        &self,
-        binding_id: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>> {
-        let binding_id = binding_id.map(str::to_owned);
-        Self::with(&self.reader, move |c| {
-            c.prepare_cached(
-                "SELECT binding_id, event_id, started_at, duration_ms, status, error, abandoned
-                 FROM trigger_runs WHERE (?1 IS NULL OR binding_id = ?1)
-                 ORDER BY id DESC LIMIT ?2",
-            )
-            .and_then(|mut s| {
-                s.query_map(params![binding_id, limit as i64], |r| {
-                    Ok(RunRecord {
-                        binding_id: r.get(0)?,
-                        event_id: r.get(1)?,
-                        started_at_ms: r.get(2)?,
-                        duration_ms: r.get(3)?,
-                        status: r.get(4)?,
-                        error: r.get(5)?,
-                        abandoned: r.get(6)?,
-                    })
-                })?
-                .collect()
-            })
-            .map_err(sql_err("read runs"))
-        })
-        .await
-    }
-
-    /// Retention: dead letters and run records older than `before_ms`, then the events nothing references any more, `chunk` rows per transaction.
-    pub(super) async fn expire_before(&self, before_ms: i64, chunk: usize) -> Result<Expired> {
-        let chunk = chunk.max(1);
-        // Dead letters first: the events only they referenced go in the same sweep.
-        let dead_letters = expire_older(self, "dead_letters", "dead_at", before_ms, chunk).await?;
-        let runs = expire_older(self, "trigger_runs", "started_at", before_ms, chunk).await?;
-        let events = expire_events(self, before_ms, chunk).await?;
-        Ok(Expired {
-            events,
-            dead_letters,
-            runs,
-        })
-    }
-}
-
-fn receive(c: &mut Connection, req: &ReceiveRequest, receipt: i64) -> rusqlite::Result<Received> {
+pub(super) fn receive(
+    c: &mut Connection,
+    req: &ReceiveRequest,
+    receipt: i64,
+) -> rusqlite::Result<Received> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut out = Received::default();
     {
@@ -214,7 +93,11 @@ fn receive(c: &mut Connection, req: &ReceiveRequest, receipt: i64) -> rusqlite::
 /// Deletes, a chunk per transaction, events received before `before_ms` that nothing
 /// references, walking `(received_at, seq)` so a chunk of still-referenced events is
 /// examined once, not again by every later chunk.
-async fn expire_events(backend: &SqliteBackend, before_ms: i64, chunk: usize) -> Result<u64> {
+pub(super) async fn expire_events(
+    backend: &SqliteBackend,
+    before_ms: i64,
+    chunk: usize,
+) -> Result<u64> {
     let mut cursor = (i64::MIN, i64::MIN);
     let mut deleted = 0;
     loop {
@@ -266,7 +149,7 @@ fn expire_event_chunk(
 }
 
 /// Deletes rows of `table` whose `column` is before `before_ms`, `chunk` per statement.
-async fn expire_older(
+pub(super) async fn expire_older(
     backend: &SqliteBackend,
     table: &'static str,
     column: &'static str,

@@ -1,0 +1,16 @@
+//! Delivering the outbox: the dispatcher that claims due rows and runs their attempts,
+//! the seam to the handlers that do the work, and the dispatch metrics.
+//!
+//! - [`dispatcher`]: the tasks that claim, gate, run and finish rows, through the
+//!   narrow [`crate::outbox::OutboxStore`] (it needs nothing else of a backend);
+//! - [`deliver`]: running one attempt (invoke through the gateway, or a local
+//!   connector);
+//! - [`metrics`]: its Prometheus metrics.
+//!
+//! It exists apart from `outbox` so that the outbox stays models and decisions without
+//! I/O, below both this module and the store that implements its trait: the dispatcher
+//! is the one part that runs tasks, talks to handlers and holds a store.
+
+pub(crate) mod deliver;
+pub(crate) mod dispatcher;
+pub(crate) mod metrics;

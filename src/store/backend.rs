@@ -1,0 +1,153 @@
+//! The event store's contract: [`Backend`], what a storage backend provides beside the
+//! outbox ([`OutboxStore`] is its supertrait), and the values that cross it: the writes
+//! of a group-commit batch ([`Write`]), what an append did ([`Appended`]), audit rows
+//! ([`Rejected`]), event pages ([`EventQuery`], [`StoredEvent`]) and sweeps
+//! ([`Swept`]).
+//!
+//! Apart from the backends so that both (`sqlite`, `postgres`) and the group commit
+//! depend on it, and it on neither.
+//!
+//! The invariants every backend keeps:
+//! - a dedupe claim and its event are written in ONE transaction: either both exist
+//!   or neither does, so an acknowledged delivery is never lost and a duplicate is
+//!   never stored twice;
+//! - a claim lives until its `expires_at`; after that the same key is new again, and
+//!   [`Backend::sweep`] deletes expired claims;
+//! - a failed batch stores nothing, and every writer in it gets the error.
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::body_codec;
+use crate::error::{Error, Result};
+use crate::outbox::model::Enqueue;
+use crate::outbox::OutboxStore;
+use crate::triggers::TriggerEvent;
+
+/// One write in a group-commit batch. Moved, never copied, into its transaction.
+#[derive(Debug)]
+pub enum Write {
+    /// Claim `(event.source, event.dedupe_key)` until `claim_expires_at_ms` and, if the
+    /// claim is new (or the old one expired), append the event.
+    Append {
+        /// The event.
+        event: Box<TriggerEvent>,
+        /// When the claim stops deduplicating (unix ms).
+        claim_expires_at_ms: i64,
+        /// Outbox rows and queue messages to create with the event, in the same
+        /// transaction, only if the claim is new: a duplicate enqueues nothing.
+        enqueue: Vec<Enqueue>,
+        /// The event's headers and body as the backend writes them, prepared in the
+        /// request's task ([`body_codec::Prepared::take`] has taken `event.body`).
+        prepared: body_codec::Prepared,
+    },
+    /// Record a refused delivery in the audit table.
+    Reject(Rejected),
+}
+
+/// What an append write did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Appended {
+    /// The event is stored under this id.
+    Stored(String),
+    /// A live claim already holds the key; nothing new was stored. The id is the event
+    /// that holds the claim.
+    Duplicate(String),
+}
+
+/// A refused delivery, as kept in the audit table. Holds no secret and no body: only
+/// its size, the redacted headers and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    /// The source it was addressed to.
+    pub source: String,
+    /// A stable reason label (`bad_signature`, `stale_timestamp`, …).
+    pub reason: String,
+    /// A human-readable detail, free of secrets.
+    pub detail: String,
+    /// When it was received (unix ms).
+    pub received_at_ms: i64,
+    /// Redacted headers, as JSON text.
+    pub headers_json: String,
+    /// Size of the refused body in bytes.
+    pub body_len: i64,
+}
+
+/// Which events to list: newest first, `limit` at most, older than the `before`
+/// cursor (a sequence number from a previous page's `next`).
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    /// Only this source's events.
+    pub source: Option<String>,
+    /// At most this many (callers clamp it).
+    pub limit: usize,
+    /// Only events whose sequence number is below this one.
+    pub before_seq: Option<i64>,
+}
+
+/// A stored event with its sequence number (the paging cursor).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Insertion order, unique per store.
+    pub seq: i64,
+    /// The event.
+    pub event: TriggerEvent,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Expired dedupe claims deleted.
+    pub claims: u64,
+    /// Audit rows older than the audit retention deleted.
+    pub rejections: u64,
+}
+
+/// A storage backend. Implementations are internally synchronised; the group commit
+/// calls [`Backend::write_batch`] from one task at a time, reads come from anywhere.
+#[async_trait]
+pub trait Backend: OutboxStore + Send + Sync + 'static {
+    /// A short name for logs and metrics (`sqlite`, `postgres`).
+    fn name(&self) -> &'static str;
+
+    /// How this backend wants event bodies prepared for [`Backend::write_batch`].
+    /// Default: stored as received.
+    fn body_compression(&self) -> body_codec::BodyCompression {
+        body_codec::BodyCompression::None
+    }
+
+    /// Applies `writes` in ONE transaction, evaluating claims against `now_ms`, and
+    /// returns one result per write in order (`None` for a rejected write). An error
+    /// means nothing of the batch was stored.
+    async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>>;
+
+    /// Lists events per `query`.
+    async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>>;
+
+    /// The newest audit rows, optionally for one source.
+    async fn rejections(&self, source: Option<&str>, limit: usize) -> Result<Vec<Rejected>>;
+
+    /// Reads a per-source state value.
+    async fn get_state(&self, source: &str, key: &str) -> Result<Option<String>>;
+
+    /// Writes (`Some`) or deletes (`None`) a per-source state value, durably.
+    async fn put_state(&self, source: &str, key: &str, value: Option<&str>) -> Result<()>;
+
+    /// Writes `value` unless a value is already stored, atomically (several processes
+    /// may race); returns the value already stored, or `None` when this one was written.
+    async fn put_state_if_absent(
+        &self,
+        source: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>>;
+
+    /// Deletes claims that expired at or before `now_ms` and audit rows received before
+    /// `rejections_before_ms`.
+    async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept>;
+}
+
+/// A store error: `what` failed because of `e`.
+pub(crate) fn store_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Store(format!("{what}: {e}"))
+}

@@ -1,0 +1,447 @@
+//! [`OutboxStore`] for [`PostgresBackend`]: the one implementation of the outbox's
+//! trait on PostgreSQL, for several runtime processes claiming from one database.
+//!
+//! - A claim is ONE statement: a CTE picks the due rows `FOR UPDATE SKIP LOCKED` (so
+//!   concurrent claimers in other processes skip each other's rows instead of waiting
+//!   for them), and `UPDATE … FROM` stamps the lease and joins the events for the
+//!   handler's context, returning everything the attempt needs in one round trip.
+//! - Finishes are batched per kind ([`super::finish`]); queues and retention have
+//!   their statements in [`super::queues`].
+//! - Every write that makes rows due (ingest, release, replay, dead-letter fan-out)
+//!   calls `pg_notify('switchboard_outbox', '')` in its own statement, so the
+//!   wake-up ([`super::listen`]) is delivered at commit, to every process.
+
+use std::sync::Arc;
+
+use futures_util::future::try_join;
+use tokio_postgres::Row;
+
+use super::finish::{self, row_to_dead_letter, DEAD_LETTER_COLUMNS};
+use super::{pg_err, prepared, queues, PostgresBackend};
+use crate::error::Result;
+use crate::outbox::model::{
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Expired, Finish, OutboxStats,
+    QueueMessage, ReceiveRequest, Received, RunRecord,
+};
+use crate::outbox::OutboxStore;
+use crate::store::outbox_rows::{self as rows, to_u32};
+
+/// Picks due head-of-line rows of the bindings, skipping rows another claimer holds
+/// locked, and leases them. Returns the pre-claim due time last, for ordering.
+const CLAIM: &str = "WITH picked AS (
+        SELECT o.id, o.event_id, o.next_attempt_at AS was_due FROM outbox o
+        WHERE o.next_attempt_at <= $1 AND o.binding_id = ANY($2::TEXT[])
+            AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
+                WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
+                    AND p.id < o.id))
+        ORDER BY o.next_attempt_at, o.id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE outbox o SET next_attempt_at = $4, lease_token = $5, attempts = o.attempts + 1
+    FROM picked p LEFT JOIN events e ON e.id = p.event_id
+    WHERE o.id = p.id
+    RETURNING o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
+        COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''), o.attempts,
+        o.depth, o.ordering_key, o.enqueued_at, o.due_at,
+        COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due";
+
+const RELEASE: &str = "WITH released AS (
+        UPDATE outbox o SET next_attempt_at = $3, lease_token = NULL,
+            attempts = GREATEST(o.attempts - 1, 0)
+        FROM unnest($1::BIGINT[], $2::BIGINT[]) AS r(id, token)
+        WHERE o.id = r.id AND o.lease_token = r.token
+        RETURNING 1
+    ), notified AS (
+        SELECT pg_notify('switchboard_outbox', '') FROM (SELECT 1 FROM released LIMIT 1) AS any_row
+    )
+    SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)";
+
+const EXTEND: &str = "UPDATE outbox o SET next_attempt_at = $3
+    FROM unnest($1::BIGINT[], $2::BIGINT[]) AS r(id, token)
+    WHERE o.id = r.id AND o.lease_token = r.token";
+
+/// The earliest `next_attempt_at` of the head-of-line rows (`store::sqlite::outbox`
+/// says why held rows are left out).
+const NEXT_DUE: &str = "SELECT min(o.next_attempt_at) FROM outbox o
+    WHERE o.binding_id = ANY($1::TEXT[])
+        AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
+            WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
+                AND p.id < o.id))";
+
+const STATS_OUTBOX: &str = "SELECT binding_id, count(*) FILTER (WHERE next_attempt_at <= $1),
+        count(*) FILTER (WHERE lease_token IS NOT NULL AND next_attempt_at > $1),
+        count(*) FILTER (WHERE lease_token IS NULL AND next_attempt_at > $1),
+        min(enqueued_at)
+    FROM outbox GROUP BY binding_id";
+const STATS_QUEUES: &str = "SELECT queue, count(*) FILTER (WHERE visible_at <= $1),
+        count(*) FILTER (WHERE receipt IS NOT NULL AND visible_at > $1),
+        count(*) FILTER (WHERE receipt IS NULL AND visible_at > $1),
+        min(enqueued_at)
+    FROM queue_messages GROUP BY queue";
+const STATS_DEAD: &str =
+    "SELECT binding_id, queue, count(*) FROM dead_letters GROUP BY binding_id, queue";
+
+/// Counts the replay, and enqueues the dead letter's row (or queue message) again.
+const REPLAY: &str = "WITH dl AS (
+        UPDATE dead_letters SET replays = replays + 1, replayed_at = $2 WHERE id = $1
+        RETURNING binding_id, fingerprint, event_id, ordering_key, depth, payload, queue
+    ), dispatched AS (
+        INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
+            next_attempt_at, enqueued_at, due_at, payload)
+        SELECT binding_id, fingerprint, event_id, ordering_key, depth, $2, $2, $2, payload
+        FROM dl WHERE queue IS NULL
+        RETURNING id
+    ), queued AS (
+        INSERT INTO queue_messages (queue, binding_id, fingerprint, event_id, depth,
+            enqueued_at, visible_at, payload)
+        SELECT queue, binding_id, fingerprint, event_id, depth, $2, $2, payload
+        FROM dl WHERE queue IS NOT NULL
+        RETURNING id
+    ), notified AS (
+        SELECT pg_notify('switchboard_outbox', '') FROM dl
+    )
+    SELECT COALESCE((SELECT id FROM dispatched), (SELECT id FROM queued)),
+        (SELECT count(*) FROM notified)";
+fn claimed_row(r: &Row, token: i64) -> (i64, ClaimedRow) {
+    let row = ClaimedRow {
+        id: r.get(0),
+        token,
+        binding_id: r.get(1),
+        fingerprint: r.get(2),
+        event_id: r.get(3),
+        source: r.get(4),
+        kind: r.get(5),
+        trace_id: r.get(6),
+        tenant: r.get(7),
+        attempt: to_u32(r.get::<_, i32>(8).into()),
+        depth: to_u32(r.get::<_, i32>(9).into()),
+        ordering_key: r.get(10),
+        enqueued_at_ms: r.get(11),
+        due_at_ms: r.get(12),
+        payload: r.get(13),
+        dead_letter_id: r.get(14),
+        errors: rows::parse_errors(r.get(15)),
+    };
+    (r.get(16), row)
+}
+
+/// Splits (id, token) pairs into the two arrays the statements take.
+fn pairs(rows: &[(i64, i64)]) -> (Vec<i64>, Vec<i64>) {
+    rows.iter().copied().unzip()
+}
+
+#[async_trait::async_trait]
+impl OutboxStore for PostgresBackend {
+    async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedRow>> {
+        if req.bindings.is_empty() || req.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let stmt = prepared(&client, CLAIM).await?;
+        let found = client
+            .query(
+                &stmt,
+                &[
+                    &req.now_ms,
+                    &req.bindings,
+                    &(req.limit as i64),
+                    &req.lease_until_ms,
+                    &req.token,
+                ],
+            )
+            .await
+            .map_err(pg_err("claim outbox rows"))?;
+        let mut claimed: Vec<(i64, ClaimedRow)> =
+            found.iter().map(|r| claimed_row(r, req.token)).collect();
+        // RETURNING has no order; the contract's is (due, id).
+        claimed.sort_by_key(|(was_due, row)| (*was_due, row.id));
+        Ok(claimed.into_iter().map(|(_, row)| row).collect())
+    }
+
+    async fn release(&self, rows: &[(i64, i64)], now_ms: i64) -> Result<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (ids, tokens) = pairs(rows);
+        let client = self.client().await?;
+        let stmt = prepared(&client, RELEASE).await?;
+        let row = client
+            .query_one(&stmt, &[&ids, &tokens, &now_ms])
+            .await
+            .map_err(pg_err("release outbox rows"))?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    async fn extend(&self, rows: &[(i64, i64)], until_ms: i64) -> Result<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (ids, tokens) = pairs(rows);
+        let client = self.client().await?;
+        let stmt = prepared(&client, EXTEND).await?;
+        client
+            .execute(&stmt, &[&ids, &tokens, &until_ms])
+            .await
+            .map_err(pg_err("extend outbox leases"))
+    }
+
+    async fn finish(&self, finishes: Vec<Finish>, now_ms: i64) -> Result<u64> {
+        if finishes.is_empty() {
+            return Ok(0);
+        }
+        finish::finish(&mut self.client().await?, finishes, now_ms).await
+    }
+
+    async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>> {
+        if bindings.is_empty() {
+            return Ok(None);
+        }
+        let client = self.client().await?;
+        let stmt = prepared(&client, NEXT_DUE).await?;
+        let row = client
+            .query_one(&stmt, &[&bindings])
+            .await
+            .map_err(pg_err("read the next due time"))?;
+        Ok(row.get(0))
+    }
+
+    async fn stats(&self, now_ms: i64) -> Result<OutboxStats> {
+        let client = self.client().await?;
+        let depth = |rows: Vec<Row>| -> Vec<rows::DepthRow> {
+            rows.iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+                .collect()
+        };
+        let (outbox, queues) = try_join(
+            client.query(STATS_OUTBOX, &[&now_ms]),
+            client.query(STATS_QUEUES, &[&now_ms]),
+        )
+        .await
+        .map_err(pg_err("read outbox stats"))?;
+        let dead = client
+            .query(STATS_DEAD, &[])
+            .await
+            .map_err(pg_err("read outbox stats"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        Ok(rows::assemble_stats(
+            now_ms,
+            depth(outbox),
+            depth(queues),
+            dead,
+        ))
+    }
+
+    async fn dead_letters(&self, query: &DeadLetterQuery) -> Result<Vec<DeadLetter>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
+             WHERE ($1::TEXT IS NULL OR binding_id = $1) AND ($2::BIGINT IS NULL OR id < $2)
+             ORDER BY id DESC LIMIT $3"
+        );
+        let found = client
+            .query(
+                &sql,
+                &[&query.binding_id, &query.before_id, &(query.limit as i64)],
+            )
+            .await
+            .map_err(pg_err("read dead letters"))?;
+        Ok(found.iter().map(row_to_dead_letter).collect())
+    }
+
+    async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE id = $1");
+        let found = client
+            .query_opt(&sql, &[&id])
+            .await
+            .map_err(pg_err("read a dead letter"))?;
+        Ok(found.as_ref().map(row_to_dead_letter))
+    }
+
+    async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>> {
+        let client = self.client().await?;
+        let stmt = prepared(&client, REPLAY).await?;
+        let row = client
+            .query_one(&stmt, &[&id, &now_ms])
+            .await
+            .map_err(pg_err("replay a dead letter"))?;
+        Ok(row.get(0))
+    }
+
+    /// One receipt per receive (as one token per claim): it fences this receiver's
+    /// acks against a later receiver's.
+    async fn receive(&self, req: &ReceiveRequest) -> Result<Received> {
+        if req.max == 0 {
+            return Ok(Received::default());
+        }
+        let receipt: i64 = rand::random();
+        let error = rows::max_receives_error(req.max_receives, req.max_receives, req.now_ms);
+        let client = self.client().await?;
+        let stmt = prepared(&client, queues::RECEIVE).await?;
+        let found = client
+            .query(
+                &stmt,
+                &[
+                    &req.queue,
+                    &req.now_ms,
+                    &(req.max as i64),
+                    &rows::to_i32(req.max_receives),
+                    &req.now_ms.saturating_add(req.visibility_ms),
+                    &receipt,
+                    &error.kind,
+                    &error.message,
+                ],
+            )
+            .await
+            .map_err(pg_err("receive queue messages"))?;
+        let mut out = Received::default();
+        for r in &found {
+            out.dead_lettered = r.get::<_, i64>(0) as u64;
+            let Some(id) = r.get::<_, Option<i64>>(1) else {
+                continue;
+            };
+            out.messages.push(QueueMessage {
+                id,
+                queue: req.queue.clone(),
+                receipt,
+                receives: to_u32(r.get::<_, i32>(2).into()),
+                binding_id: r.get(3),
+                event_id: r.get(4),
+                kind: r.get(5),
+                trace_id: r.get(6),
+                depth: to_u32(r.get::<_, i32>(7).into()),
+                enqueued_at_ms: r.get(8),
+                payload: r.get(9),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, queue: &str, id: i64, receipt: i64) -> Result<bool> {
+        let client = self.client().await?;
+        let stmt = prepared(&client, queues::ACK).await?;
+        let n = client
+            .execute(&stmt, &[&queue, &id, &receipt])
+            .await
+            .map_err(pg_err("ack a queue message"))?;
+        Ok(n == 1)
+    }
+
+    async fn nack(&self, queue: &str, id: i64, receipt: i64, visible_at_ms: i64) -> Result<bool> {
+        let client = self.client().await?;
+        let stmt = prepared(&client, queues::NACK).await?;
+        let row = client
+            .query_one(&stmt, &[&queue, &id, &receipt, &visible_at_ms])
+            .await
+            .map_err(pg_err("nack a queue message"))?;
+        Ok(row.get::<_, i64>(0) == 1)
+    }
+
+    async fn record_run(&self, run: &RunRecord) -> Result<()> {
+        let client = self.client().await?;
+        let stmt = prepared(&client, queues::INSERT_RUN).await?;
+        client
+            .execute(
+                &stmt,
+                &[
+                    &run.binding_id,
+                    &run.event_id,
+                    &run.started_at_ms,
+                    &run.duration_ms,
+                    &run.status,
+                    &run.error,
+                    &run.abandoned,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(pg_err("record a run"))
+    }
+
+    async fn runs(&self, binding_id: Option<&str>, limit: usize) -> Result<Vec<RunRecord>> {
+        let client = self.client().await?;
+        let found = client
+            .query(queues::SELECT_RUNS, &[&binding_id, &(limit as i64)])
+            .await
+            .map_err(pg_err("read runs"))?;
+        Ok(found
+            .iter()
+            .map(|r| RunRecord {
+                binding_id: r.get(0),
+                event_id: r.get(1),
+                started_at_ms: r.get(2),
+                duration_ms: r.get(3),
+                status: r.get(4),
+                error: r.get(5),
+                abandoned: r.get(6),
+            })
+            .collect())
+    }
+
+    /// Dead letters and run records first (so the events only they referenced go in
+    /// the same sweep), then the events nothing references, `chunk` rows per statement.
+    async fn expire(&self, before_ms: i64, chunk: usize) -> Result<Expired> {
+        let chunk = chunk.max(1) as i64;
+        let client = self.client().await?;
+        let mut expired = Expired::default();
+        for (table, column, count) in [
+            ("dead_letters", "dead_at", &mut expired.dead_letters),
+            ("trigger_runs", "started_at", &mut expired.runs),
+        ] {
+            let sql = format!(
+                "DELETE FROM {table} WHERE id IN
+                    (SELECT id FROM {table} WHERE {column} < $1 ORDER BY {column} LIMIT $2)"
+            );
+            loop {
+                let n = client
+                    .execute(&sql, &[&before_ms, &chunk])
+                    .await
+                    .map_err(pg_err("expire"))?;
+                *count += n;
+                if n < chunk as u64 {
+                    break;
+                }
+            }
+        }
+        let stmt = prepared(&client, queues::EXPIRE_EVENTS).await?;
+        let mut cursor = (i64::MIN, i64::MIN);
+        loop {
+            let row = client
+                .query_one(&stmt, &[&before_ms, &cursor.0, &cursor.1, &chunk])
+                .await
+                .map_err(pg_err("expire events"))?;
+            expired.events += row.get::<_, i64>(0) as u64;
+            match (row.get::<_, Option<i64>>(1), row.get::<_, Option<i64>>(2)) {
+                (Some(at), Some(seq)) => cursor = (at, seq),
+                _ => return Ok(expired),
+            }
+        }
+    }
+
+    fn wake(&self) -> Arc<tokio::sync::Notify> {
+        self.wake.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::{enqueue, events, listen};
+
+    #[test]
+    fn every_notifying_statement_uses_the_channel_the_listener_listens_on() {
+        let notify = format!("pg_notify('{}', '')", listen::CHANNEL);
+        for sql in [
+            events::APPEND_BATCH,
+            RELEASE,
+            enqueue::INSERT_ROWS,
+            REPLAY,
+            queues::NACK,
+        ] {
+            assert!(sql.contains(&notify), "{sql}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The PostgreSQL schema: the migrations, the shape of SQLite's (`store::sqlite::schema`
+//! says why each table and index is there). The JSON columns are `JSONB` here, so
+//! appending an error or an annotation is an SQL expression, not a read-modify-write.
+
+use crate::error::{Error, Result};
+use crate::store::backend::store_err;
+
+/// Key of the advisory lock held while migrating ("swbd" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7377_6264;
+
+/// Schema versions, applied in order. Never edit a released one: add the next.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE events (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        source TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        received_at BIGINT NOT NULL,
+        occurred_at BIGINT,
+        dedupe_key TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        headers TEXT NOT NULL,
+        body BYTEA NOT NULL,
+        signature TEXT NOT NULL
+    );
+    CREATE INDEX events_by_source ON events (source, seq);
+    CREATE TABLE dedupe_claims (
+        source TEXT NOT NULL,
+        dedupe_key TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        PRIMARY KEY (source, dedupe_key)
+    );
+    CREATE INDEX dedupe_claims_by_expiry ON dedupe_claims (expires_at);
+    CREATE TABLE rejections (
+        seq BIGSERIAL PRIMARY KEY,
+        source TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        received_at BIGINT NOT NULL,
+        headers TEXT NOT NULL,
+        body_len BIGINT NOT NULL
+    );
+    CREATE INDEX rejections_by_time ON rejections (received_at);
+    CREATE TABLE source_state (
+        source TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (source, key)
+    );",
+    ),
+    (2, OUTBOX),
+];
+
+/// Migration 2: the outbox, dead letters, queues, run records and the index retention
+/// needs (`events.id` is already unique, so indexed).
+const OUTBOX: &str = "CREATE INDEX events_by_received ON events (received_at, seq);
+    CREATE TABLE outbox (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        ordering_key TEXT,
+        depth INT NOT NULL,
+        attempts INT NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL,
+        lease_token BIGINT,
+        enqueued_at BIGINT NOT NULL,
+        due_at BIGINT NOT NULL,
+        payload BYTEA,
+        dead_letter_id BIGINT,
+        errors JSONB NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX outbox_by_due ON outbox (next_attempt_at, id);
+    CREATE INDEX outbox_by_key ON outbox (binding_id, ordering_key, id)
+        WHERE ordering_key IS NOT NULL;
+    CREATE INDEX outbox_by_event ON outbox (event_id);
+    CREATE TABLE dead_letters (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        attempts INT NOT NULL,
+        errors JSONB NOT NULL,
+        enqueued_at BIGINT NOT NULL,
+        dead_at BIGINT NOT NULL,
+        annotations JSONB NOT NULL DEFAULT '[]',
+        replays INT NOT NULL DEFAULT 0,
+        replayed_at BIGINT,
+        queue TEXT,
+        ordering_key TEXT,
+        depth INT NOT NULL,
+        payload BYTEA
+    );
+    CREATE INDEX dead_letters_by_binding ON dead_letters (binding_id, id);
+    CREATE INDEX dead_letters_by_time ON dead_letters (dead_at);
+    CREATE INDEX dead_letters_by_event ON dead_letters (event_id);
+    CREATE TABLE queue_messages (
+        id BIGSERIAL PRIMARY KEY,
+        queue TEXT NOT NULL,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        depth INT NOT NULL,
+        enqueued_at BIGINT NOT NULL,
+        visible_at BIGINT NOT NULL,
+        receives INT NOT NULL DEFAULT 0,
+        receipt BIGINT,
+        payload BYTEA
+    );
+    CREATE INDEX queue_messages_by_visibility ON queue_messages (queue, visible_at, id);
+    CREATE INDEX queue_messages_by_event ON queue_messages (event_id);
+    CREATE TABLE trigger_runs (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        abandoned BOOLEAN NOT NULL
+    );
+    CREATE INDEX trigger_runs_by_binding ON trigger_runs (binding_id, id);
+    CREATE INDEX trigger_runs_by_time ON trigger_runs (started_at);";
+
+/// Applies the migrations this database lacks, in one transaction under an advisory
+/// lock, so processes starting together apply each once. `url` (redacted) names the
+/// database in errors.
+pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -> Result<()> {
+    let bad = |e| store_err("postgres migrate", e);
+    let tx = client.transaction().await.map_err(bad)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(bad)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .map_err(bad)?;
+    let current: i64 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(bad)?
+        .get(0);
+    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(Error::Store(format!(
+            "{url} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tx.batch_execute(sql).await.map_err(bad)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+            &[version, &crate::clock::now_ms()],
+        )
+        .await
+        .map_err(bad)?;
+    }
+    tx.commit().await.map_err(bad)
+}

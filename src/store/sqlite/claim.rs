@@ -1,0 +1,138 @@
+//! Claiming outbox rows on SQLite: the head-of-line rule, the claim (a select and an
+//! update in one `IMMEDIATE` transaction on the writer connection, which the group
+//! commit also writes through, so no second claimer can run between the two; it
+//! commits without an fsync, see [`claim`]), and the per-row statements of a release or
+//! a lease extension.
+
+use rusqlite::{params, Connection, TransactionBehavior};
+
+use crate::outbox::model::{ClaimRequest, ClaimedRow};
+use crate::store::options::Synchronous;
+use crate::store::outbox_rows::{self as rows, to_u32};
+
+/// "No earlier row of the same binding and ordering key": the head-of-line rule.
+pub(super) const IS_HEAD: &str = "(o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
+    WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key AND p.id < o.id))";
+
+fn claim_select() -> String {
+    format!(
+        "SELECT o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
+            COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''),
+            o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
+            COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id, o.errors
+        FROM outbox o LEFT JOIN events e ON e.id = o.event_id
+        WHERE o.next_attempt_at <= ?1 AND o.binding_id IN (SELECT value FROM json_each(?2))
+            AND {IS_HEAD}
+        ORDER BY o.next_attempt_at, o.id LIMIT ?3"
+    )
+}
+
+/// While alive, the connection commits without syncing (`synchronous = NORMAL`);
+/// dropping it puts `FULL` back. Created before a transaction and dropped after it
+/// ends (committed or rolled back), as SQLite only changes the level between
+/// transactions.
+struct UnsyncedCommits<'c>(&'c Connection);
+
+impl<'c> UnsyncedCommits<'c> {
+    fn start(c: &'c Connection) -> rusqlite::Result<UnsyncedCommits<'c>> {
+        c.execute_batch("PRAGMA synchronous = NORMAL")?;
+        Ok(UnsyncedCommits(c))
+    }
+}
+
+impl Drop for UnsyncedCommits<'_> {
+    fn drop(&mut self) {
+        // Outside a transaction this cannot fail but on a broken connection, on which
+        // every later write fails too.
+        if let Err(e) = self.0.execute_batch("PRAGMA synchronous = FULL") {
+            tracing::error!(error = %e, "cannot restore synchronous = FULL on the SQLite writer");
+        }
+    }
+}
+
+/// Claims under `synchronous = NORMAL` when the writer runs `FULL`, so a claim's commit
+/// skips its fsync. A claim need not survive power loss: a lost claim leaves its rows
+/// unclaimed (due, their attempt not counted), and the handlers that ran meanwhile
+/// make it a redelivery, which at-least-once delivery allows and which a crashed
+/// dispatcher's expired lease causes anyway. A process crash loses nothing (the commit
+/// is in the WAL, in the OS's cache), so an attempt that crashes the process still
+/// counts. The WAL is written in order, so the next synced commit (a finish, an
+/// ingest batch) or checkpoint makes the claim durable too. Finishes, ingest and
+/// everything else keep `FULL`.
+///
+/// Measured (`benches/dispatch.rs`, no-op handler, 100k rows, six alternating runs on
+/// 2 cores): 40–47k rows/s (median 44k) with the claim synced, 49–56k (median 54k)
+/// without; the writer's fsyncs per claimed batch go from two (claim, finish) to one.
+pub(super) fn claim(
+    c: &mut Connection,
+    req: &ClaimRequest,
+    sync: Synchronous,
+) -> rusqlite::Result<Vec<ClaimedRow>> {
+    let unsynced = match sync {
+        Synchronous::Full => Some(UnsyncedCommits::start(c)?),
+        Synchronous::Normal => None,
+    };
+    let claimed = claim_rows(c, req);
+    drop(unsynced);
+    claimed
+}
+
+fn claim_rows(c: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<ClaimedRow>> {
+    let tx = rusqlite::Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+    let bindings = serde_json::to_string(&req.bindings).unwrap_or_else(|_| "[]".into());
+    let claimed = {
+        let mut select = tx.prepare_cached(&claim_select())?;
+        let mut update = tx.prepare_cached(
+            "UPDATE outbox SET next_attempt_at = ?1, lease_token = ?2, attempts = attempts + 1
+             WHERE id = ?3",
+        )?;
+        let found = select
+            .query_map(params![req.now_ms, bindings, req.limit as i64], |r| {
+                Ok(ClaimedRow {
+                    id: r.get(0)?,
+                    token: req.token,
+                    binding_id: r.get(1)?,
+                    fingerprint: r.get(2)?,
+                    event_id: r.get(3)?,
+                    source: r.get(4)?,
+                    kind: r.get(5)?,
+                    trace_id: r.get(6)?,
+                    tenant: r.get(7)?,
+                    attempt: to_u32(r.get::<_, i64>(8)? + 1),
+                    depth: to_u32(r.get(9)?),
+                    ordering_key: r.get(10)?,
+                    enqueued_at_ms: r.get(11)?,
+                    due_at_ms: r.get(12)?,
+                    payload: r.get(13)?,
+                    dead_letter_id: r.get(14)?,
+                    errors: rows::parse_errors(&r.get::<_, String>(15)?),
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for row in &found {
+            update.execute(params![req.lease_until_ms, req.token, row.id])?;
+        }
+        found
+    };
+    tx.commit()?;
+    Ok(claimed)
+}
+
+/// Runs `sql` once per (id, token) pair in one transaction; returns rows changed.
+pub(super) fn per_pair(
+    c: &mut Connection,
+    sql: &str,
+    pairs: &[(i64, i64)],
+    at_ms: i64,
+) -> rusqlite::Result<u64> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut n = 0;
+    {
+        let mut stmt = tx.prepare_cached(sql)?;
+        for (id, token) in pairs {
+            n += stmt.execute(params![id, token, at_ms])? as u64;
+        }
+    }
+    tx.commit()?;
+    Ok(n)
+}

@@ -1,0 +1,193 @@
+//! The SQLite schema: the migrations, applied in order at open, each in its own
+//! transaction, recorded in `schema_migrations`.
+//!
+//! Migration 1 holds the events, their dedupe claims, the audit log and per-source
+//! state; migration 2 ([`OUTBOX`]) the outbox, with the same shape as PostgreSQL's:
+//! - `outbox`: one row per pending delivery. `next_attempt_at` is both the schedule and
+//!   the lease (a claim moves it to the lease's end), so one index,
+//!   `(next_attempt_at, id)`, serves the claim, and a crashed claimer's rows are due
+//!   again when its lease ends. `due_at` keeps when the current attempt became due, for
+//!   latency; `payload` overrides the event body (dead-letter fan-out rows); `errors`
+//!   is a JSON array of [`crate::outbox::model::AttemptError`]. A partial index on
+//!   `(binding_id, ordering_key, id)` answers "is there an earlier row of this key".
+//! - `dead_letters`: the exhausted rows with their history, and what a replay needs
+//!   (ordering key, depth, payload, the queue of a queue message).
+//! - `queue_messages`: pulled by consumers; `visible_at` is their lease as
+//!   `next_attempt_at` is the outbox's. Beyond the suggested shape they keep the
+//!   binding's `fingerprint` and an optional `payload`, so a queue message's dead
+//!   letter is as complete as an outbox row's and a dead-letter handler can have a
+//!   queue as its destination.
+//! - `trigger_runs`: the audit of synchronous invocations.
+//! - indexes on `events (id)` (the claim joins outbox rows to their events; event ids
+//!   start with the receive time, so the index grows at its right edge) and
+//!   `events (received_at)` (retention), and on `event_id` of the three tables that
+//!   reference events (retention keeps what they reference).
+//!
+//! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
+//! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
+
+use rusqlite::{params, Connection};
+
+use crate::error::{Error, Result};
+
+/// Schema versions, applied in order. Never edit a released one: add the next.
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL,
+        source TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        occurred_at INTEGER,
+        dedupe_key TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        headers TEXT NOT NULL,
+        body BLOB NOT NULL,
+        signature TEXT NOT NULL
+    );
+    CREATE INDEX events_by_source ON events (source, seq);
+    CREATE TABLE dedupe_claims (
+        source TEXT NOT NULL,
+        dedupe_key TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        PRIMARY KEY (source, dedupe_key)
+    ) WITHOUT ROWID;
+    CREATE INDEX dedupe_claims_by_expiry ON dedupe_claims (expires_at);
+    CREATE TABLE rejections (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        source TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        headers TEXT NOT NULL,
+        body_len INTEGER NOT NULL
+    );
+    CREATE INDEX rejections_by_time ON rejections (received_at);
+    CREATE TABLE source_state (
+        source TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (source, key)
+    ) WITHOUT ROWID;",
+    ),
+    (2, OUTBOX),
+    // How each body is stored (store::body_codec): rows before this version are raw.
+    (
+        3,
+        "ALTER TABLE events ADD COLUMN body_codec INTEGER NOT NULL DEFAULT 0;",
+    ),
+];
+
+/// Migration 2: the outbox, dead letters, queues, run records and the indexes
+/// retention needs. See the module doc for why each piece is there.
+const OUTBOX: &str = "CREATE INDEX events_by_id ON events (id);
+    CREATE INDEX events_by_received ON events (received_at);
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        ordering_key TEXT,
+        depth INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        lease_token INTEGER,
+        enqueued_at INTEGER NOT NULL,
+        due_at INTEGER NOT NULL,
+        payload BLOB,
+        dead_letter_id INTEGER,
+        errors TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX outbox_by_due ON outbox (next_attempt_at, id);
+    CREATE INDEX outbox_by_key ON outbox (binding_id, ordering_key, id)
+        WHERE ordering_key IS NOT NULL;
+    CREATE INDEX outbox_by_event ON outbox (event_id);
+    CREATE TABLE dead_letters (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        errors TEXT NOT NULL,
+        enqueued_at INTEGER NOT NULL,
+        dead_at INTEGER NOT NULL,
+        annotations TEXT NOT NULL DEFAULT '[]',
+        replays INTEGER NOT NULL DEFAULT 0,
+        replayed_at INTEGER,
+        queue TEXT,
+        ordering_key TEXT,
+        depth INTEGER NOT NULL,
+        payload BLOB
+    );
+    CREATE INDEX dead_letters_by_binding ON dead_letters (binding_id, id);
+    CREATE INDEX dead_letters_by_time ON dead_letters (dead_at);
+    CREATE INDEX dead_letters_by_event ON dead_letters (event_id);
+    CREATE TABLE queue_messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        queue TEXT NOT NULL,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        enqueued_at INTEGER NOT NULL,
+        visible_at INTEGER NOT NULL,
+        receives INTEGER NOT NULL DEFAULT 0,
+        receipt INTEGER,
+        payload BLOB
+    );
+    CREATE INDEX queue_messages_by_visibility ON queue_messages (queue, visible_at, id);
+    CREATE INDEX queue_messages_by_event ON queue_messages (event_id);
+    CREATE TABLE trigger_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        abandoned INTEGER NOT NULL
+    );
+    CREATE INDEX trigger_runs_by_binding ON trigger_runs (binding_id, id);
+    CREATE INDEX trigger_runs_by_time ON trigger_runs (started_at);";
+
+pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    let bad = |e: rusqlite::Error| {
+        Error::Store(format!(
+            "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
+        ))
+    };
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(bad)?;
+    let current: i64 = conn
+        .query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(bad)?;
+    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(Error::Store(format!(
+            "{path:?} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        let tx = conn.transaction().map_err(bad)?;
+        tx.execute_batch(sql).map_err(bad)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+            params![version, crate::clock::now_ms()],
+        )
+        .map_err(bad)?;
+        tx.commit().map_err(bad)?;
+    }
+    Ok(())
+}
