@@ -10,6 +10,38 @@
 //! connector calls another through the gateway with [`ExecuteContext::invoke`] (inside
 //! an execute) or [`RegistrationHandle::invoke`]. The `gateway` feature adds the other
 //! side of the wire: a reference gateway with an HTTP API and an in-process test kit.
+//!
+//! ## Layers
+//!
+//! The modules form one stack, bottom to top; a module imports only modules listed
+//! before it (within a layer too), and inside every module the children never import
+//! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
+//! path on each test run, so the list below is the tree's, not an aspiration.
+//!
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`
+//! 2. wire formats and connections: `phoenix`, `transport`
+//! 3. the connector's world: `connector`, `auth`
+//! 4. the multiplexer: `mux`, `entry`
+//! 5. models, no I/O: `outbox`, `triggers`
+//! 6. storage: `store`
+//! 7. the runtime's parts: `dispatch`, `webhooks`
+//! 8. assemblies: `runtime`, `gateway`
+//! 9. the benches' and fuzz targets' window on internals: `__private`
+//!
+//! What each layer holds: the ground is vocabulary every layer speaks (errors, the
+//! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
+//! keys, the generated messages) and imports nothing of the crate. `phoenix` is the
+//! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
+//! connections (addresses, dialer, TLS, proxies) and hands out message streams and
+//! sinks. `connector` is what an author implements and configures; `auth` is the
+//! connector's side of approval. `mux` is the sans-IO connection core, the task that
+//! feeds it from either transport, handles and the runner; `entry` is
+//! [`run`]. `outbox` holds the outbox's rows, retry schedule, outcome decisions and
+//! the store trait they need; `triggers` the events, bindings, filters and binding
+//! registry. `store` implements the store traits, one folder per backend. `dispatch`
+//! claims and executes outbox rows; `webhooks` are the inbound connectors. `runtime`
+//! reads its config file and wires ingest, bindings, outbox and dispatcher onto the
+//! mux; `gateway` is the other side of the wire, built on layers 1 to 3.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 // The public API is the list of re-exports below, plus three public modules: `proto`
