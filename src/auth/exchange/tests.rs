@@ -22,7 +22,7 @@ struct Gw {
     keys: HashMap<String, String>,
 }
 
-type Shared = Arc<Mutex<Gw>>;
+type FakeGatewayState = Arc<Mutex<Gw>>;
 
 fn contract_error(status: StatusCode, code: &str) -> (StatusCode, Json<Value>) {
     (
@@ -31,7 +31,10 @@ fn contract_error(status: StatusCode, code: &str) -> (StatusCode, Json<Value>) {
     )
 }
 
-async fn register(State(gw): State<Shared>, Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
+async fn register(
+    State(gw): State<FakeGatewayState>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
     match body["token"].as_str().unwrap_or("") {
         "good" => {
             let client_id = format!(
@@ -67,7 +70,7 @@ async fn register(State(gw): State<Shared>, Json(body): Json<Value>) -> (StatusC
 /// Verifies the client assertion with the registered public key, as the contract's
 /// token endpoint does.
 async fn token(
-    State(gw): State<Shared>,
+    State(gw): State<FakeGatewayState>,
     Form(form): Form<HashMap<String, String>>,
 ) -> (StatusCode, Json<Value>) {
     let gw = gw.lock().unwrap();
@@ -103,7 +106,7 @@ async fn token(
 async fn serve() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let gw: Shared = Arc::new(Mutex::new(Gw {
+    let gw: FakeGatewayState = Arc::new(Mutex::new(Gw {
         base: base.clone(),
         ..Default::default()
     }));
