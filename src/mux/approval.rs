@@ -35,7 +35,6 @@ use crate::backoff::{Backoff, BackoffPolicy};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::proto::CredentialsIssued;
-use crate::transport::dial::Dialer;
 
 /// When a JWT is re-minted: at this fraction of its remaining lifetime.
 const REFRESH_AT: f64 = 0.8;
@@ -241,7 +240,10 @@ impl Agent {
     }
 
     async fn exchange(&self, start: Start) -> Result<()> {
-        let tls = Dialer::new(&self.ctx.config)
+        let tls = self
+            .ctx
+            .config
+            .dialer()
             .inspect_err(|e| self.failed(e))?
             .tls_config();
         let ex = Exchange::new(self.ctx.timeout, Some(tls), &self.ctx.config.proxy)

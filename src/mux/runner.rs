@@ -478,7 +478,7 @@ impl Inner {
     fn new_socket(&self, state: &mut State, p: &Prepared) -> Result<SocketEntry> {
         // Fails on an unreadable CA bundle or a bad proxy variable, before anything
         // connects.
-        let dialer = Dialer::new(&p.config)?;
+        let dialer = p.config.dialer()?;
         let metrics = Arc::new(SocketMetrics::default());
         let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
         let (target, framing, max_handlers) = self.target(state, p, &dialer);
