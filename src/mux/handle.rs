@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 
 use super::handle_state::{HandleState, Published};
 use super::metrics::{snapshot, ConnectorMetrics};
-use super::socket::Command;
+use super::routing::HandleId;
+use super::socket::{Command, SocketHandle};
 use super::socket_invoker::SocketInvoker;
 use crate::connector::{InvokeOptions, InvokeResponse};
 use crate::encoding::Payload;
@@ -42,6 +43,25 @@ impl std::fmt::Debug for RegistrationHandle {
 }
 
 impl RegistrationHandle {
+    /// The handle of the registration the socket admitted as `handle`.
+    pub(crate) fn new(
+        key: RegistrationKey,
+        state: Arc<HandleState>,
+        handle: HandleId,
+        socket: Arc<SocketHandle>,
+    ) -> Self {
+        let invoker = Arc::new(SocketInvoker {
+            handle,
+            socket,
+            metrics: state.metrics.clone(),
+        });
+        RegistrationHandle {
+            key,
+            state,
+            invoker,
+        }
+    }
+
     /// The registration's dot key (`tenant.type.instance`, sanitised).
     pub fn key(&self) -> &RegistrationKey {
         &self.key

@@ -88,7 +88,7 @@ impl HandleState {
         self.published.send_modify(|p| p.arn = None);
     }
 
-    /// Rejected by the operator: terminal; waiters get [`Error::Rejected`].
+    /// Rejected by the operator: terminal; waiters get [`Error::Rejected`](crate::Error::Rejected).
     pub(crate) fn rejected(&self, reason: String) {
         {
             let mut s = self.session();

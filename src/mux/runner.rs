@@ -26,7 +26,6 @@ use super::handle::RegistrationHandle;
 use super::handle_state::HandleState;
 use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
 use super::socket::{now, Command, Core, RegUser, SocketHandle};
-use super::socket_invoker::SocketInvoker;
 use super::socket_io::Target;
 use crate::connector::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
@@ -349,15 +348,7 @@ impl MultiConnectorRunner {
             if sent.is_ok() {
                 if let Ok(admitted) = answer.await {
                     let hid = admitted?;
-                    let handle = RegistrationHandle {
-                        key: handle_key,
-                        invoker: Arc::new(SocketInvoker {
-                            handle: hid,
-                            socket,
-                            metrics: state_arc.metrics.clone(),
-                        }),
-                        state: state_arc,
-                    };
+                    let handle = RegistrationHandle::new(handle_key, state_arc, hid, socket);
                     self.inner.state().handles.push(handle.clone());
                     return Ok(handle);
                 }
@@ -462,15 +453,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        let handle = RegistrationHandle {
-            key: handle_key,
-            invoker: Arc::new(SocketInvoker {
-                handle: hid,
-                socket: entry.socket.clone(),
-                metrics: hstate.metrics.clone(),
-            }),
-            state: hstate,
-        };
+        let handle = RegistrationHandle::new(handle_key, hstate, hid, entry.socket.clone());
         state.handles.push(handle.clone());
         if state.running {
             self.start_sockets(state);

@@ -49,17 +49,11 @@ pub(crate) enum Target {
     Grpc(Arc<ChannelPool>),
 }
 
-/// An open connection, with what its writes have left over.
+/// An open connection.
 pub(crate) enum SocketIo {
-    WebSocket {
-        ws: Box<WsStream>,
-        out: Outgoing<WsMessage>,
-    },
+    WebSocket(Box<Open<WsStream, WsMessage>>),
     #[cfg(feature = "grpc")]
-    Grpc {
-        stream: Box<GrpcStream>,
-        out: Outgoing<StreamMessage>,
-    },
+    Grpc(Box<Open<GrpcStream, StreamMessage>>),
 }
 
 impl SocketIo {
@@ -73,18 +67,12 @@ impl SocketIo {
         match target {
             Target::WebSocket(url) => {
                 let ws = websocket::connect(&url, dialer, timeout, max_message).await?;
-                Ok(SocketIo::WebSocket {
-                    ws: Box::new(ws),
-                    out: Outgoing::default(),
-                })
+                Ok(SocketIo::WebSocket(Box::new(Open::new(ws))))
             }
             #[cfg(feature = "grpc")]
             Target::Grpc(pool) => {
                 let stream = GrpcStream::open(&pool, max_message).await?;
-                Ok(SocketIo::Grpc {
-                    stream: Box::new(stream),
-                    out: Outgoing::default(),
-                })
+                Ok(SocketIo::Grpc(Box::new(Open::new(stream))))
             }
         }
     }
@@ -99,21 +87,21 @@ impl SocketIo {
         cx: &mut Context<'_>,
     ) -> Poll<Option<String>> {
         match self {
-            SocketIo::WebSocket { ws, out } => {
-                if let Err(e) = out.poll_write(ws.as_mut(), core, ws_frame, cx) {
+            SocketIo::WebSocket(ws) => {
+                if let Err(e) = ws.poll_write(core, ws_frame, cx) {
                     return Poll::Ready(Some(format!("write failed: {e}")));
                 }
-                poll_read(ws.as_mut(), "socket closed", cx, |item| {
+                poll_read(&mut ws.conn, "socket closed", cx, |item| {
                     read_ws(item, core, metrics)
                 })
             }
             #[cfg(feature = "grpc")]
-            SocketIo::Grpc { stream, out } => {
-                if let Err(e) = out.poll_write(stream.as_mut(), core, grpc_message, cx) {
+            SocketIo::Grpc(stream) => {
+                if let Err(e) = stream.poll_write(core, grpc_message, cx) {
                     return Poll::Ready(Some(e.to_string()));
                 }
                 poll_read(
-                    stream.as_mut(),
+                    &mut stream.conn,
                     "the gateway ended the stream",
                     cx,
                     |item| read_grpc(item, core, metrics),
@@ -125,7 +113,8 @@ impl SocketIo {
     /// Closes the connection cleanly: what is queued is written, then a close.
     pub(crate) async fn close(self, core: &mut Core) {
         match self {
-            SocketIo::WebSocket { mut ws, .. } => {
+            SocketIo::WebSocket(open) => {
+                let mut ws = open.conn;
                 let flush = async {
                     while let Some(t) = core.poll_transmit() {
                         if let Some(frame) = ws_frame(t) {
@@ -137,10 +126,11 @@ impl SocketIo {
                 let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
             }
             #[cfg(feature = "grpc")]
-            SocketIo::Grpc { stream, out } => {
+            SocketIo::Grpc(open) => {
+                let Open { conn, unsent, .. } = *open;
                 let queued = std::iter::from_fn(|| core.poll_transmit()).filter_map(grpc_message);
-                let rest: Vec<StreamMessage> = out.unsent.into_iter().chain(queued).collect();
-                let _ = tokio::time::timeout(CLOSE_GRACE, stream.finish(rest)).await;
+                let rest: Vec<StreamMessage> = unsent.into_iter().chain(queued).collect();
+                let _ = tokio::time::timeout(CLOSE_GRACE, conn.finish(rest)).await;
             }
         }
     }
@@ -238,33 +228,34 @@ fn poll_read<S: Stream + Unpin>(
     }
 }
 
-/// The write side's state between polls: a message the sink was not ready for yet,
-/// and whether messages were fed since the last flush.
-pub(crate) struct Outgoing<M> {
+/// An open connection of one transport (a sink and a stream of its messages), with
+/// what its writes left over between polls: a message the sink was not ready for
+/// yet, and whether messages were fed since the last flush.
+pub(crate) struct Open<C, M> {
+    conn: C,
     unsent: Option<M>,
     dirty: bool,
 }
 
-impl<M> Default for Outgoing<M> {
-    fn default() -> Self {
-        Outgoing {
+impl<C: Sink<M> + Unpin, M> Open<C, M> {
+    fn new(conn: C) -> Self {
+        Open {
+            conn,
             unsent: None,
             dirty: false,
         }
     }
-}
 
-impl<M> Outgoing<M> {
     /// Feeds the core's transmits (as `encode` makes them into this transport's
-    /// messages) to `sink` while it is ready, then flushes once nothing is left; a
+    /// messages) to the sink while it is ready, then flushes once nothing is left; a
     /// message the sink cannot take yet waits in `unsent`.
-    fn poll_write<S: Sink<M> + Unpin>(
+    fn poll_write(
         &mut self,
-        sink: &mut S,
         core: &mut Core,
         encode: fn(Transmit) -> Option<M>,
         cx: &mut Context<'_>,
-    ) -> std::result::Result<(), S::Error> {
+    ) -> std::result::Result<(), C::Error> {
+        let sink = &mut self.conn;
         loop {
             let msg = match self.unsent.take() {
                 Some(m) => m,
