@@ -30,7 +30,8 @@ pub(crate) type Waiter = oneshot::Sender<Result<Option<InvokeCapabilityResponse>
 pub(crate) struct RegUser {
     pub(crate) connector: Arc<dyn BaseConnector>,
     pub(crate) state: Arc<HandleState>,
-    /// The approval flow's credential store and stored keys (`mux::approval`).
+    /// The approval flow's credential store and stored keys (`auth_context`), which
+    /// the approval task works on.
     pub(crate) auth: Option<Arc<AuthCtx>>,
     /// The invoker every execute of the registration gets in its context; made at
     /// its first execute (the handle id is known only once the core admitted it),
