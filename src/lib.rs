@@ -107,6 +107,7 @@ pub use connector::config::{
     DEFAULT_MAX_QUEUED_REQUESTS, DEFAULT_METRICS_INTERVAL, DEFAULT_REGISTER_TIMEOUT,
 };
 pub use connector::{BaseConnector, Capability, EchoConnector, ExecuteContext, TOOL_SCHEMAS_KEY};
+pub use connector::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "runtime")]
 pub use context_keys::{
     CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
@@ -122,7 +123,6 @@ pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
     ShutdownHandle,
 };
-pub use mux::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "runtime")]
 pub use runtime::config::{ResolvedConfig, RuntimeConfig};
 #[cfg(feature = "runtime")]

@@ -1,15 +1,14 @@
 //! [`ExecuteContext`]: what a connector knows about the execute it is answering, and
-//! its way to call other connectors from inside it.
+//! its way to call other connectors from inside it (through an [`Invoker`], which the
+//! multiplexer supplies).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::invoke::{InvokeOptions, InvokeResponse, Invoker};
+use crate::context_keys::PROPAGATED_KEYS;
 use crate::encoding::Payload;
 use crate::error::{Error, Result};
-use crate::mux::invoke::{InvokeOptions, InvokeResponse};
-#[cfg(feature = "websocket")]
-use crate::mux::invoker::Invoker;
-
-use crate::context_keys::PROPAGATED_KEYS;
 
 /// The context of one execute request: its request id, the gateway's context entries
 /// (`connector_arn`, `timeout_ms`, caller-supplied keys), and [`ExecuteContext::invoke`]
@@ -21,8 +20,8 @@ use crate::context_keys::PROPAGATED_KEYS;
 pub struct ExecuteContext {
     request_id: String,
     values: HashMap<String, String>,
-    #[cfg(feature = "websocket")]
-    invoker: Option<Invoker>,
+    /// The registration's invoker; `None` for a detached context.
+    invoker: Option<Arc<dyn Invoker>>,
 }
 
 impl ExecuteContext {
@@ -33,16 +32,16 @@ impl ExecuteContext {
         ExecuteContext {
             request_id: request_id.into(),
             values,
-            #[cfg(feature = "websocket")]
             invoker: None,
         }
     }
 
+    /// The context of an execute of a registration that invokes through `invoker`.
     #[cfg(feature = "websocket")]
     pub(crate) fn attached(
         request_id: String,
         values: HashMap<String, String>,
-        invoker: Invoker,
+        invoker: Arc<dyn Invoker>,
     ) -> Self {
         ExecuteContext {
             request_id,
@@ -122,14 +121,8 @@ impl ExecuteContext {
             .await
     }
 
-    #[cfg(feature = "websocket")]
-    fn invoker(&self) -> Result<&Invoker> {
-        self.invoker.as_ref().ok_or_else(detached_error)
-    }
-
-    #[cfg(not(feature = "websocket"))]
-    fn invoker(&self) -> Result<&NoInvoker> {
-        Err(detached_error())
+    fn invoker(&self) -> Result<&dyn Invoker> {
+        self.invoker.as_deref().ok_or_else(detached_error)
     }
 }
 
@@ -137,32 +130,6 @@ fn detached_error() -> Error {
     Error::Config(
         "this ExecuteContext belongs to no registration (ExecuteContext::detached, or a build without the websocket feature), so it cannot invoke".into(),
     )
-}
-
-/// Stands in for the invoker in builds without a transport.
-#[cfg(not(feature = "websocket"))]
-struct NoInvoker;
-
-#[cfg(not(feature = "websocket"))]
-impl NoInvoker {
-    async fn invoke(
-        &self,
-        _: &str,
-        _: &str,
-        _: Payload,
-        _: InvokeOptions,
-    ) -> Result<InvokeResponse> {
-        Err(detached_error())
-    }
-    async fn invoke_fire_and_forget(
-        &self,
-        _: &str,
-        _: &str,
-        _: Payload,
-        _: InvokeOptions,
-    ) -> Result<()> {
-        Err(detached_error())
-    }
 }
 
 #[cfg(test)]

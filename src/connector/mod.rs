@@ -2,6 +2,10 @@
 //! into protocol messages: its capabilities, its register request, and the answer to
 //! one execute request.
 //!
+//! The invoke vocabulary ([`InvokeOptions`], [`InvokeResponse`]) lives here too, with
+//! the [`ExecuteContext`] that uses it: a connector calls another connector in these
+//! terms, and the multiplexer that carries the call implements `invoke::Invoker`.
+//!
 //! A connector author writes `execute` and nothing else; everything here that touches
 //! the wire is `pub(crate)` and called by the registration handle, so the trait can stay
 //! small and stable while the protocol plumbing evolves.
@@ -24,12 +28,16 @@ pub(crate) mod config;
 mod context;
 mod echo;
 mod execute;
+mod invoke;
 
 pub use capability::Capability;
 pub use context::ExecuteContext;
 pub use echo::EchoConnector;
 #[cfg(feature = "websocket")]
 pub(crate) use execute::run_execute;
+#[cfg(feature = "websocket")]
+pub(crate) use invoke::Invoker;
+pub use invoke::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 
 /// The metadata key under which a TOOL connector advertises its tools as a JSON array
 /// of `{name, description, input_schema}`.

@@ -15,13 +15,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::connector::InvokeOptions;
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
     CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
     CONTEXT_TRACE_ID,
 };
 use crate::encoding::{decode_payload, Payload};
-use crate::mux::{InvokeOptions, RegistrationHandle};
+use crate::mux::RegistrationHandle;
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::proto::PayloadEncoding;
 use crate::triggers::binding::{Binding, Handler};

@@ -1,4 +1,4 @@
-//! The approval flow's per-registration task, and what the socket's driver hands it.
+//! The approval flow's per-registration task.
 //!
 //! When the gateway sends `credentials_issued`, the driver starts ONE task for that
 //! registration (a second `credentials_issued` replaces the first: its token is the
@@ -15,6 +15,9 @@
 //! one-time token, an unknown client) is published on the handle and ends the task:
 //! the registration then waits for a new approval. Removing the registration, or the
 //! socket task ending, cancels it.
+//!
+//! What the task works on, the registration's credential store and stored keys, is
+//! `auth_context`; the driver decides when a task starts and stops.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,159 +27,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::core::Credential;
-use super::driver::Command;
-use super::handle::HandleState;
+use super::auth_context::{AuthCtx, Refresh};
+use super::handle_state::HandleState;
 use super::routing::HandleId;
+use super::socket::Command;
 use crate::auth::exchange::Exchange;
 use crate::auth::keys::KeyPair;
-use crate::auth::store::{CredentialStore, StoredCredentials};
-use crate::backoff::{Backoff, BackoffPolicy};
+use crate::auth::store::StoredCredentials;
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::identity::RegistrationKey;
 use crate::proto::CredentialsIssued;
-use crate::transport::dial::Dialer;
 
 /// When a JWT is re-minted: at this fraction of its remaining lifetime.
 const REFRESH_AT: f64 = 0.8;
-
-/// A stored JWT counts as usable only if it outlives this margin, so a register in
-/// flight does not present one that expires on arrival.
-pub(crate) const JWT_MARGIN: Duration = Duration::from_secs(30);
-
-/// What the driver keeps per registration for the approval flow.
-pub(crate) struct AuthCtx {
-    pub(crate) store: CredentialStore,
-    pub(crate) key: RegistrationKey,
-    /// Bound of every HTTP step (the registration's register timeout).
-    pub(crate) timeout: Duration,
-    pub(crate) retry: BackoffPolicy,
-    /// Stored keys to keep the JWT fresh with from the start.
-    pub(crate) refresh: Option<Refresh>,
-    /// The registration's config, whose CA bundle and proxy setting the exchange
-    /// follows: the gateway's HTTP API is reached the way its socket is.
-    pub(crate) config: crate::connector::config::ConnectorConfig,
-}
-
-/// A registration's stored keys, enough to mint JWTs without a new approval.
-#[derive(Clone)]
-pub(crate) struct Refresh {
-    pub(crate) key: KeyPair,
-    pub(crate) client_id: String,
-    pub(crate) token_endpoint: String,
-    pub(crate) jwt_expires_at_ms: Option<i64>,
-}
-
-impl Refresh {
-    /// The refresh half of stored credentials, when they hold a key and a client.
-    pub(crate) fn from_stored(key: Option<KeyPair>, c: &StoredCredentials) -> Option<Self> {
-        Some(Refresh {
-            key: key?,
-            client_id: c.client_id.clone()?,
-            token_endpoint: c.token_endpoint.clone()?,
-            jwt_expires_at_ms: c.jwt.as_ref().and(c.jwt_expires_at_ms),
-        })
-    }
-}
-
-impl AuthCtx {
-    /// Persists a session token from an approved register, off the socket task, if
-    /// the registration went through an approval (its key is stored). One that an
-    /// auto-approving gateway accepted has nothing a restart would need, so it writes
-    /// nothing: a connector that never meets a manual gateway leaves no files behind.
-    pub(crate) fn store_session_token(&self, token: String) {
-        let (store, key) = (self.store.clone(), self.key.dot_key().to_owned());
-        tokio::task::spawn_blocking(move || {
-            if !matches!(store.load_key(&key), Ok(Some(_))) {
-                return;
-            }
-            if let Err(e) = store.update(&key, |c| c.session_token = Some(token)) {
-                tracing::warn!(key = %key, error = %e, "cannot update the stored credentials");
-            }
-        });
-    }
-
-    /// Forgets a stored credential the gateway called invalid.
-    pub(crate) fn forget(&self, credential: Credential) {
-        self.update_in_background(move |c| match credential {
-            Credential::SessionToken => c.session_token = None,
-            Credential::Jwt => {
-                c.jwt = None;
-                c.jwt_expires_at_ms = None;
-            }
-            Credential::Configured | Credential::None => {}
-        });
-    }
-
-    fn update_in_background(&self, f: impl FnOnce(&mut StoredCredentials) + Send + 'static) {
-        let (store, key) = (self.store.clone(), self.key.dot_key().to_owned());
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.update(&key, f) {
-                tracing::warn!(key = %key, error = %e, "cannot update the stored credentials");
-            }
-        });
-    }
-}
-
-/// What a registration starts with, from its credential directory.
-#[derive(Default)]
-pub(crate) struct Loaded {
-    pub(crate) session_token: Option<String>,
-    /// The stored JWT, if it outlives [`JWT_MARGIN`].
-    pub(crate) jwt: Option<String>,
-    /// Stored keys but no usable JWT or session token: hold the first register for
-    /// the JWT the refresh task mints at once.
-    pub(crate) await_jwt: bool,
-    pub(crate) auth: Option<Arc<AuthCtx>>,
-}
-
-/// Loads a registration's stored credentials at admission. A directory that cannot
-/// be read is logged and treated as empty (the registration then asks for a fresh
-/// approval), never a reason not to start.
-pub(crate) fn load(
-    config: &crate::connector::config::ConnectorConfig,
-    key: &RegistrationKey,
-) -> Loaded {
-    let Some(dir) = config.effective_credentials_dir() else {
-        tracing::warn!(key = %key, "no credential directory (set credentials_dir, SWITCHBOARD_CREDENTIALS_DIR or HOME); approvals will not survive a restart");
-        return Loaded::default();
-    };
-    let store = CredentialStore::new(dir);
-    let dot = key.dot_key();
-    let stored = store.load(dot).and_then(|c| Ok((c, store.load_key(dot)?)));
-    let (stored, stored_key) = match stored {
-        Ok((c, k)) => (c.unwrap_or_default(), k),
-        Err(e) => {
-            tracing::warn!(key = %key, error = %e, "ignoring unreadable stored credentials");
-            (StoredCredentials::default(), None)
-        }
-    };
-    let jwt = stored
-        .live_jwt(crate::clock::now_ms(), JWT_MARGIN.as_millis() as i64)
-        .map(str::to_owned);
-    let mut refresh = Refresh::from_stored(stored_key, &stored);
-    if let (Some(r), None) = (&mut refresh, &jwt) {
-        // Expired or expiring: mint at once.
-        r.jwt_expires_at_ms = None;
-    }
-    let await_jwt = refresh.is_some() && jwt.is_none() && stored.session_token.is_none();
-    if stored.session_token.is_some() || jwt.is_some() {
-        tracing::info!(key = %key, session_token = stored.session_token.is_some(), jwt = jwt.is_some(), "loaded stored credentials");
-    }
-    Loaded {
-        session_token: stored.session_token,
-        jwt,
-        await_jwt,
-        auth: Some(Arc::new(AuthCtx {
-            store,
-            key: key.clone(),
-            timeout: config.register_timeout,
-            retry: config.reconnect.clone(),
-            refresh,
-            config: config.clone(),
-        })),
-    }
-}
 
 /// How a registration's task starts.
 pub(crate) enum Start {
@@ -241,7 +104,10 @@ impl Agent {
     }
 
     async fn exchange(&self, start: Start) -> Result<()> {
-        let tls = Dialer::new(&self.ctx.config)
+        let tls = self
+            .ctx
+            .config
+            .dialer()
             .inspect_err(|e| self.failed(e))?
             .tls_config();
         let ex = Exchange::new(self.ctx.timeout, Some(tls), &self.ctx.config.proxy)
@@ -402,112 +268,5 @@ mod tests {
     fn a_jwt_is_refreshed_at_80_percent_of_what_is_left() {
         assert_eq!(refresh_delay(1_000_000, 0), Duration::from_millis(800_000));
         assert_eq!(refresh_delay(100, 200), Duration::ZERO);
-    }
-
-    #[test]
-    fn refresh_needs_a_key_and_a_client() {
-        let c = StoredCredentials {
-            client_id: Some("a.b.c".into()),
-            token_endpoint: Some("http://g/oauth/token".into()),
-            jwt_expires_at_ms: Some(5),
-            ..Default::default()
-        };
-        assert!(Refresh::from_stored(None, &c).is_none());
-        let r = Refresh::from_stored(Some(KeyPair::generate()), &c).unwrap();
-        // No JWT stored: its expiry means nothing, mint at once.
-        assert_eq!(r.jwt_expires_at_ms, None);
-        let no_client = StoredCredentials::default();
-        assert!(Refresh::from_stored(Some(KeyPair::generate()), &no_client).is_none());
-    }
-}
-
-/// The driver's side of the flow: what it does with the core's approval events and
-/// with `credentials_issued`, kept here so the driver only dispatches.
-pub(crate) mod glue {
-    use super::*;
-    use crate::mux::core::Event;
-    use crate::mux::driver::{Core, RegUser, Waiter};
-
-    /// Starts the refresh half for a registration admitted with stored keys.
-    pub(crate) fn admitted(
-        agents: &mut Agents,
-        handle: HandleId,
-        user: &RegUser,
-        commands: &mpsc::Sender<Command>,
-    ) {
-        let Some(auth) = &user.auth else {
-            return;
-        };
-        if let Some(r) = &auth.refresh {
-            let start = Start::Refresh(r.clone());
-            agents.start(
-                handle,
-                auth.clone(),
-                user.state.clone(),
-                commands.clone(),
-                start,
-            );
-        }
-    }
-
-    /// `credentials_issued` for a registration: run (or restart) its exchange.
-    pub(crate) fn credentials_issued(
-        agents: &mut Agents,
-        core: &Core,
-        handle: HandleId,
-        issued: CredentialsIssued,
-        commands: &mpsc::Sender<Command>,
-    ) {
-        let Some(user) = core.user(handle) else {
-            return;
-        };
-        let Some(auth) = &user.auth else {
-            tracing::warn!(key = ?core.key(handle), "credentials_issued for a registration without a credential store; ignored");
-            return;
-        };
-        tracing::info!(key = %auth.key, "credentials_issued received; starting the approval exchange");
-        let start = Start::Issued(issued);
-        agents.start(
-            handle,
-            auth.clone(),
-            user.state.clone(),
-            commands.clone(),
-            start,
-        );
-    }
-
-    /// Publishes the core's approval events on the handle and the credential store.
-    pub(crate) fn event(agents: &mut Agents, core: &Core, ev: Event<Waiter>) {
-        match ev {
-            Event::Pending { handle, arn } => {
-                if let Some(u) = core.user(handle) {
-                    u.state.pending(arn);
-                }
-            }
-            Event::Rejected { handle, reason } => {
-                agents.stop(handle);
-                if let Some(u) = core.user(handle) {
-                    u.state.rejected(reason);
-                }
-            }
-            Event::CredentialRefused {
-                handle,
-                credential,
-                error,
-            } => {
-                let Some(u) = core.user(handle) else {
-                    return;
-                };
-                u.state.register_failed(error);
-                if credential == Credential::Jwt {
-                    // Its keys made a JWT the gateway refuses: wait for a new approval.
-                    agents.stop(handle);
-                }
-                if let Some(auth) = &u.auth {
-                    auth.forget(credential);
-                }
-            }
-            _ => {}
-        }
     }
 }

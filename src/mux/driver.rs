@@ -1,7 +1,8 @@
 //! The one task per socket: it drives the connection core.
 //!
-//! A "socket" is a Phoenix WebSocket or one gRPC stream (`wire.rs`); the task is the
-//! same for both. The task owns the connection (dialling, reading, writing), the connectors' execute
+//! A "socket" is a Phoenix WebSocket or one gRPC stream (`socket_io`); the task is the
+//! same for both. The task owns the connection (dialling, and polling it through
+//! `socket_io`, which feeds the core), the connectors' execute
 //! futures (polled here in a `FuturesUnordered`, never spawned), the reconnect backoff,
 //! and the receiving end of the socket's one bounded command queue. Everything it
 //! learns goes into the core (`handle_*`), and everything the core decides comes back
@@ -14,6 +15,11 @@
 //! so a burst of responses costs one flush. An execute whose connector answers without
 //! waiting (the future is ready at its first poll) is answered in the same pass,
 //! without ever entering the `FuturesUnordered`.
+//!
+//! Approval: the task acts on the core's approval events itself (publishing pending,
+//! rejected and refused states, forgetting refused credentials) and starts or stops
+//! each registration's approval task (`approval`), which only runs the HTTP exchange
+//! and hands its JWT back as a [`Command`].
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -25,69 +31,23 @@ use std::time::Duration;
 use futures_util::future::{AbortHandle, Abortable, BoxFuture};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{self, Agents, AuthCtx};
-use super::core::{Connection, Event, ExecId, InvokeSpec, Now, RegistrationSpec};
-use super::handle::HandleState;
-use super::invoker::{Invoker, SocketLink};
+use super::approval::{Agents, Start};
+use super::core::{Credential, Event, ExecId};
 use super::routing::HandleId;
-use super::wire::{Target, Wire};
+use super::socket::{now, Command, Core, SocketHandle};
+use super::socket_invoker::SocketInvoker;
+use super::socket_io::{SocketIo, Target};
 use crate::backoff::{Backoff, BackoffPolicy};
-use crate::connector::{run_execute, BaseConnector, ExecuteContext};
+use crate::connector::{run_execute, ExecuteContext};
 use crate::error::Result;
 use crate::proto::{
-    stream_message::Message, ExecuteResponse, InvokeCapabilityResponse, WebSocketOpenResponse,
+    stream_message::Message, CredentialsIssued, ExecuteResponse, WebSocketOpenResponse,
 };
 use crate::transport::dial::Dialer;
-
-/// The waiter of an invoke.
-pub(crate) type Waiter = oneshot::Sender<Result<Option<InvokeCapabilityResponse>>>;
-
-/// What the driver keeps per registration: its connector and its published state.
-pub(crate) struct RegUser {
-    pub(crate) connector: Arc<dyn BaseConnector>,
-    pub(crate) state: Arc<HandleState>,
-    /// The approval flow's credential store and stored keys (`mux::approval`).
-    pub(crate) auth: Option<Arc<AuthCtx>>,
-}
-
-/// The core as the driver holds it.
-pub(crate) type Core = Connection<Waiter, RegUser>;
-
-/// What handles and the runner ask of a socket's driver. The queue is bounded
-/// (`RunnerOptions::command_queue_capacity`); senders await when it is full.
-pub(crate) enum Command {
-    /// Admit a registration; the reply carries its handle id or the admission error.
-    Add {
-        spec: Box<RegistrationSpec>,
-        user: RegUser,
-        reply: oneshot::Sender<Result<HandleId>>,
-    },
-    /// Remove a registration; the reply comes once it is gone.
-    Remove {
-        handle: HandleId,
-        reply: oneshot::Sender<()>,
-    },
-    /// Send an invoke.
-    Invoke {
-        handle: HandleId,
-        spec: InvokeSpec,
-        reply: Waiter,
-    },
-    /// The caller of an invoke stopped waiting.
-    CancelInvoke(String),
-    /// A message a connector sends outside an execute (WebSocket proxy traffic).
-    Send(Box<Message>),
-    /// The approval task's JWT for a registration (`None`: it could not mint one
-    /// from stored keys); the core re-registers in-stream with it.
-    Credentials {
-        handle: HandleId,
-        jwt: Option<String>,
-    },
-}
 
 /// Settings of one socket's connection.
 #[derive(Debug, Clone)]
@@ -97,14 +57,6 @@ pub(crate) struct SocketOptions {
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,
     pub(crate) dialer: Dialer,
-}
-
-/// The present, from the runtime's clock (paused in tests) and the wall clock.
-pub(crate) fn now() -> Now {
-    Now {
-        instant: Instant::now().into_std(),
-        unix_ms: crate::clock::now_ms(),
-    }
 }
 
 type ExecFuture = BoxFuture<'static, (ExecId, ExecuteResponse)>;
@@ -119,9 +71,10 @@ enum Exit {
 /// One socket's task state.
 struct Driver {
     core: Core,
-    link: Arc<SocketLink>,
+    socket: Arc<SocketHandle>,
     opts: SocketOptions,
-    conn: Option<Wire>,
+    /// The open connection, while there is one.
+    io: Option<SocketIo>,
     executes: FuturesUnordered<Abortable<ExecFuture>>,
     aborts: HashMap<ExecId, AbortHandle>,
     backoff: Backoff,
@@ -133,7 +86,7 @@ struct Driver {
 /// `on_exit` runs after, so the runner can forget the socket.
 pub(crate) async fn run(
     core: Core,
-    link: Arc<SocketLink>,
+    socket: Arc<SocketHandle>,
     commands: mpsc::Receiver<Command>,
     opts: SocketOptions,
     cancel: CancellationToken,
@@ -142,16 +95,17 @@ pub(crate) async fn run(
     let backoff = Backoff::new(opts.reconnect.clone());
     let mut d = Driver {
         core,
-        link,
+        socket,
         opts,
-        conn: None,
+        io: None,
         executes: FuturesUnordered::new(),
         aborts: HashMap::new(),
         backoff,
         agents: Agents::default(),
     };
-    for (handle, user) in d.core.handles() {
-        approval::glue::admitted(&mut d.agents, handle, user, &d.link.commands);
+    let admitted: Vec<HandleId> = d.core.handles().map(|(h, _)| h).collect();
+    for handle in admitted {
+        d.start_refresh(handle);
     }
     let exit = d.run(commands, &cancel).await;
     d.close().await;
@@ -167,7 +121,7 @@ impl Driver {
         mut commands: mpsc::Receiver<Command>,
         cancel: &CancellationToken,
     ) -> Exit {
-        let mut dial: Option<BoxFuture<'static, Result<Wire>>> = Some(self.dial());
+        let mut dial: Option<BoxFuture<'static, Result<SocketIo>>> = Some(self.dial());
         let mut retry_at: Option<Instant> = None;
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
@@ -175,7 +129,7 @@ impl Driver {
             if let Some(exit) = self.drain_events() {
                 return exit;
             }
-            if self.conn.is_none() && dial.is_none() && retry_at.is_none() {
+            if self.io.is_none() && dial.is_none() && retry_at.is_none() {
                 retry_at = Some(self.schedule_reconnect());
             }
             let deadline = self.core.poll_timeout().map(Instant::from_std);
@@ -186,10 +140,10 @@ impl Driver {
             }
             tokio::select! {
                 _ = cancel.cancelled() => return Exit::Cancelled,
-                lost = poll_fn(|cx| match self.conn.as_mut() {
-                    Some(conn) => conn.poll_io(&mut self.core, &self.link.metrics, cx),
+                lost = poll_fn(|cx| match self.io.as_mut() {
+                    Some(io) => io.poll(&mut self.core, &self.socket.metrics, cx),
                     None => Poll::Pending,
-                }), if self.conn.is_some() => {
+                }), if self.io.is_some() => {
                     if let Some(why) = lost {
                         self.lost(why);
                     }
@@ -208,8 +162,8 @@ impl Driver {
                 r = async { dial.as_mut().expect("guarded").await }, if dial.is_some() => {
                     dial = None;
                     match r {
-                        Ok(conn) => {
-                            self.conn = Some(conn);
+                        Ok(io) => {
+                            self.io = Some(io);
                             self.core.handle_connected(now());
                         }
                         Err(e) => {
@@ -230,7 +184,7 @@ impl Driver {
         }
     }
 
-    fn dial(&self) -> BoxFuture<'static, Result<Wire>> {
+    fn dial(&self) -> BoxFuture<'static, Result<SocketIo>> {
         let (target, timeout, max, dialer) = (
             self.opts.target.clone(),
             self.opts.connect_timeout,
@@ -238,7 +192,8 @@ impl Driver {
             self.opts.dialer.clone(),
         );
         async move {
-            match tokio::time::timeout(timeout, Wire::dial(target, &dialer, timeout, max)).await {
+            match tokio::time::timeout(timeout, SocketIo::dial(target, &dialer, timeout, max)).await
+            {
                 Ok(r) => r,
                 Err(_) => Err(crate::error::Error::timeout(
                     "connection to the gateway",
@@ -254,7 +209,7 @@ impl Driver {
     /// refuses every register sees ever longer pauses.
     fn schedule_reconnect(&mut self) -> Instant {
         let delay = self.backoff.next_delay(rand::random::<f64>());
-        let m = &self.link.metrics;
+        let m = &self.socket.metrics;
         // Backoff first: a reader that sees the new attempt count also sees its delay.
         m.current_backoff_ms
             .store(delay.as_millis() as u64, Relaxed);
@@ -266,13 +221,13 @@ impl Driver {
 
     /// The connection is gone (read or write failed, or the core asked).
     fn lost(&mut self, why: String) {
-        if self.conn.take().is_none() {
+        if self.io.take().is_none() {
             return;
         }
         if self.core.registered_since_connect() {
             self.backoff.reset();
         }
-        self.link.metrics.disconnects.fetch_add(1, Relaxed);
+        self.socket.metrics.disconnects.fetch_add(1, Relaxed);
         tracing::warn!(tenant = %self.core.tenant(), reason = %why, "connection lost");
         self.core.handle_disconnected(now());
     }
@@ -282,12 +237,8 @@ impl Driver {
         match cmd {
             Command::Add { spec, user, reply } => {
                 let added = self.core.add(now, *spec, user);
-                if let Some((h, u)) = added
-                    .as_ref()
-                    .ok()
-                    .and_then(|h| Some((*h, self.core.user(*h)?)))
-                {
-                    approval::glue::admitted(&mut self.agents, h, u, &self.link.commands);
+                if let Ok(handle) = added {
+                    self.start_refresh(handle);
                 }
                 let _ = reply.send(added);
             }
@@ -343,11 +294,22 @@ impl Driver {
                         }
                     }
                 }
-                ev @ (Event::Pending { .. }
-                | Event::Rejected { .. }
-                | Event::CredentialRefused { .. }) => {
-                    approval::glue::event(&mut self.agents, &self.core, ev)
+                Event::Pending { handle, arn } => {
+                    if let Some(u) = self.core.user(handle) {
+                        u.state.pending(arn);
+                    }
                 }
+                Event::Rejected { handle, reason } => {
+                    self.agents.stop(handle);
+                    if let Some(u) = self.core.user(handle) {
+                        u.state.rejected(reason);
+                    }
+                }
+                Event::CredentialRefused {
+                    handle,
+                    credential,
+                    error,
+                } => self.credential_refused(handle, credential, error),
                 Event::RegisterFailed { handle, error } => {
                     if let Some(u) = self.core.user(handle) {
                         u.state.register_failed(error);
@@ -396,11 +358,16 @@ impl Driver {
             return;
         };
         let connector = user.connector.clone();
-        let invoker = Invoker {
-            handle,
-            link: self.link.clone(),
-            metrics: user.state.metrics.clone(),
-        };
+        let invoker = user
+            .invoker
+            .get_or_init(|| {
+                Arc::new(SocketInvoker {
+                    handle,
+                    socket: self.socket.clone(),
+                    metrics: user.state.metrics.clone(),
+                })
+            })
+            .clone();
         let mut fut: ExecFuture = async move {
             let ctx = ExecuteContext::attached(
                 request.request_id.clone(),
@@ -443,23 +410,67 @@ impl Driver {
             }
             Message::WsFrame(frame) => connector.ws_frame(&frame),
             Message::WsCloseRequest(req) => connector.ws_close(&req),
-            Message::CredentialsIssued(issued) => approval::glue::credentials_issued(
-                &mut self.agents,
-                &self.core,
-                handle,
-                issued,
-                &self.link.commands,
-            ),
+            Message::CredentialsIssued(issued) => self.credentials_issued(handle, issued),
             _ => {}
+        }
+    }
+
+    /// Starts the approval task's refresh half for a registration admitted with
+    /// stored keys.
+    fn start_refresh(&mut self, handle: HandleId) {
+        let Some(user) = self.core.user(handle) else {
+            return;
+        };
+        let Some(auth) = &user.auth else {
+            return;
+        };
+        if let Some(r) = &auth.refresh {
+            let start = Start::Refresh(r.clone());
+            let commands = self.socket.commands.clone();
+            self.agents
+                .start(handle, auth.clone(), user.state.clone(), commands, start);
+        }
+    }
+
+    /// `credentials_issued` for a registration: run (or restart) its approval
+    /// exchange.
+    fn credentials_issued(&mut self, handle: HandleId, issued: CredentialsIssued) {
+        let Some(user) = self.core.user(handle) else {
+            return;
+        };
+        let Some(auth) = &user.auth else {
+            tracing::warn!(key = ?self.core.key(handle), "credentials_issued for a registration without a credential store; ignored");
+            return;
+        };
+        tracing::info!(key = %auth.key, "credentials_issued received; starting the approval exchange");
+        let start = Start::Issued(issued);
+        let commands = self.socket.commands.clone();
+        self.agents
+            .start(handle, auth.clone(), user.state.clone(), commands, start);
+    }
+
+    /// The gateway refused the presented credential: publish why, forget the stored
+    /// copy, and stop the approval task when its keys made the refused JWT.
+    fn credential_refused(&mut self, handle: HandleId, credential: Credential, error: String) {
+        let Some(u) = self.core.user(handle) else {
+            return;
+        };
+        u.state.register_failed(error);
+        if credential == Credential::Jwt {
+            // Its keys made a JWT the gateway refuses: wait for a new approval.
+            self.agents.stop(handle);
+        }
+        if let Some(auth) = &u.auth {
+            auth.forget(credential);
         }
     }
 
     /// Closes the connection cleanly: what is queued is written, then a close.
     async fn close(&mut self) {
-        let Some(conn) = self.conn.take() else {
+        let Some(io) = self.io.take() else {
             return;
         };
-        conn.close(&mut self.core).await;
+        io.close(&mut self.core).await;
         self.core.handle_disconnected(now());
     }
 

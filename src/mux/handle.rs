@@ -1,130 +1,25 @@
 //! [`RegistrationHandle`]: the user's view of one registration.
 //!
 //! The registration itself lives in its socket's connection core, owned by the
-//! socket's driver task. The handle holds what the driver publishes (ARN, status, last
-//! error, counters) and talks to the driver through the socket's one bounded command
-//! queue (remove, invoke).
+//! socket's driver task. The handle holds what the driver publishes
+//! (`handle_state`: ARN, status, last error, counters) and talks to the driver
+//! through the socket's one bounded command queue (remove, invoke).
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
-use super::driver::Command;
-use super::invoke::{InvokeOptions, InvokeResponse};
-use super::invoker::Invoker;
-use super::metrics::{snapshot, ConnectorMetrics, HandleMetrics};
+use super::handle_state::{HandleState, Published};
+use super::metrics::{snapshot, ConnectorMetrics};
+use super::routing::HandleId;
+use super::socket::{Command, SocketHandle};
+use super::socket_invoker::SocketInvoker;
+use crate::connector::{InvokeOptions, InvokeResponse};
 use crate::encoding::Payload;
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::proto::{stream_message::Message, RegistrationStatus, WebSocketFrame};
-
-/// What the driver publishes about a registration.
-#[derive(Debug, Default)]
-struct Session {
-    status: Option<RegistrationStatus>,
-    last_error: Option<String>,
-    /// The ARN of a registration accepted as PENDING (not executable yet).
-    pending_arn: Option<String>,
-    /// The approval exchange's last failure.
-    approval_error: Option<String>,
-}
-
-/// What `wait_registered` waits on: an ARN, or the operator's final refusal.
-#[derive(Debug, Default, Clone)]
-struct Published {
-    arn: Option<String>,
-    rejected: Option<String>,
-}
-
-/// State shared by a registration's handle(s) and its socket's driver.
-#[derive(Debug)]
-pub(crate) struct HandleState {
-    session: Mutex<Session>,
-    /// The ARN of the current successful registration (`None` while unregistered or
-    /// pending), or the operator's rejection.
-    published: watch::Sender<Published>,
-    pub(crate) metrics: Arc<HandleMetrics>,
-    removed: AtomicBool,
-}
-
-impl HandleState {
-    pub(crate) fn new(metrics: Arc<HandleMetrics>) -> Arc<Self> {
-        Arc::new(HandleState {
-            session: Mutex::default(),
-            published: watch::channel(Published::default()).0,
-            metrics,
-            removed: AtomicBool::new(false),
-        })
-    }
-
-    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
-        self.session.lock().expect("session lock poisoned")
-    }
-
-    pub(crate) fn registered(&self, arn: String, status: i32) {
-        {
-            let mut s = self.session();
-            s.status = RegistrationStatus::try_from(status).ok();
-            s.last_error = None;
-            s.pending_arn = None;
-        }
-        self.published.send_modify(|p| p.arn = Some(arn));
-    }
-
-    /// Accepted as PENDING: not registered (no ARN to execute against) until the
-    /// operator approves and the exchange's JWT re-registers it.
-    pub(crate) fn pending(&self, arn: String) {
-        {
-            let mut s = self.session();
-            s.status = Some(RegistrationStatus::Pending);
-            s.pending_arn = Some(arn);
-        }
-        self.published.send_modify(|p| p.arn = None);
-    }
-
-    /// Rejected by the operator: terminal; waiters get [`Error::Rejected`].
-    pub(crate) fn rejected(&self, reason: String) {
-        {
-            let mut s = self.session();
-            s.status = Some(RegistrationStatus::Rejected);
-            s.last_error = Some(format!("rejected: {reason}"));
-            s.pending_arn = None;
-        }
-        self.published.send_modify(|p| {
-            p.arn = None;
-            p.rejected = Some(reason);
-        });
-    }
-
-    /// The approval exchange's latest failure (`None` once it succeeded).
-    pub(crate) fn approval_error(&self, error: Option<String>) {
-        self.session().approval_error = error;
-    }
-
-    pub(crate) fn register_failed(&self, error: String) {
-        self.session().last_error = Some(error);
-    }
-
-    pub(crate) fn unregistered(&self) {
-        self.published.send_if_modified(|p| p.arn.take().is_some());
-    }
-
-    pub(crate) fn approval(&self, status: i32) {
-        self.session().status = RegistrationStatus::try_from(status).ok();
-    }
-
-    /// The registration is gone for good (removed, or its socket's driver ended).
-    pub(crate) fn mark_removed(&self) {
-        self.removed.store(true, Relaxed);
-        self.published.send_modify(|p| p.arn = None);
-    }
-
-    pub(crate) fn is_removed(&self) -> bool {
-        self.removed.load(Relaxed)
-    }
-}
 
 /// The user's view of one registration: its identity, ARN, status and metrics, a way
 /// to invoke other connectors from outside an execute, and a way to remove it. Cheap
@@ -133,7 +28,9 @@ impl HandleState {
 pub struct RegistrationHandle {
     pub(crate) key: RegistrationKey,
     pub(crate) state: Arc<HandleState>,
-    pub(crate) invoker: Invoker,
+    /// Shared, so that a context built from the handle (the runtime's local
+    /// deliveries) holds it as an `Invoker` without an allocation.
+    pub(crate) invoker: Arc<SocketInvoker>,
 }
 
 impl std::fmt::Debug for RegistrationHandle {
@@ -146,6 +43,25 @@ impl std::fmt::Debug for RegistrationHandle {
 }
 
 impl RegistrationHandle {
+    /// The handle of the registration the socket admitted as `handle`.
+    pub(crate) fn new(
+        key: RegistrationKey,
+        state: Arc<HandleState>,
+        handle: HandleId,
+        socket: Arc<SocketHandle>,
+    ) -> Self {
+        let invoker = Arc::new(SocketInvoker {
+            handle,
+            socket,
+            metrics: state.metrics.clone(),
+        });
+        RegistrationHandle {
+            key,
+            state,
+            invoker,
+        }
+    }
+
     /// The registration's dot key (`tenant.type.instance`, sanitised).
     pub fn key(&self) -> &RegistrationKey {
         &self.key
@@ -154,7 +70,7 @@ impl RegistrationHandle {
     /// The ARN the gateway assigned, once registered; `None` while (re)registering
     /// and while waiting for approval (see [`RegistrationHandle::pending_arn`]).
     pub fn arn(&self) -> Option<String> {
-        self.state.published.borrow().arn.clone()
+        self.state.arn()
     }
 
     /// The registration status from the gateway's last answer or approval
@@ -185,14 +101,14 @@ impl RegistrationHandle {
 
     /// A copy of this registration's counters.
     pub fn metrics(&self) -> ConnectorMetrics {
-        snapshot(&self.state.metrics, &self.invoker.link.metrics)
+        snapshot(&self.state.metrics, &self.invoker.socket.metrics)
     }
 
     /// Waits until the registration holds an ARN (registered on the current link), at
     /// most `timeout`. Returns the ARN. A registration waiting for approval keeps
     /// waiting; one the operator rejected fails at once with [`Error::Rejected`].
     pub async fn wait_registered(&self, timeout: Duration) -> Result<String> {
-        let mut rx = self.state.published.subscribe();
+        let mut rx = self.state.subscribe();
         let wait = async {
             rx.wait_for(|p| p.arn.is_some() || p.rejected.is_some())
                 .await
@@ -258,7 +174,7 @@ impl RegistrationHandle {
     /// socket is down.
     pub async fn send_ws_frame(&self, frame: WebSocketFrame) -> Result<()> {
         self.invoker
-            .link
+            .socket
             .commands
             .send(Command::Send(Box::new(Message::WsFrame(frame))))
             .await
@@ -277,7 +193,7 @@ impl RegistrationHandle {
             handle: self.invoker.handle,
             reply,
         };
-        if self.invoker.link.commands.send(command).await.is_ok() {
+        if self.invoker.socket.commands.send(command).await.is_ok() {
             let _ = done.await;
         }
         self.state.mark_removed();

@@ -1,34 +1,49 @@
 //! The multiplexer: many registrations of one tenant over one socket.
 //!
-//! Decision cores without I/O: [`routing`] decides which registration gets each
-//! inbound frame (PROTOCOL.md §5), and `core`
-//! is the whole connection of one socket as a state machine (channel, registrations,
-//! executes, invokes, deadlines). The async shell around them: `driver` is the one
-//! task per socket that drives a core, `handle` is the user's view of a registration,
-//! and [`MultiConnectorRunner`] groups registrations into sockets by tenant.
+//! Bottom to top (each part imports only parts listed before it):
+//!
+//! - Decision cores without I/O: [`routing`] decides which registration gets each
+//!   inbound frame (PROTOCOL.md §5), and `core` is the whole connection of one socket
+//!   as a state machine (channel, registrations, executes, invokes, deadlines);
+//!   `metrics` holds the counters both write.
+//! - What the shell publishes and keeps per registration: `handle_state` (ARN,
+//!   status, errors, for the handles) and `auth_context` (the approval flow's
+//!   credential store and stored keys).
+//! - `socket`: the vocabulary of a socket's task (its commands, the handle its
+//!   handles hold, its per-registration data, its core type, its clock).
+//! - Parts that talk to a socket's task: `approval` (a registration's approval task),
+//!   `socket_invoker` (a registration's invokes, the connector layer's `Invoker`) and
+//!   `socket_io` (the open connection of either transport, feeding the core).
+//! - `driver`, the one task per socket that drives a core; `handle`, the user's view
+//!   of a registration; and [`MultiConnectorRunner`], which groups registrations into
+//!   sockets by tenant.
 
 #[cfg(feature = "websocket")]
 mod approval;
 #[cfg(feature = "websocket")]
+mod auth_context;
+#[cfg(feature = "websocket")]
 pub(crate) mod core;
 #[cfg(feature = "websocket")]
-pub(crate) mod driver;
+mod driver;
 #[cfg(feature = "websocket")]
 mod handle;
-pub(crate) mod invoke;
 #[cfg(feature = "websocket")]
-pub(crate) mod invoker;
+mod handle_state;
 #[cfg(feature = "websocket")]
 pub(crate) mod metrics;
 pub(crate) mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
 #[cfg(feature = "websocket")]
-mod wire;
+mod socket;
+#[cfg(feature = "websocket")]
+mod socket_invoker;
+#[cfg(feature = "websocket")]
+mod socket_io;
 
 #[cfg(feature = "websocket")]
 pub use handle::RegistrationHandle;
-pub use invoke::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "websocket")]
 pub use metrics::ConnectorMetrics;
 #[cfg(feature = "websocket")]

@@ -12,20 +12,21 @@
 //! one.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::approval;
+use super::auth_context;
 use super::core::{CoreOptions, Framing, RegistrationSpec};
-use super::driver::{self, now, Command, Core, RegUser, SocketOptions};
-use super::handle::{HandleState, RegistrationHandle};
-use super::invoker::{Invoker, SocketLink};
+use super::driver::{self, SocketOptions};
+use super::handle::RegistrationHandle;
+use super::handle_state::HandleState;
 use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
-use super::wire::Target;
+use super::socket::{now, Command, Core, RegUser, SocketHandle};
+use super::socket_io::Target;
 use crate::connector::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
@@ -150,7 +151,7 @@ impl ShutdownHandle {
 struct SocketEntry {
     /// Unique per runner, so an ending socket task forgets only its own entry.
     id: u64,
-    link: Arc<SocketLink>,
+    socket: Arc<SocketHandle>,
     /// Until the runner runs (or, for a socket opened later, until it is spawned).
     unstarted: Option<Unstarted>,
 }
@@ -237,7 +238,7 @@ fn prepare(registration: Registration) -> Result<Prepared> {
     };
     let metrics = Arc::new(HandleMetrics::default());
     let key = config.key(connector.connector_type());
-    let creds = approval::load(&config, &key);
+    let creds = auth_context::load(&config, &key);
     let spec = RegistrationSpec {
         key,
         register: register_request(&config, connector.as_ref(), None, None),
@@ -256,6 +257,7 @@ fn prepare(registration: Registration) -> Result<Prepared> {
         connector,
         state: HandleState::new(metrics),
         auth: creds.auth,
+        invoker: OnceLock::new(),
     };
     Ok(Prepared {
         stream_of: if grpc.is_some() {
@@ -321,13 +323,13 @@ impl MultiConnectorRunner {
         // refuse the command; then a fresh socket is opened for this registration.
         for _ in 0..2 {
             let p = prepare(registration.clone())?;
-            let (link, id, key, spec, user) = {
+            let (socket, id, key, spec, user) = {
                 let mut state = self.inner.state();
                 let key = p.socket_key();
                 match state.sockets.get(&key) {
                     Some(entry) if entry.unstarted.is_none() => {
-                        let (link, id) = (entry.link.clone(), entry.id);
-                        (link, id, key, p.spec, p.user)
+                        let (socket, id) = (entry.socket.clone(), entry.id);
+                        (socket, id, key, p.spec, p.user)
                     }
                     _ => return self.inner.admit_unstarted(&mut state, p),
                 }
@@ -335,7 +337,7 @@ impl MultiConnectorRunner {
             let state_arc = user.state.clone();
             let handle_key = spec.key.clone();
             let (reply, answer) = oneshot::channel();
-            let sent = link
+            let sent = socket
                 .commands
                 .send(Command::Add {
                     spec: Box::new(spec),
@@ -346,15 +348,7 @@ impl MultiConnectorRunner {
             if sent.is_ok() {
                 if let Ok(admitted) = answer.await {
                     let hid = admitted?;
-                    let handle = RegistrationHandle {
-                        key: handle_key,
-                        invoker: Invoker {
-                            handle: hid,
-                            link,
-                            metrics: state_arc.metrics.clone(),
-                        },
-                        state: state_arc,
-                    };
+                    let handle = RegistrationHandle::new(handle_key, state_arc, hid, socket);
                     self.inner.state().handles.push(handle.clone());
                     return Ok(handle);
                 }
@@ -459,15 +453,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        let handle = RegistrationHandle {
-            key: handle_key,
-            invoker: Invoker {
-                handle: hid,
-                link: entry.link.clone(),
-                metrics: hstate.metrics.clone(),
-            },
-            state: hstate,
-        };
+        let handle = RegistrationHandle::new(handle_key, hstate, hid, entry.socket.clone());
         state.handles.push(handle.clone());
         if state.running {
             self.start_sockets(state);
@@ -478,7 +464,7 @@ impl Inner {
     fn new_socket(&self, state: &mut State, p: &Prepared) -> Result<SocketEntry> {
         // Fails on an unreadable CA bundle or a bad proxy variable, before anything
         // connects.
-        let dialer = Dialer::new(&p.config)?;
+        let dialer = p.config.dialer()?;
         let metrics = Arc::new(SocketMetrics::default());
         let (tx, commands) = mpsc::channel(self.options.command_queue_capacity);
         let (target, framing, max_handlers) = self.target(state, p, &dialer);
@@ -501,7 +487,7 @@ impl Inner {
         state.next_socket += 1;
         Ok(SocketEntry {
             id: state.next_socket,
-            link: Arc::new(SocketLink::new(tx, metrics.clone())),
+            socket: Arc::new(SocketHandle::new(tx, metrics.clone())),
             unstarted: Some(Unstarted {
                 core: Core::new(core_opts, metrics),
                 commands,
@@ -556,7 +542,7 @@ impl Inner {
             };
             let fut = driver::run(
                 u.core,
-                entry.link.clone(),
+                entry.socket.clone(),
                 u.commands,
                 u.opts,
                 self.cancel.child_token(),

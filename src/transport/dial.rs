@@ -3,8 +3,9 @@
 //! an optional CA bundle.
 //!
 //! Both transports dial through it (the WebSocket transport with ALPN `http/1.1`, the
-//! gRPC transport with `h2`), so a proxy or a private CA is configured once, in
-//! [`ConnectorConfig`], and behaves the same for both. The proxy rules (which variable,
+//! gRPC transport with `h2`), so a proxy or a private CA is configured once (a
+//! connector's `ConnectorConfig::proxy` and `ca_bundle`, which the mux hands over) and
+//! behaves the same for both. The proxy rules (which variable,
 //! `NO_PROXY`, URL forms) are plain functions in `super::proxy`; this module only does
 //! the I/O and turns failures into [`Error::Connect`] reasons a person can act on.
 //!
@@ -29,11 +30,12 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use super::address::GatewayAddress;
 use super::proxy::{
     authority, connect_request, parse_connect_reply, proxy_from_env, ConnectReply, NoProxy,
     ProxyUrl, MAX_CONNECT_RESPONSE,
 };
-use crate::connector::config::{ConnectorConfig, ProxySetting};
+use super::ProxySetting;
 use crate::error::{Error, Result};
 
 /// Longest the proxy part of a dial may take: TCP to the proxy, `CONNECT`, and its
@@ -57,9 +59,9 @@ struct Proxy {
     no_proxy: NoProxy,
 }
 
-/// Opens TCP and TLS connections to a gateway the way its [`ConnectorConfig`] says:
-/// direct or through an HTTP CONNECT proxy, trusting the webpki roots and the
-/// configured CA bundle. Cheap to clone (the TLS configuration is shared).
+/// Opens TCP and TLS connections to a gateway the way its settings say: direct or
+/// through an HTTP CONNECT proxy, trusting the webpki roots and the configured CA
+/// bundle. Cheap to clone (the TLS configuration is shared).
 #[derive(Clone, Debug)]
 pub(crate) struct Dialer {
     proxy: Option<Arc<Proxy>>,
@@ -70,32 +72,38 @@ pub(crate) struct Dialer {
 }
 
 impl Dialer {
-    /// Builds the dialer for `config`'s gateway: reads the proxy setting (and, for
-    /// [`ProxySetting::FromEnvironment`], the process environment) and loads the CA
-    /// bundle. An unreadable or empty bundle, or a malformed proxy variable, is an
-    /// [`Error::Config`] naming the path or variable.
-    pub(crate) fn new(config: &ConnectorConfig) -> Result<Dialer> {
-        Self::with_lookup(config, |name| std::env::var(name).ok())
+    /// Builds the dialer for `gateway`: reads the proxy setting (and, for
+    /// [`ProxySetting::FromEnvironment`], the process environment; whether the gateway
+    /// is a TLS target picks the variable) and loads the CA bundle. An unreadable or
+    /// empty bundle, or a malformed proxy variable, is an [`Error::Config`] naming the
+    /// path or variable.
+    pub(crate) fn new(
+        gateway: &GatewayAddress,
+        proxy: &ProxySetting,
+        ca_bundle: Option<&Path>,
+    ) -> Result<Dialer> {
+        Self::with_lookup(gateway, proxy, ca_bundle, |name| std::env::var(name).ok())
     }
 
     /// [`Dialer::new`] with the environment read through `lookup`, so tests never
     /// touch the process environment.
     pub(crate) fn with_lookup(
-        config: &ConnectorConfig,
+        gateway: &GatewayAddress,
+        setting: &ProxySetting,
+        ca_bundle: Option<&Path>,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Dialer> {
-        let address = config.address()?;
-        let proxy = match &config.proxy {
+        let proxy = match setting {
             ProxySetting::Disabled => None,
             ProxySetting::Url(url) => {
-                config.proxy.validate()?;
+                setting.validate()?;
                 let url = ProxyUrl::parse(url).map_err(Error::Config)?;
                 Some(proxy(url, EXPLICIT_SOURCE, NoProxy::default()))
             }
-            ProxySetting::FromEnvironment => proxy_from_env(&lookup, address.tls)?
+            ProxySetting::FromEnvironment => proxy_from_env(&lookup, gateway.tls)?
                 .map(|p| proxy(p.url, p.source, NoProxy::from_env(&lookup))),
         };
-        let roots = root_store(config.ca_bundle.as_deref())?;
+        let roots = root_store(ca_bundle)?;
         let tls =
             ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
@@ -105,7 +113,7 @@ impl Dialer {
         Ok(Dialer {
             proxy: proxy.map(Arc::new),
             tls: Arc::new(tls),
-            ca_bundle: config.ca_bundle.clone(),
+            ca_bundle: ca_bundle.map(Path::to_path_buf),
         })
     }
 

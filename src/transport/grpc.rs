@@ -10,19 +10,20 @@
 //! after its registration's reconnect backoff (the driver's, the same as for a
 //! WebSocket). tonic's own reconnect is never relied on.
 //!
-//! [`GrpcStream`] is one open stream as the driver polls it: the request side is an
-//! mpsc queue the core's transmits are fed into, the response side tonic's
-//! `Streaming`. The register is queued before the response headers arrive, since a
-//! gateway may send none until it has read the first message.
+//! [`GrpcStream`] is one open stream: a sink of the messages to send (an mpsc queue
+//! tonic reads from) and a stream of the messages received (tonic's `Streaming`).
+//! The first message can be sent before the response headers arrive, since a gateway
+//! may send none until it has read it. What the messages mean is the mux's business;
+//! this module only carries them.
 
-use std::collections::VecDeque;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::{FutureExt, Sink, Stream, StreamExt};
 use hyper_util::rt::TokioIo;
 use tokio::sync::{mpsc, OnceCell};
 use tokio_util::sync::PollSender;
@@ -30,9 +31,6 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Code, Status, Streaming};
 
 use crate::error::{Error, Result};
-use crate::mux::core::{Inbound, Transmit};
-use crate::mux::driver::{now, Core};
-use crate::mux::metrics::SocketMetrics;
 use crate::proto::connector_service_client::ConnectorServiceClient;
 use crate::proto::StreamMessage;
 use crate::transport::dial::Dialer;
@@ -285,7 +283,9 @@ impl Drop for Lease {
     }
 }
 
-/// One open `Connect` stream, polled by the driver.
+/// One open `Connect` stream: a [`Sink`] of the messages to send (the request side,
+/// a queue tonic reads from) and a [`Stream`] of the messages received (the response
+/// side, once its headers arrived).
 pub(crate) struct GrpcStream {
     lease: Lease,
     out: PollSender<StreamMessage>,
@@ -294,12 +294,29 @@ pub(crate) struct GrpcStream {
         BoxFuture<'static, std::result::Result<tonic::Response<Streaming<StreamMessage>>, Status>>,
     >,
     inbound: Option<Streaming<StreamMessage>>,
-    unsent: Option<StreamMessage>,
+}
+
+/// The stream's request side is gone: nothing more can be sent on it.
+#[derive(Debug)]
+pub(crate) struct RequestSideClosed;
+
+impl fmt::Display for RequestSideClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the stream's request side closed")
+    }
+}
+
+/// The stream's response side failed: the reason line, and whether it failed on a
+/// message over the size limit.
+#[derive(Debug)]
+pub(crate) struct StreamFailed {
+    pub(crate) reason: String,
+    pub(crate) too_large: bool,
 }
 
 impl GrpcStream {
     /// Opens a stream on a connection of `pool`. The call is started but not awaited:
-    /// the stream counts as open at once, so the core's register goes first.
+    /// the stream counts as open at once, so the first message sent goes first.
     pub(crate) async fn open(pool: &Arc<ChannelPool>, max_message: usize) -> Result<GrpcStream> {
         let lease = pool.acquire().await?;
         let channel = lease
@@ -321,95 +338,7 @@ impl GrpcStream {
             out: PollSender::new(tx),
             call: Some(call),
             inbound: None,
-            unsent: None,
         })
-    }
-
-    /// Writes what the core has, then reads up to `batch` messages into `feed`.
-    /// Ready with `Some(reason)` when the stream failed, `None` after progress;
-    /// pending while there is nothing to do.
-    pub(crate) fn poll_io(
-        &mut self,
-        cx: &mut Context<'_>,
-        batch: usize,
-        core: &mut Core,
-        metrics: &SocketMetrics,
-    ) -> Poll<Option<String>> {
-        if let Err(why) = self.poll_write(cx, core) {
-            return Poll::Ready(Some(why));
-        }
-        if let Some(call) = self.call.as_mut() {
-            match call.poll_unpin(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(resp)) => {
-                    self.call = None;
-                    self.inbound = Some(resp.into_inner());
-                }
-                Poll::Ready(Err(status)) => {
-                    self.call = None;
-                    return Poll::Ready(Some(self.failed(&status)));
-                }
-            }
-        }
-        let Some(inbound) = self.inbound.as_mut() else {
-            return Poll::Pending;
-        };
-        let mut progress = false;
-        for _ in 0..batch {
-            match inbound.poll_next_unpin(cx) {
-                Poll::Pending => break,
-                Poll::Ready(None) => {
-                    return Poll::Ready(Some("the gateway ended the stream".into()))
-                }
-                Poll::Ready(Some(Err(status))) => {
-                    if status.code() == Code::OutOfRange
-                        || status.message().contains("message length too large")
-                    {
-                        metrics.drop_frame("too_large");
-                    }
-                    return Poll::Ready(Some(self.failed(&status)));
-                }
-                Poll::Ready(Some(Ok(msg))) => {
-                    progress = true;
-                    core.handle_frame(now(), Inbound::Message(msg));
-                }
-            }
-        }
-        if progress {
-            Poll::Ready(None)
-        } else {
-            Poll::Pending
-        }
-    }
-
-    fn poll_write(
-        &mut self,
-        cx: &mut Context<'_>,
-        core: &mut Core,
-    ) -> std::result::Result<(), String> {
-        loop {
-            let msg = match self.unsent.take() {
-                Some(m) => m,
-                None => match core.poll_transmit() {
-                    Some(Transmit::Message(m)) => *m,
-                    // A stream core writes no Phoenix frames.
-                    Some(Transmit::Text(_)) => continue,
-                    None => return Ok(()),
-                },
-            };
-            match self.out.poll_reserve(cx) {
-                Poll::Ready(Ok(())) => {
-                    if self.out.send_item(msg).is_err() {
-                        return Err("the stream's request side closed".into());
-                    }
-                }
-                Poll::Ready(Err(_)) => return Err("the stream's request side closed".into()),
-                Poll::Pending => {
-                    self.unsent = Some(msg);
-                    return Ok(());
-                }
-            }
-        }
     }
 
     /// The reason line for a failed stream; a transport failure also takes its
@@ -430,19 +359,13 @@ impl GrpcStream {
         why
     }
 
-    /// Writes what is left, ends the request side, and waits for the gateway to end
-    /// the response side (it does once it has read the end of the request), so that
-    /// the last execute responses are not cut off by a stream reset. The caller bounds
-    /// the wait.
-    pub(crate) async fn close(mut self, rest: impl Iterator<Item = Transmit>) {
-        let mut queue: VecDeque<StreamMessage> = self.unsent.take().into_iter().collect();
-        queue.extend(rest.filter_map(|t| match t {
-            Transmit::Message(m) => Some(*m),
-            Transmit::Text(_) => None,
-        }));
+    /// Sends `rest`, ends the request side, and waits for the gateway to end the
+    /// response side (it does once it has read the end of the request), so that the
+    /// last messages are not cut off by a stream reset. The caller bounds the wait.
+    pub(crate) async fn finish(mut self, rest: impl IntoIterator<Item = StreamMessage>) {
         if let Some(tx) = self.out.get_ref().cloned() {
             self.out.close();
-            for m in queue {
+            for m in rest {
                 if tx.send(m).await.is_err() {
                     break;
                 }
@@ -457,5 +380,86 @@ impl GrpcStream {
         if let Some(inbound) = self.inbound.as_mut() {
             while let Ok(Some(_)) = inbound.message().await {}
         }
+    }
+}
+
+impl Stream for GrpcStream {
+    type Item = std::result::Result<StreamMessage, StreamFailed>;
+
+    /// Pending until the response headers arrive (the request side works meanwhile);
+    /// then the gateway's messages, `None` once it ended the stream.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(call) = this.call.as_mut() {
+            match call.poll_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(resp)) => {
+                    this.call = None;
+                    this.inbound = Some(resp.into_inner());
+                }
+                Poll::Ready(Err(status)) => {
+                    this.call = None;
+                    let reason = this.failed(&status);
+                    return Poll::Ready(Some(Err(StreamFailed {
+                        reason,
+                        too_large: false,
+                    })));
+                }
+            }
+        }
+        let Some(inbound) = this.inbound.as_mut() else {
+            return Poll::Pending;
+        };
+        match inbound.poll_next_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Ok(msg))) => Poll::Ready(Some(Ok(msg))),
+            Poll::Ready(Some(Err(status))) => {
+                let too_large = status.code() == Code::OutOfRange
+                    || status.message().contains("message length too large");
+                let reason = this.failed(&status);
+                Poll::Ready(Some(Err(StreamFailed { reason, too_large })))
+            }
+        }
+    }
+}
+
+impl Sink<StreamMessage> for GrpcStream {
+    type Error = RequestSideClosed;
+
+    fn poll_ready(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::result::Result<(), Self::Error>> {
+        self.get_mut()
+            .out
+            .poll_reserve(cx)
+            .map_err(|_| RequestSideClosed)
+    }
+
+    fn start_send(
+        self: Pin<&mut Self>,
+        item: StreamMessage,
+    ) -> std::result::Result<(), Self::Error> {
+        self.get_mut()
+            .out
+            .send_item(item)
+            .map_err(|_| RequestSideClosed)
+    }
+
+    /// Nothing to flush: tonic takes each message from the queue as it can.
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<std::result::Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<std::result::Result<(), Self::Error>> {
+        self.get_mut().out.close();
+        Poll::Ready(Ok(()))
     }
 }

@@ -7,7 +7,9 @@ pub(crate) mod dial;
 #[cfg(feature = "grpc")]
 pub(crate) mod grpc;
 pub(crate) mod proxy;
+mod proxy_setting;
 #[cfg(feature = "websocket")]
 pub(crate) mod websocket;
 
 pub use address::{GatewayAddress, Transport};
+pub use proxy_setting::ProxySetting;

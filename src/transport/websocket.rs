@@ -2,8 +2,9 @@
 //! HTTP CONNECT proxy) and, for `wss://`, its TLS with ALPN `http/1.1`, then the
 //! WebSocket handshake, all under one deadline.
 //!
-//! This module only opens connections; framing lives in [`crate::phoenix`] and the
-//! connection's life (join, heartbeats, demux) in `crate::mux::driver` and `crate::mux::core`.
+//! This module only opens connections and hands out the WebSocket (a sink and a
+//! stream of frames); framing lives in [`crate::phoenix`] and the connection's life
+//! (join, heartbeats, demux) in the mux, which polls the socket.
 
 use std::time::Duration;
 

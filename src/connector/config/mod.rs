@@ -16,11 +16,12 @@ use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 pub use crate::proto::ConnectorScope;
 use crate::transport::address::GatewayAddress;
+#[cfg(feature = "websocket")]
+use crate::transport::dial::Dialer;
 
 mod builder;
-mod network;
+pub use crate::transport::ProxySetting;
 pub use builder::ConnectorConfigBuilder;
-pub use network::ProxySetting;
 
 /// Default for [`ConnectorConfig::register_timeout`]: long enough for a gateway that
 /// validates a JWT against a remote issuer, short enough that a dead peer is noticed.
@@ -321,6 +322,13 @@ impl ConnectorConfig {
     /// that it parses, so this fails only if the field was changed afterwards.
     pub fn address(&self) -> Result<GatewayAddress> {
         GatewayAddress::parse(&self.gateway_url)
+    }
+
+    /// The dialer for this registration's gateway, with its proxy setting and CA
+    /// bundle; fails on an unreadable bundle or a malformed proxy variable.
+    #[cfg(feature = "websocket")]
+    pub(crate) fn dialer(&self) -> Result<Dialer> {
+        Dialer::new(&self.address()?, &self.proxy, self.ca_bundle.as_deref())
     }
 
     /// The registration's dot key for a connector of `connector_type`, built from the

@@ -1,4 +1,4 @@
-//! The dialer's decisions: which proxy a config selects, CA bundle loading, and the
+//! The dialer's decisions: which proxy its settings select, CA bundle loading, and the
 //! wording of TLS failures. Environments are lookup functions, never the process's.
 
 use std::collections::HashMap;
@@ -13,12 +13,40 @@ fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     move |k| map.get(k).cloned()
 }
 
-fn config(url: &str) -> crate::connector::config::ConnectorConfigBuilder {
-    ConnectorConfig::builder(url, "acme").instance_id("i")
+/// What a dialer is built from, as a connector's config hands it over.
+struct Settings {
+    gateway: GatewayAddress,
+    proxy: ProxySetting,
+    ca_bundle: Option<PathBuf>,
 }
 
-fn dialer(cfg: crate::connector::config::ConnectorConfigBuilder, vars: &[(&str, &str)]) -> Dialer {
-    Dialer::with_lookup(&cfg.build().unwrap(), env(vars)).unwrap()
+impl Settings {
+    fn proxy(mut self, proxy: ProxySetting) -> Self {
+        self.proxy = proxy;
+        self
+    }
+
+    fn ca_bundle(mut self, path: &Path) -> Self {
+        self.ca_bundle = Some(path.to_owned());
+        self
+    }
+
+    fn dial(&self, vars: &[(&str, &str)]) -> Result<Dialer> {
+        let ca = self.ca_bundle.as_deref();
+        Dialer::with_lookup(&self.gateway, &self.proxy, ca, env(vars))
+    }
+}
+
+fn config(url: &str) -> Settings {
+    Settings {
+        gateway: GatewayAddress::parse(url).unwrap(),
+        proxy: ProxySetting::default(),
+        ca_bundle: None,
+    }
+}
+
+fn dialer(cfg: Settings, vars: &[(&str, &str)]) -> Dialer {
+    cfg.dial(vars).unwrap()
 }
 
 fn proxy_of(d: &Dialer, host: &str, port: u16) -> Option<(String, &'static str)> {
@@ -81,8 +109,9 @@ fn no_environment_means_direct() {
 
 #[test]
 fn malformed_proxy_variable_fails_the_dialer_naming_it() {
-    let cfg = config("wss://gw").build().unwrap();
-    let err = Dialer::with_lookup(&cfg, env(&[("https_proxy", "ftp://x")])).unwrap_err();
+    let err = config("wss://gw")
+        .dial(&[("https_proxy", "ftp://x")])
+        .unwrap_err();
     assert_eq!(err.code(), "config");
     assert!(err.to_string().contains("https_proxy"), "{err}");
 }
@@ -93,8 +122,7 @@ fn bundle_err(contents: Option<&[u8]>) -> (String, String) {
     if let Some(bytes) = contents {
         std::fs::write(&path, bytes).unwrap();
     }
-    let cfg = config("wss://gw").ca_bundle(&path).build().unwrap();
-    let err = Dialer::with_lookup(&cfg, env(&[])).unwrap_err();
+    let err = config("wss://gw").ca_bundle(&path).dial(&[]).unwrap_err();
     assert_eq!(err.code(), "config", "{err}");
     (err.to_string(), path.display().to_string())
 }
@@ -126,8 +154,7 @@ fn ca_bundle_certificates_are_added_to_the_webpki_roots() {
     std::fs::write(&path, format!("{}{}", a.cert.pem(), b.cert.pem())).unwrap();
     let roots = root_store(Some(&path)).unwrap();
     assert_eq!(roots.len(), webpki_roots::TLS_SERVER_ROOTS.len() + 2);
-    let cfg = config("wss://gw").ca_bundle(&path).build().unwrap();
-    assert!(Dialer::with_lookup(&cfg, env(&[])).is_ok());
+    assert!(config("wss://gw").ca_bundle(&path).dial(&[]).is_ok());
 }
 
 fn tls_error(e: rustls::Error) -> io::Error {

@@ -1,15 +1,24 @@
-//! Connector-to-connector invoke, the caller's side: [`InvokeOptions`] and
-//! [`InvokeResponse`]. The path from a caller's future to the socket's core is in
-//! `mux::invoker`.
+//! Connector-to-connector invoke, the caller's side: [`InvokeOptions`],
+//! [`InvokeResponse`], and [`Invoker`], the seam through which an [`ExecuteContext`]
+//! reaches its registration's gateway connection.
 //!
-//! A registration invokes a capability of another connector through the gateway: the
-//! core sends an `invoke_request` with a request id from this socket's counter, the
+//! A registration invokes a capability of another connector through the gateway: its
+//! socket sends an `invoke_request` with a request id from the socket's counter, the
 //! gateway executes it on the target and answers with an `invoke_response`. The
-//! caller awaits a oneshot; dropping the future (a `select!`, a timeout of the caller's
-//! own) tells the core to forget the request, so nothing is left pending.
+//! caller awaits the answer; dropping the future (a `select!`, a timeout of the
+//! caller's own) tells the socket to forget the request, so nothing is left pending.
+//!
+//! This is the connector's vocabulary, so it lives with the connector: the
+//! multiplexer implements [`Invoker`] for each registration (`mux::socket_invoker`),
+//! and nothing here knows how a socket works.
+//!
+//! [`ExecuteContext`]: crate::ExecuteContext
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
+
+use futures_util::future::BoxFuture;
 
 use crate::encoding::{decode_wire_payload, Payload};
 use crate::error::{Error, Result};
@@ -58,6 +67,46 @@ impl InvokeOptions {
         self.context.insert(key.into(), value.into());
         self
     }
+
+    /// The wire encoding an invoke of `payload` declares: the payload's own, or
+    /// [`InvokeOptions::encoding`] for [`Payload::Bytes`]; setting it for any other
+    /// payload is an [`Error::Config`].
+    #[cfg(feature = "websocket")]
+    pub(crate) fn encoding_for(&self, payload: &Payload) -> Result<PayloadEncoding> {
+        match (self.encoding, payload) {
+            (None, p) => Ok(p.encoding()),
+            (Some(e), Payload::Bytes(_)) => Ok(e),
+            (Some(e), p) => Err(Error::Config(format!(
+                "InvokeOptions::encoding ({e:?}) applies only to Payload::Bytes; a {:?} payload declares its own encoding",
+                p.encoding()
+            ))),
+        }
+    }
+}
+
+/// A registration's way to send invokes through its gateway connection: what an
+/// [`ExecuteContext`](crate::ExecuteContext) holds, shared by every execute of the
+/// registration (one per registration, so an execute costs no allocation for it).
+/// The multiplexer implements it; a detached context has none.
+pub(crate) trait Invoker: Send + Sync + fmt::Debug {
+    /// Invokes `capability_id` of `target` (an ARN or a dot key) and waits for the
+    /// answer.
+    fn invoke<'a>(
+        &'a self,
+        target: &'a str,
+        capability_id: &'a str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> BoxFuture<'a, Result<InvokeResponse>>;
+
+    /// Sends an invoke the gateway does not answer; done once it is queued.
+    fn invoke_fire_and_forget<'a>(
+        &'a self,
+        target: &'a str,
+        capability_id: &'a str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> BoxFuture<'a, Result<()>>;
 }
 
 /// A successful invoke's answer: the target's payload, as bytes plus their encoding

@@ -1,66 +1,54 @@
-//! The path of an invoke from the caller's future to its socket's core, and back.
+//! [`SocketInvoker`]: one registration's invokes, from the caller's future to its
+//! socket's core and back. It is the mux's [`Invoker`]: every [`ExecuteContext`] of
+//! the registration holds it behind that trait, and its [`RegistrationHandle`] holds
+//! it as it is.
+//!
+//! [`RegistrationHandle`]: crate::RegistrationHandle
+//! [`ExecuteContext`]: crate::ExecuteContext
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use futures_util::future::BoxFuture;
+use tokio::sync::oneshot;
 
 use super::core::InvokeSpec;
-use super::driver::Command;
-use super::invoke::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
-use super::metrics::{HandleMetrics, SocketMetrics};
+use super::metrics::HandleMetrics;
 use super::routing::HandleId;
+use super::socket::{Command, SocketHandle};
+use crate::connector::{InvokeOptions, InvokeResponse, Invoker, DEFAULT_INVOKE_TIMEOUT};
 use crate::encoding::{encode_payload, Payload};
 use crate::error::{Error, Result};
 use crate::proto::InvokeCapabilityResponse;
 
-/// What a socket's handles share: the command queue of its driver, its counters, and
-/// the invoke request-id counter.
-#[derive(Debug)]
-pub(crate) struct SocketLink {
-    pub(crate) commands: mpsc::Sender<Command>,
-    pub(crate) metrics: Arc<SocketMetrics>,
-    next_invoke: AtomicU64,
-}
-
-impl SocketLink {
-    pub(crate) fn new(commands: mpsc::Sender<Command>, metrics: Arc<SocketMetrics>) -> Self {
-        SocketLink {
-            commands,
-            metrics,
-            next_invoke: AtomicU64::new(1),
-        }
-    }
-}
-
-/// One registration's ability to invoke: held by its [`RegistrationHandle`] and by
-/// every [`ExecuteContext`] of its executes.
+/// One registration's ability to invoke: held by its [`RegistrationHandle`] and,
+/// as an [`Invoker`], by every [`ExecuteContext`] of its executes.
 ///
 /// [`RegistrationHandle`]: crate::RegistrationHandle
 /// [`ExecuteContext`]: crate::ExecuteContext
-#[derive(Debug, Clone)]
-pub(crate) struct Invoker {
+#[derive(Debug)]
+pub(crate) struct SocketInvoker {
     pub(crate) handle: HandleId,
-    pub(crate) link: Arc<SocketLink>,
+    pub(crate) socket: Arc<SocketHandle>,
     pub(crate) metrics: Arc<HandleMetrics>,
 }
 
 /// Tells the core to forget an invoke whose caller stopped waiting. Best effort: when
 /// the command queue is full, the entry is pruned at its deadline instead.
 struct CancelOnDrop<'a> {
-    link: &'a SocketLink,
+    socket: &'a SocketHandle,
     request_id: Option<String>,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.request_id.take() {
-            let _ = self.link.commands.try_send(Command::CancelInvoke(id));
+            let _ = self.socket.commands.try_send(Command::CancelInvoke(id));
         }
     }
 }
 
-impl Invoker {
+impl SocketInvoker {
     /// Invokes `capability_id` of `target` (an ARN or a dot key) and waits for the
     /// answer.
     pub(crate) async fn invoke(
@@ -104,17 +92,8 @@ impl Invoker {
         options: InvokeOptions,
         fire_and_forget: bool,
     ) -> Result<Option<InvokeCapabilityResponse>> {
-        let encoding = match (options.encoding, &payload) {
-            (None, p) => p.encoding(),
-            (Some(e), Payload::Bytes(_)) => e,
-            (Some(e), p) => {
-                return Err(Error::Config(format!(
-                    "InvokeOptions::encoding ({e:?}) applies only to Payload::Bytes; a {:?} payload declares its own encoding",
-                    p.encoding()
-                )))
-            }
-        };
-        let request_id = format!("inv-{:x}", self.link.next_invoke.fetch_add(1, Relaxed));
+        let encoding = options.encoding_for(&payload)?;
+        let request_id = format!("inv-{:x}", self.socket.next_invoke.fetch_add(1, Relaxed));
         let spec = InvokeSpec {
             request_id: request_id.clone(),
             target: target.to_owned(),
@@ -132,12 +111,12 @@ impl Invoker {
             spec,
             reply,
         };
-        if self.link.commands.send(command).await.is_err() {
+        if self.socket.commands.send(command).await.is_err() {
             self.metrics.invokes_failed.fetch_add(1, Relaxed);
             return Err(Error::Shutdown);
         }
         let mut guard = CancelOnDrop {
-            link: &self.link,
+            socket: &self.socket,
             request_id: (!fire_and_forget).then_some(request_id),
         };
         let result = answer.await.unwrap_or(Err(Error::Shutdown));
@@ -146,5 +125,39 @@ impl Invoker {
             self.metrics.invokes_failed.fetch_add(1, Relaxed);
         }
         result
+    }
+}
+
+impl Invoker for SocketInvoker {
+    fn invoke<'a>(
+        &'a self,
+        target: &'a str,
+        capability_id: &'a str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> BoxFuture<'a, Result<InvokeResponse>> {
+        Box::pin(SocketInvoker::invoke(
+            self,
+            target,
+            capability_id,
+            payload,
+            options,
+        ))
+    }
+
+    fn invoke_fire_and_forget<'a>(
+        &'a self,
+        target: &'a str,
+        capability_id: &'a str,
+        payload: Payload,
+        options: InvokeOptions,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(SocketInvoker::invoke_fire_and_forget(
+            self,
+            target,
+            capability_id,
+            payload,
+            options,
+        ))
     }
 }

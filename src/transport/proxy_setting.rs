@@ -1,13 +1,16 @@
 //! [`ProxySetting`]: how a connector reaches its gateway through an HTTP proxy.
 //!
+//! It lives with the transport, not with the connector's configuration that carries
+//! it (`ConnectorConfig::proxy`), because the dialer is what acts on it: the transport
+//! layer takes its settings as its own types and never reads a connector's config.
 //! The rules for the environment variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
 //! `NO_PROXY`) are in the README's "TLS and proxies" section and in
-//! `crate::transport::proxy`, which applies them.
+//! `super::proxy`, which applies them.
 
 use std::fmt;
 
+use super::proxy::{redact_url, ProxyUrl};
 use crate::error::{Error, Result};
-use crate::transport::proxy::{redact_url, ProxyUrl};
 
 /// Whether and how the connector dials its gateway through an HTTP CONNECT proxy.
 ///
