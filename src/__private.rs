@@ -69,12 +69,12 @@ pub mod webhooks {
     /// The ingest decision, for the `ingest_decision` and `config_loader` fuzz targets.
     ///
     /// A wrapper rather than a re-export: `webhooks::ingest::decide`, its `Request` and
-    /// its `Decision` are `pub(crate)`, and a fuzz target needs only the status the
+    /// its `IngestDecision` are `pub(crate)`, and a fuzz target needs only the status the
     /// listener would answer.
     pub mod ingest {
-        use crate::runtime::config::SourceSpec;
         use crate::triggers::IdSeed;
-        use crate::webhooks::ingest::{decide, Decision, Request};
+        use crate::webhooks::ingest::{decide, IngestDecision, Request};
+        use crate::webhooks::source::SourceSpec;
 
         /// The HTTP status the listener answers for this delivery to `spec`, with the
         /// refusal's reason label (`stored`, `notion_token_captured` or `reply` when
@@ -97,10 +97,10 @@ pub mod webhooks {
                 ids: IdSeed { event: 1, trace: 1 },
             };
             match decide(spec, notion_token, &req) {
-                Decision::Store(_) => (200, "stored"),
-                Decision::CaptureNotionToken(_) => (200, "notion_token_captured"),
-                Decision::Reply { status, .. } => (status, "reply"),
-                Decision::Refuse(r) => (r.status, r.reason),
+                IngestDecision::Store(_) => (200, "stored"),
+                IngestDecision::CaptureNotionToken(_) => (200, "notion_token_captured"),
+                IngestDecision::Reply { status, .. } => (status, "reply"),
+                IngestDecision::Refuse(r) => (r.status, r.reason),
             }
         }
     }

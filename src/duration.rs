@@ -73,6 +73,21 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long a duration"))
 }
 
+/// Longest duration in seconds a `*_secs` option may name: ten years. Far beyond any
+/// sensible retention or tolerance, and small enough that milliseconds of it, added to
+/// a current timestamp, cannot overflow an `i64` (the fuzzer found options that did).
+pub(crate) const MAX_SECS: i64 = 10 * 365 * 86_400;
+
+/// `secs` of option `name` in milliseconds, refused past [`MAX_SECS`].
+pub(crate) fn secs_to_ms(name: &str, secs: i64) -> crate::error::Result<i64> {
+    if secs > MAX_SECS {
+        return Err(crate::error::Error::Config(format!(
+            "{name} = {secs}: at most {MAX_SECS} (10 years)"
+        )));
+    }
+    Ok(secs * 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

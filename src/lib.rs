@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -74,6 +74,8 @@ pub(crate) mod outbox;
 pub mod phoenix;
 #[cfg(feature = "runtime")]
 pub(crate) mod runtime;
+#[cfg(feature = "runtime")]
+pub(crate) mod secret;
 #[cfg(feature = "runtime")]
 pub(crate) mod store;
 pub(crate) mod transport;

@@ -174,7 +174,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::outbox::retry::Backoff;
+    use crate::outbox::retry::RetryCurve;
 
     fn row(attempt: u32, dead_letter_id: Option<i64>) -> ClaimedRow {
         ClaimedRow {
@@ -201,7 +201,7 @@ mod tests {
     fn policy() -> RetryPolicy {
         RetryPolicy {
             max_attempts: 3,
-            backoff: Backoff::Constant,
+            backoff: RetryCurve::Constant,
             base: Duration::from_millis(500),
             cap: Duration::from_secs(10),
             jitter: 0.0,

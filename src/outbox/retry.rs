@@ -9,7 +9,7 @@ use serde::Serialize;
 /// How the delay grows with each failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Backoff {
+pub enum RetryCurve {
     /// `base` every time.
     Constant,
     /// `base × n` after the n-th failure.
@@ -24,7 +24,7 @@ pub struct RetryPolicy {
     /// Attempts in all, the first included; `1` means never retried.
     pub max_attempts: u32,
     /// How the delay grows.
-    pub backoff: Backoff,
+    pub backoff: RetryCurve,
     /// The first delay.
     #[serde(serialize_with = "ms")]
     pub base: Duration,
@@ -55,7 +55,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            backoff: Backoff::Exponential,
+            backoff: RetryCurve::Exponential,
             base: DEFAULT_BASE,
             cap: DEFAULT_CAP,
             jitter: DEFAULT_JITTER,
@@ -77,9 +77,9 @@ impl RetryPolicy {
     pub fn base_delay(&self, failed: u32) -> Duration {
         let n = failed.max(1);
         let delay = match self.backoff {
-            Backoff::Constant => self.base,
-            Backoff::Linear => self.base.saturating_mul(n),
-            Backoff::Exponential => {
+            RetryCurve::Constant => self.base,
+            RetryCurve::Linear => self.base.saturating_mul(n),
+            RetryCurve::Exponential => {
                 let factor = 1u32.checked_shl(n - 1).unwrap_or(u32::MAX);
                 self.base.saturating_mul(factor)
             }
@@ -109,7 +109,7 @@ impl RetryPolicy {
 mod tests {
     use super::*;
 
-    fn policy(backoff: Backoff) -> RetryPolicy {
+    fn policy(backoff: RetryCurve) -> RetryPolicy {
         RetryPolicy {
             max_attempts: 6,
             backoff,
@@ -126,25 +126,25 @@ mod tests {
     #[test]
     fn constant_linear_and_exponential_grow_as_named_and_stop_at_the_cap() {
         assert_eq!(
-            delays(&policy(Backoff::Constant)),
+            delays(&policy(RetryCurve::Constant)),
             [100, 100, 100, 100, 100, 100]
         );
         assert_eq!(
-            delays(&policy(Backoff::Linear)),
+            delays(&policy(RetryCurve::Linear)),
             [100, 200, 300, 400, 500, 600]
         );
         assert_eq!(
-            delays(&policy(Backoff::Exponential)),
+            delays(&policy(RetryCurve::Exponential)),
             [100, 200, 400, 800, 1000, 1000]
         );
     }
 
     #[test]
     fn a_huge_attempt_number_saturates_at_the_cap_instead_of_overflowing() {
-        let p = policy(Backoff::Exponential);
+        let p = policy(RetryCurve::Exponential);
         assert_eq!(p.base_delay(200), Duration::from_millis(1000));
         assert_eq!(
-            policy(Backoff::Linear).base_delay(u32::MAX).as_millis(),
+            policy(RetryCurve::Linear).base_delay(u32::MAX).as_millis(),
             1000
         );
     }
@@ -153,7 +153,7 @@ mod tests {
     fn jitter_spreads_the_delay_symmetrically_within_the_fraction() {
         let p = RetryPolicy {
             jitter: 0.5,
-            ..policy(Backoff::Constant)
+            ..policy(RetryCurve::Constant)
         };
         assert_eq!(p.delay(1, 0.0), Duration::from_millis(50));
         assert_eq!(p.delay(1, 0.5), Duration::from_millis(100));
@@ -165,7 +165,7 @@ mod tests {
     fn attempts_run_out_at_max_attempts_counting_the_first() {
         let p = RetryPolicy {
             max_attempts: 3,
-            ..policy(Backoff::Constant)
+            ..policy(RetryCurve::Constant)
         };
         assert_eq!(p.after_failure(1, 1_000, 0.5), Next::RetryAt(1_100));
         assert_eq!(p.after_failure(2, 5_000, 0.5), Next::RetryAt(5_100));

@@ -34,10 +34,11 @@ use crate::error::{Error, Result};
 use crate::mux::{
     MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
 };
-use crate::runtime::config::{ResolvedConfig, Rule};
+use crate::runtime::config::ResolvedConfig;
 use crate::store::{open_backend, redact_url, Store};
 use crate::triggers::binding::Handler;
 use crate::webhooks::server::router;
+use crate::webhooks::source::Rule;
 use crate::webhooks::state::Ingress;
 use crate::webhooks::ticker::{self, Ticker};
 use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};

@@ -1,7 +1,7 @@
 //! `[[triggers]]` and `[[queues]]` of `switchboard.toml`: which events go where.
 //!
 //! Parsing checks shape (unknown keys are refused, as everywhere in the file);
-//! resolving, from [`crate::runtime::config::RuntimeConfig::resolve`], checks meaning
+//! resolving (which the runtime's config calls for the whole file) checks meaning
 //! and builds the [`TriggerRegistry`] and the [`QueueSpec`]s. Every error names the
 //! trigger (or queue) and the option.
 //!
@@ -38,7 +38,7 @@ use super::filter::Expression;
 use super::registry::TriggerRegistry;
 use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
-use crate::outbox::retry::{self, Backoff, RetryPolicy};
+use crate::outbox::retry::{self, RetryCurve, RetryPolicy};
 use crate::proto::PayloadEncoding;
 
 /// Default queue visibility timeout: 30 s, the default attempt timeout, so a consumer
@@ -400,9 +400,9 @@ impl RetryConfig {
             return Err("max_attempts must be at least 1 (the first attempt counts)".into());
         }
         let backoff = match self.backoff.as_deref() {
-            None | Some("exponential") => Backoff::Exponential,
-            Some("linear") => Backoff::Linear,
-            Some("constant") => Backoff::Constant,
+            None | Some("exponential") => RetryCurve::Exponential,
+            Some("linear") => RetryCurve::Linear,
+            Some("constant") => RetryCurve::Constant,
             Some(other) => {
                 return Err(format!(
                     "backoff {other:?}: expected \"constant\", \"linear\" or \"exponential\""
@@ -455,4 +455,28 @@ impl QueueConfig {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodings_are_the_lower_case_names_switchboard_can_encode() {
+        for (name, expected) in [
+            ("json", Ok(PayloadEncoding::Json)),
+            ("bytes", Ok(PayloadEncoding::RawBytes)),
+            ("raw_bytes", Ok(PayloadEncoding::RawBytes)),
+            ("json_lines", Ok(PayloadEncoding::JsonLines)),
+        ] {
+            assert_eq!(parse_encoding(name), expected);
+        }
+        for (name, reason) in [
+            ("JSON", "lower case"),
+            ("msgpack", "not one switchboard can encode"),
+            ("parquet", "not one switchboard can encode"),
+            ("yaml", "unknown"),
+            ("payload_encoding_unspecified", "unknown"),
+        ] {
+            let e = parse_encoding(name).unwrap_err();
+            assert!(e.contains(reason), "{name}: {e}");
+        }
+    }
+}

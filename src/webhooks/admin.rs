@@ -30,8 +30,8 @@ use subtle::ConstantTimeEq;
 
 use super::classify::Provider;
 use super::notion::NOTION_TOKEN_KEY;
+use super::source::Rule;
 use super::state::{Ingress, LiveSource};
-use crate::runtime::config::Rule;
 use crate::store::EventQuery;
 
 /// Largest page of events or rejections.
@@ -151,11 +151,7 @@ fn describe(src: &LiveSource) -> Value {
         }
         // Only rules that check a signed timestamp have a tolerance to show.
         Rule::Provider(Provider::Github) => {}
-        Rule::Generic(g)
-            if matches!(
-                g.scheme,
-                crate::runtime::config::GenericScheme::Header { .. }
-            ) => {}
+        Rule::Generic(g) if matches!(g.scheme, super::source::GenericScheme::Header { .. }) => {}
         Rule::Provider(_) | Rule::Generic(_) => {
             v["timestamp_tolerance_secs"] = json!(s.tolerance_s);
         }

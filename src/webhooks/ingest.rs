@@ -1,6 +1,6 @@
 //! The decision for one delivery: verify, handle handshakes, normalise into a
 //! [`TriggerEvent`]. No I/O and no clock: the HTTP layer passes the request and the
-//! time, then does what the returned [`Decision`] says (store, answer, capture).
+//! time, then does what the returned [`IngestDecision`] says (store, answer, capture).
 //!
 //! Order of checks, for every provider: the signature first (an unauthenticated body
 //! is never parsed beyond what a handshake needs), then the body's shape, then the
@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::classify::{classify, Provider};
 use super::redact::redact_headers;
 use super::signature::{self, Headers, Rejection};
-use crate::runtime::config::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
+use super::source::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
 use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
 
 /// One request as the HTTP layer saw it.
@@ -63,7 +63,7 @@ impl From<Rejection> for Refusal {
 
 /// What to do with a delivery.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Decision {
+pub(crate) enum IngestDecision {
     /// Claim and store this event, then answer 200.
     Store(Box<TriggerEvent>),
     /// Answer this and store nothing (a handshake: Slack's `url_verification`).
@@ -82,8 +82,8 @@ pub(crate) enum Decision {
     Refuse(Refusal),
 }
 
-fn refuse(status: u16, reason: &'static str, detail: impl Into<String>) -> Decision {
-    Decision::Refuse(Refusal {
+fn refuse(status: u16, reason: &'static str, detail: impl Into<String>) -> IngestDecision {
+    IngestDecision::Refuse(Refusal {
         status,
         reason,
         detail: detail.into(),
@@ -100,10 +100,14 @@ fn parse_json(body: &[u8]) -> Result<Value, Refusal> {
 
 /// Decides what to do with `req` for `spec`. `notion_token` is the verification token
 /// captured earlier for this source, if any.
-pub(crate) fn decide(spec: &SourceSpec, notion_token: Option<&str>, req: &Request<'_>) -> Decision {
+pub(crate) fn decide(
+    spec: &SourceSpec,
+    notion_token: Option<&str>,
+    req: &Request<'_>,
+) -> IngestDecision {
     match decide_inner(spec, notion_token, req) {
         Ok(d) => d,
-        Err(r) => Decision::Refuse(r),
+        Err(r) => IngestDecision::Refuse(r),
     }
 }
 
@@ -111,7 +115,7 @@ fn decide_inner(
     spec: &SourceSpec,
     notion_token: Option<&str>,
     req: &Request<'_>,
-) -> Result<Decision, Refusal> {
+) -> Result<IngestDecision, Refusal> {
     let h = req.headers;
     let now_s = req.now_ms.div_euclid(1000);
     let keys: Vec<&[u8]> = spec.secrets.iter().map(|s| s.expose()).collect();
@@ -145,7 +149,7 @@ fn decide_inner(
                         reason: "malformed",
                         detail: "url_verification without a challenge string".into(),
                     })?;
-                return Ok(Decision::Reply {
+                return Ok(IngestDecision::Reply {
                     status: 200,
                     content_type: "text/plain; charset=utf-8",
                     body: challenge.to_owned(),
@@ -235,7 +239,7 @@ fn check_ms(ts_ms: i64, now_ms: i64, tolerance_s: i64) -> Result<(), Rejection> 
     }
 }
 
-fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<Decision, Refusal> {
+fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<IngestDecision, Refusal> {
     let parsed = parse_json(body)?;
     let Some(token) = parsed.get("verification_token").and_then(Value::as_str) else {
         return Err(Rejection::MissingHeader("X-Notion-Signature").into());
@@ -247,7 +251,7 @@ fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<Decision, Refusa
             detail: "a verification token is already captured for this source; clear it (DELETE /api/v1/sources/{id}/verification_token) to accept a new one".into(),
         });
     }
-    Ok(Decision::CaptureNotionToken(Secret::new(token)))
+    Ok(IngestDecision::CaptureNotionToken(Secret::new(token)))
 }
 
 fn generic(
@@ -255,7 +259,7 @@ fn generic(
     rule: &GenericRule,
     keys: &[&[u8]],
     req: &Request<'_>,
-) -> Result<Decision, Refusal> {
+) -> Result<IngestDecision, Refusal> {
     let h = req.headers;
     match &rule.scheme {
         GenericScheme::Header {
@@ -326,7 +330,7 @@ fn store(
     dedupe_key: String,
     occurred_at_ms: Option<i64>,
     payload: Value,
-) -> Decision {
+) -> IngestDecision {
     // PostgreSQL TEXT cannot hold NUL, and a kind or key with one is no real delivery:
     // refuse it here rather than fail the whole group-commit batch it would join.
     if kind.contains('\0') || dedupe_key.contains('\0') {
@@ -347,7 +351,7 @@ fn store(
             *v = super::redact::REDACTED.to_owned();
         }
     }
-    Decision::Store(Box::new(TriggerEvent {
+    IngestDecision::Store(Box::new(TriggerEvent {
         id: event_id(req.now_ms, req.ids.event),
         source: spec.id.clone(),
         provider: spec.rule.provider_name().to_owned(),

@@ -32,7 +32,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::config::IngressLimits;
+use super::limits::IngressLimits;
 
 /// How long the accept loop pauses after an accept error that is not one
 /// connection's (out of file descriptors, say), so it does not spin while the

@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::classify::Provider;
-use super::ingest::{decide, Decision, Request};
+use super::ingest::{decide, IngestDecision, Request};
 use super::metrics::IngressMetrics;
 use super::rate_limit::TokenBucket;
-use crate::runtime::config::{RateLimit, Rule, SourceSpec};
+use super::source::{RateLimit, Rule, SourceSpec};
 use crate::store::Store;
 
 /// State key of a captured Notion verification token.
@@ -74,10 +74,10 @@ impl NotionToken {
         store: &Store,
         metrics: &IngressMetrics,
         req: &Request<'_>,
-        decision: &Decision,
+        decision: &IngestDecision,
         judged_with: Option<&str>,
-    ) -> Option<Decision> {
-        let Decision::Refuse(r) = decision else {
+    ) -> Option<IngestDecision> {
+        let IngestDecision::Refuse(r) = decision else {
             return None;
         };
         let notion = matches!(spec.rule, Rule::Provider(Provider::Notion));

@@ -1,7 +1,7 @@
 //! A token bucket per source. Pure: the caller passes the time, so the refill
 //! arithmetic is tested without a clock.
 
-use crate::runtime::config::RateLimit;
+use super::source::RateLimit;
 
 /// A token bucket holding at most `burst` tokens, refilled at `per_second`.
 #[derive(Debug, Clone)]

@@ -32,11 +32,11 @@ use axum::Router;
 use serde_json::json;
 
 use super::classify::Provider;
-use super::ingest::{decide, Decision, Refusal, Request};
+use super::ingest::{decide, IngestDecision, Refusal, Request};
 use super::notion::NOTION_TOKEN_KEY;
 use super::redact::redact_headers;
+use super::source::Rule;
 use super::state::{Ingress, LiveSource};
-use crate::runtime::config::Rule;
 use crate::store::{now_ms, Appended, Rejected};
 use crate::triggers::IdSeed;
 
@@ -216,7 +216,7 @@ async fn handle(
         )
     };
     match decision {
-        Decision::Store(event) => {
+        IngestDecision::Store(event) => {
             let event_id = event.id.clone();
             let rows = app.router.route(&event);
             match app
@@ -235,7 +235,7 @@ async fn handle(
                 Err(e) => store_unavailable(app, id, &e),
             }
         }
-        Decision::Reply {
+        IngestDecision::Reply {
             status,
             content_type,
             body,
@@ -244,7 +244,7 @@ async fn handle(
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
         }
-        Decision::CaptureNotionToken(token) => {
+        IngestDecision::CaptureNotionToken(token) => {
             // The token came out of a JSON string, so it is UTF-8.
             let token = String::from_utf8_lossy(token.expose()).into_owned();
             let _capturing = source.capture.lock().await;
@@ -274,7 +274,7 @@ async fn handle(
             );
             axum::Json(json!({"captured": "verification_token"})).into_response()
         }
-        Decision::Refuse(refusal) => refuse_here(refusal),
+        IngestDecision::Refuse(refusal) => refuse_here(refusal),
     }
 }
 

@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::binding_match::BindingMatcher;
 use super::classify::Provider;
 use super::metrics::IngressMetrics;
 use super::notion::{NotionToken, NOTION_TOKEN_KEY};
 use super::rate_limit::TokenBucket;
-use super::routing::IngestRouter;
-use crate::runtime::config::{Rule, Secret, SourceSpec};
+use super::source::{Rule, Secret, SourceSpec};
 use crate::store::{now_ms, Store};
 use crate::triggers::registry::TriggerRegistry;
 
@@ -47,7 +47,7 @@ pub(crate) struct Ingress {
     pub(crate) store: Store,
     pub(crate) metrics: Arc<IngressMetrics>,
     /// The trigger bindings each stored event is matched against.
-    pub(crate) router: IngestRouter,
+    pub(crate) router: BindingMatcher,
     pub(crate) admin_token: Option<Secret>,
     /// Metrics of other parts (the dispatcher), appended to `/metrics`.
     pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::dispatch::metrics::DispatchMetrics>>,
@@ -97,7 +97,7 @@ impl Ingress {
             sources: map,
             order,
             store,
-            router: IngestRouter::new(triggers, metrics.clone()),
+            router: BindingMatcher::new(triggers, metrics.clone()),
             metrics,
             admin_token,
             more_metrics: std::sync::OnceLock::new(),

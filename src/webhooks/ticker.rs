@@ -18,10 +18,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::binding_match::BindingMatcher;
 use super::cron::missed_fires;
-use super::routing::IngestRouter;
+use super::source::{CronRule, SourceSpec};
 use crate::backoff::{Backoff, BackoffPolicy};
-use crate::runtime::config::{CronRule, SourceSpec};
 use crate::store::{now_ms, Store};
 use crate::triggers::{trace_id_from, SignatureStatus, TriggerEvent};
 
@@ -58,7 +58,7 @@ pub(crate) struct Ticker {
     /// Where ticks are stored.
     pub(crate) store: Store,
     /// The bindings ticks are matched against.
-    pub(crate) router: IngestRouter,
+    pub(crate) router: BindingMatcher,
 }
 
 /// Runs a cron source until `cancel` fires.

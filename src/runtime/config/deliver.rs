@@ -47,7 +47,7 @@ pub(crate) const DEFAULT_MAX_DEPTH: u32 = 8;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
-pub struct GatewayConfig {
+pub struct RuntimeGatewayConfig {
     /// The gateway's address (`ws://`, `wss://`, `grpc://`, …).
     pub url: String,
     /// The tenant the runtime registers under.
@@ -78,7 +78,7 @@ pub struct GatewaySettings {
     pub token: Option<Secret>,
 }
 
-impl GatewayConfig {
+impl RuntimeGatewayConfig {
     pub(super) fn resolve(&self, env: &impl Fn(&str) -> Option<String>) -> Result<GatewaySettings> {
         let bad = |what: String| Error::Config(format!("[gateway] {what}"));
         let address = GatewayAddress::parse(&self.url).map_err(|e| bad(format!("url: {e}")))?;

@@ -1,4 +1,7 @@
 use super::*;
+use crate::webhooks::cron::CatchUp;
+use crate::webhooks::signature::MacEncoding;
+use crate::webhooks::source::*;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -263,7 +266,7 @@ fn notion_recheck_limit_applies_to_notion_only_and_defaults_to_one_a_second() {
     let c = resolve("[[sources]]\nid = \"n\"\nprovider = \"notion\"\n").unwrap();
     assert_eq!(
         c.sources[0].notion_recheck_limit,
-        limits::DEFAULT_NOTION_RECHECK_LIMIT
+        DEFAULT_NOTION_RECHECK_LIMIT
     );
     assert!(err(
         "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\nnotion_recheck_limit = { per_second = 1 }\n"
@@ -281,7 +284,7 @@ fn rejection_audit_limit_defaults_to_twenty_a_second_and_refuses_a_zero_rate() {
         resolve("[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\n").unwrap();
     assert_eq!(
         c.sources[0].rejection_audit_limit,
-        limits::DEFAULT_REJECTION_AUDIT_LIMIT
+        DEFAULT_REJECTION_AUDIT_LIMIT
     );
     assert!(err(
         "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_env = \"GH\"\nrejection_audit_limit = { per_second = 0 }\n"

@@ -2,7 +2,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::*;
-use crate::runtime::config::RuntimeConfig;
+use crate::webhooks::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -19,21 +19,25 @@ fn hex_mac(key: &[u8], parts: &[&[u8]]) -> String {
 }
 
 fn spec(toml_source: &str) -> SourceSpec {
-    let text = format!("[[sources]]\nid = \"s\"\n{toml_source}");
+    let text = format!("id = \"s\"\n{toml_source}");
     let env = |n: &str| match n {
         "NEW" => Some("new-secret".to_owned()),
         "OLD" => Some("old-secret".to_owned()),
         _ => None,
     };
-    RuntimeConfig::from_toml(&text)
+    // The runtime's defaults: tenant "default", the default body limit.
+    let config: SourceConfig = toml::from_str(&text).unwrap();
+    config
+        .resolve("default", DEFAULT_MAX_BODY_BYTES, &env)
         .unwrap()
-        .resolve_with(env)
-        .unwrap()
-        .sources
-        .remove(0)
 }
 
-fn run(spec: &SourceSpec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> Decision {
+fn run(
+    spec: &SourceSpec,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> IngestDecision {
     decide(
         spec,
         token,
@@ -54,16 +58,16 @@ const IDS: IdSeed = IdSeed {
     trace: 0xfeed_0000_0000_0000_0000_0000_0000_beef,
 };
 
-fn stored(d: Decision) -> TriggerEvent {
+fn stored(d: IngestDecision) -> TriggerEvent {
     match d {
-        Decision::Store(e) => *e,
+        IngestDecision::Store(e) => *e,
         other => panic!("expected Store, got {other:?}"),
     }
 }
 
-fn refused(d: Decision) -> (u16, &'static str) {
+fn refused(d: IngestDecision) -> (u16, &'static str) {
     match d {
-        Decision::Refuse(r) => (r.status, r.reason),
+        IngestDecision::Refuse(r) => (r.status, r.reason),
         other => panic!("expected Refuse, got {other:?}"),
     }
 }
@@ -131,7 +135,7 @@ fn slack_answers_url_verification_with_the_challenge_and_stores_nothing() {
     ];
     assert_eq!(
         run(&s, None, &h, body),
-        Decision::Reply {
+        IngestDecision::Reply {
             status: 200,
             content_type: "text/plain; charset=utf-8",
             body: "3eZbrw1aB".into()
@@ -196,7 +200,7 @@ fn notion_captures_the_first_unsigned_token_once_then_verifies_with_it() {
     let first = br#"{"verification_token":"secret_tok"}"#;
     assert_eq!(
         run(&s, None, &[], first),
-        Decision::CaptureNotionToken(crate::runtime::config::Secret::new("secret_tok"))
+        IngestDecision::CaptureNotionToken(crate::secret::Secret::new("secret_tok"))
     );
     assert_eq!(
         refused(run(&s, Some("secret_tok"), &[], first)),
@@ -356,7 +360,7 @@ fn a_malformed_signature_is_a_bad_request_not_an_authentication_failure() {
 
 /// A signed Linear delivery whose body timestamp is `ts_ms`, for a source whose
 /// tolerance is 60 s plus a 10 s grace.
-fn linear_at(ts_ms: i64) -> Decision {
+fn linear_at(ts_ms: i64) -> IngestDecision {
     let s = spec("provider = \"linear\"\nsecret_env = \"NEW\"\ntimestamp_grace_secs = 10");
     let body = format!(r#"{{"type":"Issue","action":"create","webhookTimestamp":{ts_ms}}}"#);
     let sig = hex_mac(b"new-secret", &[body.as_bytes()]);
@@ -380,8 +384,8 @@ fn linear_accepts_a_timestamp_exactly_at_the_tolerance_either_way_and_not_a_ms_b
 
 #[test]
 fn linear_refusals_say_how_far_off_the_timestamp_is_in_whole_seconds() {
-    let detail = |d: Decision| match d {
-        Decision::Refuse(r) => r.detail,
+    let detail = |d: IngestDecision| match d {
+        IngestDecision::Refuse(r) => r.detail,
         other => panic!("expected Refuse, got {other:?}"),
     };
     assert_eq!(

@@ -1,5 +1,7 @@
 //! `[[triggers]]`, `[[queues]]`, `[gateway]`, `[dispatcher]` and `event_retention`,
-//! through the whole file: `RuntimeConfig::from_toml(..).resolve_with(..)`.
+//! through the whole file: `RuntimeConfig::from_toml(..).resolve_with(..)`. Here, not
+//! beside `triggers::config`, because they resolve the assembled file, which only the
+//! runtime (the layer above the bindings) reads.
 
 use std::time::Duration;
 
@@ -7,7 +9,10 @@ use serde_json::json;
 
 use super::*;
 use crate::outbox::model::Destination;
-use crate::runtime::config::{DispatcherSettings, ResolvedConfig, RuntimeConfig};
+use crate::outbox::retry::{RetryCurve, RetryPolicy};
+use crate::proto::PayloadEncoding;
+use crate::triggers::binding::{Handler, DEFAULT_MAX_CONCURRENT, DEFAULT_TIMEOUT};
+use crate::triggers::config::*;
 use crate::triggers::testing::event;
 
 /// `rest`, then two sources (`rest` first, so its top-level keys stay top-level).
@@ -139,7 +144,7 @@ fn every_option_of_the_shape_resolves() {
         b.retry,
         RetryPolicy {
             max_attempts: 3,
-            backoff: Backoff::Linear,
+            backoff: RetryCurve::Linear,
             base: Duration::from_secs(2),
             cap: Duration::from_secs(60),
             jitter: 0.1
@@ -436,28 +441,6 @@ fn trigger_mistakes_name_the_trigger_and_the_option() {
     }
     let twice = err(&format!("{}{}", trigger(q), trigger(q)));
     assert!(twice.contains("two triggers have the id \"t\""), "{twice}");
-}
-
-#[test]
-fn encodings_are_the_lower_case_names_switchboard_can_encode() {
-    for (name, expected) in [
-        ("json", Ok(PayloadEncoding::Json)),
-        ("bytes", Ok(PayloadEncoding::RawBytes)),
-        ("raw_bytes", Ok(PayloadEncoding::RawBytes)),
-        ("json_lines", Ok(PayloadEncoding::JsonLines)),
-    ] {
-        assert_eq!(parse_encoding(name), expected);
-    }
-    for (name, reason) in [
-        ("JSON", "lower case"),
-        ("msgpack", "not one switchboard can encode"),
-        ("parquet", "not one switchboard can encode"),
-        ("yaml", "unknown"),
-        ("payload_encoding_unspecified", "unknown"),
-    ] {
-        let e = parse_encoding(name).unwrap_err();
-        assert!(e.contains(reason), "{name}: {e}");
-    }
 }
 
 #[test]

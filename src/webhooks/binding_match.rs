@@ -1,7 +1,7 @@
-//! Routing at ingest: which trigger bindings an accepted event goes to, decided
+//! Binding matching at ingest: which trigger bindings an accepted event goes to, decided
 //! before the store write so the outbox rows commit in the event's own transaction.
 //!
-//! Ingress and every cron source share one [`IngestRouter`]. A binding whose filter or
+//! Ingress and every cron source share one [`BindingMatcher`]. A binding whose filter or
 //! ordering key fails on an event is skipped for that event (the others still get
 //! it), counted in `switchboard_ingress_trigger_filter_errors_total{binding}` and
 //! logged at warn with the binding and the event id: the event itself is still
@@ -17,15 +17,15 @@ use crate::triggers::TriggerEvent;
 
 /// The bindings and the counters their failures go to. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct IngestRouter {
+pub(crate) struct BindingMatcher {
     triggers: Arc<TriggerRegistry>,
     metrics: Arc<IngressMetrics>,
 }
 
-impl IngestRouter {
+impl BindingMatcher {
     /// A router over `triggers`, counting failures in `metrics`.
     pub(crate) fn new(triggers: Arc<TriggerRegistry>, metrics: Arc<IngressMetrics>) -> Self {
-        IngestRouter { triggers, metrics }
+        BindingMatcher { triggers, metrics }
     }
 
     /// The rows for `event`, which came from outside (a webhook or a tick: depth 0).
@@ -60,7 +60,7 @@ mod tests {
         broken.filter = Some(Expression::compile("broken", "filter", "payload.nope").unwrap());
         let fine = Binding::new("fine", Handler::Queue { queue: "q".into() });
         let metrics = Arc::new(IngressMetrics::new());
-        let router = IngestRouter::new(
+        let router = BindingMatcher::new(
             Arc::new(TriggerRegistry::new(vec![broken, fine]).unwrap()),
             metrics.clone(),
         );

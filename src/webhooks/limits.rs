@@ -2,11 +2,11 @@
 //! how long a client may take to send its headers and its body, and how many bytes of
 //! writes may wait for the group commit. Each is a top-level option of
 //! switchboard.toml with the default named here; the README's Limits table lists them
-//! with the per-source ones (`max_body_bytes`, `rate_limit`, `notion_recheck_limit`).
+//! with the per-source ones (`max_body_bytes`, `rate_limit`, `notion_recheck_limit`),
+//! which live with the rest of a source's options in [`super::source`].
 
 use std::time::Duration;
 
-use super::RateLimit;
 use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
 
@@ -23,25 +23,6 @@ pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10)
 /// body, time for a 10 MiB body over a slow link, and a bound on how long a client
 /// sending one byte every few seconds holds a concurrency slot.
 pub(crate) const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default `notion_recheck_limit`: re-reading a Notion source's stored token (after a
-/// refusal that another process's capture could explain) at most once a second,
-/// 10 at once. Legitimate re-checks follow an operator's capture or clear, a handful
-/// at a time; a flood of unsigned requests gets the in-memory answer.
-pub(crate) const DEFAULT_NOTION_RECHECK_LIMIT: RateLimit = RateLimit {
-    per_second: 1.0,
-    burst: Some(10.0),
-};
-
-/// Default `rejection_audit_limit`: 20 audit rows per source per second, 200 at once.
-/// Refusals beyond it are still answered and counted (`rejections_total`,
-/// `audit_skipped_total`) but not written, so a flood of forged deliveries cannot fill
-/// the disk through the audit table and starve real events of space, while an
-/// operator still sees a sample of every kind of refusal.
-pub(crate) const DEFAULT_REJECTION_AUDIT_LIMIT: RateLimit = RateLimit {
-    per_second: 20.0,
-    burst: Some(200.0),
-};
-
 /// The listener's limits, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -66,7 +47,7 @@ impl Default for IngressLimits {
 
 /// Resolves the top-level options; every bound must be positive, since a zero would
 /// refuse every request.
-pub(super) fn resolve(
+pub(crate) fn resolve(
     max_concurrent_requests: Option<usize>,
     header_read_timeout: Option<&DurationSetting>,
     body_read_timeout: Option<&DurationSetting>,

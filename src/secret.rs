@@ -1,0 +1,26 @@
+//! [`Secret`]: bytes that must never reach a log line or a `Debug` dump (signing
+//! secrets, admin tokens). On the ground floor because every layer that reads one
+//! from the environment (the webhook sources, the runtime's admin token) needs the
+//! same guarantee.
+
+/// A secret's bytes. Debug and Display never show them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// The bytes, for MAC computation only.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
