@@ -1,5 +1,5 @@
-//! The reference gateway's approval flow in manual mode (PROTOCOL.md §4 and
-//! `notes/approval-contract.md`), driven over a raw Phoenix socket and its HTTP API:
+//! The reference gateway's approval flow in manual mode (PROTOCOL.md §4 and the
+//! README's "Approval" sections), driven over a raw Phoenix socket and its HTTP API:
 //! pending registers, approve and reject, one-time-token key registration, the token
 //! endpoint with private-key JWT assertions, registers with session tokens and JWTs,
 //! and restarts on the same data dir. The client side is the few helpers below, not

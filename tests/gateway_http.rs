@@ -3,7 +3,8 @@
 //! WebSocket client speaking frames built with `switchboard::phoenix`
 //! (`gateway_http/phoenix.rs`, `gateway_http/protocol.rs`), metrics reports and
 //! deadlines (`gateway_http/reports.rs`), binary frames and the test hooks
-//! (`gateway_http/hooks.rs`).
+//! (`gateway_http/hooks.rs`), and the order in which a registration becomes visible
+//! and its response is queued (`gateway_http/register_order.rs`).
 #![cfg(feature = "gateway")]
 
 mod common;
@@ -15,6 +16,8 @@ mod phoenix;
 mod protocol;
 #[path = "gateway_http/raw.rs"]
 mod raw;
+#[path = "gateway_http/register_order.rs"]
+mod register_order;
 #[path = "gateway_http/reports.rs"]
 mod reports;
 

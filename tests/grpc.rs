@@ -400,3 +400,69 @@ async fn a_stream_whose_heartbeats_go_unanswered_is_declared_dead_and_reopened()
     let arn = h.wait_registered(DEADLINE).await.unwrap();
     assert_eq!(instance_answering(&gw, &arn).await, "quiet");
 }
+
+/// The next message on a raw client's stream, before the deadline.
+async fn next_message(inbound: &mut tonic::Streaming<StreamMessage>) -> Message {
+    tokio::time::timeout(DEADLINE, inbound.message())
+        .await
+        .expect("a message before the deadline")
+        .expect("the stream stays up")
+        .and_then(|m| m.message)
+        .expect("a message")
+}
+
+/// A register held by the test hook is invisible until its response is queued; an
+/// execute issued the moment it becomes visible reaches the stream after that
+/// response (`gateway_http/register_order.rs` checks the same on a Phoenix socket).
+#[tokio::test]
+async fn a_held_register_is_invisible_and_its_response_precedes_the_first_execute() {
+    let gw = TestGateway::start().await;
+    let arn = "matrix:acme:raw:held";
+    gw.set_hold_registers(true);
+    let mut client = raw_client(&gw).await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<StreamMessage>(4);
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    tx.send(register_message("held", 0)).await.unwrap();
+    let mut inbound = client
+        .connect(outbound)
+        .await
+        .expect("a stream")
+        .into_inner();
+    assert!(gw.wait_for_held_registers(1, DEADLINE).await);
+    assert!(gw.registrations().is_empty());
+    assert_eq!(gw.stats().registrations, 0);
+    assert!(matches!(
+        gw.execute(arn, json!({})).await,
+        Err(switchboard::Error::NotFound(_))
+    ));
+
+    let execute = async {
+        assert!(gw.wait_for_registrations(1, DEADLINE).await);
+        gw.execute(arn, json!({"q": 1})).await
+    };
+    let connector = async {
+        gw.set_hold_registers(false);
+        match next_message(&mut inbound).await {
+            Message::RegisterResponse(r) => assert!(r.success && r.connector_arn == arn, "{r:?}"),
+            other => panic!("expected the register response first, got {other:?}"),
+        }
+        let Message::ExecuteRequest(req) = next_message(&mut inbound).await else {
+            panic!("expected an execute request next")
+        };
+        let resp = switchboard::proto::ExecuteResponse {
+            request_id: req.request_id,
+            success: true,
+            payload: br#"{"answered":true}"#.to_vec().into(),
+            payload_encoding: switchboard::proto::PayloadEncoding::Json as i32,
+            ..Default::default()
+        };
+        tx.send(StreamMessage {
+            message: Some(Message::ExecuteResponse(resp)),
+        })
+        .await
+        .unwrap();
+    };
+    let (out, ()) = tokio::join!(execute, connector);
+    assert_eq!(out.unwrap().payload, json!({"answered": true}));
+}

@@ -1,4 +1,4 @@
-//! The HTTP side of approval (`notes/approval-contract.md`): the operator's
+//! The HTTP side of approval (PROTOCOL.md §4; the README's "Approval (reference gateway)"): the operator's
 //! `GET /api/v1/approvals`, `POST /api/v1/connectors/{arn}/approve` and `/reject`;
 //! the connector's key registration with a one-time token
 //! (`POST /api/v1/auth/register`) and its token endpoint (`POST /oauth/token`,
@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::approvals::{credentials_issued, notification, now_ms, REGISTER_PATH, TOKEN_PATH};
 use super::credentials::OttError;
-use super::shared::Shared;
+use super::state::GatewayState;
 use super::tokens::{AccessClaims, ClientKey, ACCESS_TOKEN_AUDIENCE};
 use crate::identity::RegistrationKey;
 use crate::proto::RegistrationStatus;
@@ -38,7 +38,7 @@ pub(crate) const MAX_AUTH_BODY_BYTES: usize = 64 * 1024;
 const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// The approval routes, to merge into the gateway's router.
-pub(crate) fn routes() -> Router<Arc<Shared>> {
+pub(crate) fn routes() -> Router<Arc<GatewayState>> {
     Router::new()
         .route("/api/v1/approvals", get(pending))
         .route("/api/v1/connectors/{arn}/approve", post(approve))
@@ -81,21 +81,21 @@ fn not_pending(arn: &str) -> Response {
     )
 }
 
-async fn pending(State(shared): State<Arc<Shared>>) -> Response {
-    Json(shared.registry().pending()).into_response()
+async fn pending(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.registry().pending()).into_response()
 }
 
-async fn approve(State(shared): State<Arc<Shared>>, Path(arn): Path<String>) -> Response {
-    let Some((key, link)) = shared.registry().approve(&arn) else {
+async fn approve(State(state): State<Arc<GatewayState>>, Path(arn): Path<String>) -> Response {
+    let Some((key, link)) = state.registry().approve(&arn) else {
         return not_pending(&arn);
     };
     let now = now_ms();
-    let lifetime = u64::try_from(shared.approvals.ott_lifetime.as_millis()).unwrap_or(u64::MAX);
+    let lifetime = u64::try_from(state.approvals.ott_lifetime.as_millis()).unwrap_or(u64::MAX);
     let random: [u8; 32] = {
         use rand::Rng as _;
         rand::rng().random()
     };
-    let ott = shared
+    let ott = state
         .approvals
         .with(|c| c.issue_ott(&key, now, lifetime, random));
     tracing::info!(%arn, "registration approved by the operator");
@@ -104,7 +104,7 @@ async fn approve(State(shared): State<Arc<Shared>>, Path(arn): Path<String>) -> 
         RegistrationStatus::Approved,
         format!("{arn} approved; register a key with the one-time token that follows"),
     );
-    let creds = credentials_issued(&key, ott, &shared.approvals.issuer, now);
+    let creds = credentials_issued(&key, ott, &state.approvals.issuer, now);
     if !(link.push(&approved).await && link.push(&creds).await) {
         tracing::warn!(%arn, link_id = link.id, "approved, but its link closed before it was told");
     }
@@ -118,7 +118,7 @@ struct RejectBody {
 }
 
 async fn reject(
-    State(shared): State<Arc<Shared>>,
+    State(state): State<Arc<GatewayState>>,
     Path(arn): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -141,11 +141,11 @@ async fn reject(
     } else {
         body.reason
     };
-    let Some((key, link)) = shared.registry().remove_pending(&arn) else {
+    let Some((key, link)) = state.registry().remove_pending(&arn) else {
         return not_pending(&arn);
     };
-    shared.publish_registration_count();
-    shared.approvals.with(|c| c.reject(&key, &reason, now_ms()));
+    state.publish_registration_count();
+    state.approvals.with(|c| c.reject(&key, &reason, now_ms()));
     tracing::info!(%arn, %reason, "registration rejected by the operator");
     let msg = notification(&key, RegistrationStatus::Rejected, reason);
     if !link.push(&msg).await {
@@ -167,7 +167,7 @@ struct KeyRegistration {
 }
 
 async fn register_key(
-    State(shared): State<Arc<Shared>>,
+    State(state): State<Arc<GatewayState>>,
     body: Result<Json<KeyRegistration>, JsonRejection>,
 ) -> Response {
     let req = match body {
@@ -190,7 +190,7 @@ async fn register_key(
     };
     let claimed = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
     let with_tenant = !req.tenant_id.is_empty();
-    let redeemed = shared
+    let redeemed = state
         .approvals
         .with(|c| c.redeem_ott(&req.token, &claimed, with_tenant, key, now_ms()));
     match redeemed {
@@ -198,8 +198,8 @@ async fn register_key(
             tracing::info!(%client_id, "connector key registered");
             Json(json!({
                 "client_id": client_id,
-                "token_endpoint": shared.approvals.token_endpoint(),
-                "issuer": shared.approvals.issuer,
+                "token_endpoint": state.approvals.token_endpoint(),
+                "issuer": state.approvals.issuer,
             }))
             .into_response()
         }
@@ -237,7 +237,7 @@ struct TokenRequest {
 }
 
 async fn token(
-    State(shared): State<Arc<Shared>>,
+    State(state): State<Arc<GatewayState>>,
     body: Result<Form<TokenRequest>, FormRejection>,
 ) -> Response {
     let req = match body {
@@ -276,13 +276,13 @@ async fn token(
         );
     }
     let invalid_client = |why: String| oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", why);
-    let Some(client) = shared.approvals.with(|c| c.client(&req.client_id).cloned()) else {
+    let Some(client) = state.approvals.with(|c| c.client(&req.client_id).cloned()) else {
         return invalid_client(format!(
             "no client {:?} is registered; register a key with a one-time token first",
             req.client_id
         ));
     };
-    let endpoint = shared.approvals.token_endpoint();
+    let endpoint = state.approvals.token_endpoint();
     let now = now_ms() / 1000;
     let claims = match client.public_key.verify_assertion(
         &req.client_assertion,
@@ -293,7 +293,7 @@ async fn token(
         Ok(c) => c,
         Err(why) => return invalid_client(why),
     };
-    if !shared
+    if !state
         .approvals
         .with(|c| c.note_jti(&req.client_id, &claims.jti, claims.exp, now))
     {
@@ -302,10 +302,10 @@ async fn token(
             claims.jti
         ));
     }
-    let lifetime = shared.approvals.token_lifetime.as_secs().max(1);
+    let lifetime = state.approvals.token_lifetime.as_secs().max(1);
     let key = &client.key;
-    let access = shared.approvals.key.mint(&AccessClaims {
-        iss: shared.approvals.issuer.clone(),
+    let access = state.approvals.key.mint(&AccessClaims {
+        iss: state.approvals.issuer.clone(),
         sub: key.dot_key().to_owned(),
         aud: ACCESS_TOKEN_AUDIENCE.to_owned(),
         tenant_id: key.tenant().to_owned(),
@@ -321,15 +321,15 @@ async fn token(
         .into_response()
 }
 
-async fn jwks(State(shared): State<Arc<Shared>>) -> Response {
-    Json(shared.approvals.key.jwks()).into_response()
+async fn jwks(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.approvals.key.jwks()).into_response()
 }
 
-async fn openid_configuration(State(shared): State<Arc<Shared>>) -> Response {
-    let issuer = &shared.approvals.issuer;
+async fn openid_configuration(State(state): State<Arc<GatewayState>>) -> Response {
+    let issuer = &state.approvals.issuer;
     Json(json!({
         "issuer": issuer,
-        "token_endpoint": shared.approvals.token_endpoint(),
+        "token_endpoint": state.approvals.token_endpoint(),
         "jwks_uri": format!("{issuer}/.well-known/jwks.json"),
         "grant_types_supported": ["client_credentials"],
         "token_endpoint_auth_methods_supported": ["private_key_jwt"],

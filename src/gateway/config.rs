@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// How the gateway decides a register request (PROTOCOL.md §4, and the approval
-/// contract in `notes/approval-contract.md`).
+/// How the gateway decides a register request (PROTOCOL.md §4; the README's
+/// "Approval (reference gateway)" describes both modes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ApprovalMode {

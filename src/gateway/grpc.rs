@@ -1,7 +1,7 @@
 //! The gateway's gRPC server: `ConnectorService.Connect` (PROTOCOL.md §3), one bidi
 //! stream per registration, on its own port (`GatewayConfig::grpc_listen`).
 //!
-//! Each accepted stream is a [`SocketLink`] with a [`Wire::Grpc`]: the registry binds
+//! Each accepted stream is a [`ConnectorLink`] with an [`Outbound::Grpc`]: the registry binds
 //! registrations to it, executes and invokes reach it, and its messages are handled
 //! by `session.rs`, exactly as a Phoenix socket's, so registrations of both
 //! transports are listed, executed and invoked side by side. The stream's reader task
@@ -29,8 +29,8 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use super::link::{SocketLink, Wire};
-use super::shared::Shared;
+use super::link::{ConnectorLink, Outbound};
+use super::state::GatewayState;
 use crate::proto::connector_service_server::{ConnectorService, ConnectorServiceServer};
 use crate::proto::StreamMessage;
 
@@ -39,24 +39,22 @@ use crate::proto::StreamMessage;
 const WRITER_QUEUE: usize = 1024;
 
 /// Serves `ConnectorService` on `listener` until the gateway is cancelled.
-pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+pub(crate) async fn serve(state: Arc<GatewayState>, listener: TcpListener) {
     let service = ConnectorServiceServer::new(Service {
-        shared: shared.clone(),
+        state: state.clone(),
     })
-    .max_decoding_message_size(shared.config.max_frame_bytes)
-    .max_encoding_message_size(shared.config.max_frame_bytes);
-    let incoming = futures_util::stream::unfold(
-        (listener, shared.clone()),
-        |(listener, shared)| async move {
+    .max_decoding_message_size(state.config.max_frame_bytes)
+    .max_encoding_message_size(state.config.max_frame_bytes);
+    let incoming =
+        futures_util::stream::unfold((listener, state.clone()), |(listener, state)| async move {
             let accepted = tokio::select! {
-                _ = shared.cancel.cancelled() => return None,
+                _ = state.cancel.cancelled() => return None,
                 r = listener.accept() => r,
             };
-            let item = accepted.map(|(tcp, _)| CountedIo::new(&shared, tcp));
-            Some((item, (listener, shared)))
-        },
-    );
-    let cancel = shared.cancel.clone();
+            let item = accepted.map(|(tcp, _)| CountedIo::new(&state, tcp));
+            Some((item, (listener, state)))
+        });
+    let cancel = state.cancel.clone();
     let result = tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
@@ -67,7 +65,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
 }
 
 struct Service {
-    shared: Arc<Shared>,
+    state: Arc<GatewayState>,
 }
 
 #[tonic::async_trait]
@@ -78,33 +76,33 @@ impl ConnectorService for Service {
         &self,
         request: Request<Streaming<StreamMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        let shared = self.shared.clone();
-        let id = shared.next_socket.fetch_add(1, Relaxed);
+        let state = self.state.clone();
+        let id = state.next_socket.fetch_add(1, Relaxed);
         let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-        let kill = shared.cancel.child_token();
-        let link = Arc::new(SocketLink::new(
+        let kill = state.cancel.child_token();
+        let link = Arc::new(ConnectorLink::new(
             id,
-            Wire::Grpc { tx },
-            shared.config.max_in_flight_per_socket,
+            Outbound::Grpc { tx },
+            state.config.max_in_flight_per_socket,
             kill.clone(),
         ));
-        shared.add_link(link.clone());
-        shared.counters.grpc_streams_accepted.fetch_add(1, Relaxed);
-        shared.counters.grpc_streams_open.fetch_add(1, Relaxed);
+        state.add_link(link.clone());
+        state.counters.grpc_streams_accepted.fetch_add(1, Relaxed);
+        state.counters.grpc_streams_open.fetch_add(1, Relaxed);
         tracing::debug!(link_id = id, "gRPC stream accepted");
-        shared
+        state
             .tasks
-            .spawn(read_loop(shared.clone(), link, request.into_inner()));
-        let counters = shared.clone();
+            .spawn(read_loop(state.clone(), link, request.into_inner()));
+        let counters = state.clone();
         let out = futures_util::stream::unfold((rx, kill), move |(mut rx, kill)| {
-            let shared = counters.clone();
+            let state = counters.clone();
             async move {
                 let msg = tokio::select! {
                     biased;
                     m = rx.recv() => m?,
                     _ = kill.cancelled() => return None,
                 };
-                shared.counters.frames_out.fetch_add(1, Relaxed);
+                state.counters.frames_out.fetch_add(1, Relaxed);
                 Some((Ok(msg), (rx, kill)))
             }
         });
@@ -115,11 +113,11 @@ impl ConnectorService for Service {
 /// Reads one stream until it ends, fails, idles out or is killed; then forgets its
 /// link as a closing socket does, which also ends the response side.
 async fn read_loop(
-    shared: Arc<Shared>,
-    link: Arc<SocketLink>,
+    state: Arc<GatewayState>,
+    link: Arc<ConnectorLink>,
     mut inbound: Streaming<StreamMessage>,
 ) {
-    let idle_timeout = shared.config.idle_timeout;
+    let idle_timeout = state.config.idle_timeout;
     let mut last_inbound = Instant::now();
     let idle = sleep_until(last_inbound + idle_timeout);
     tokio::pin!(idle);
@@ -138,18 +136,18 @@ async fn read_loop(
                 last_inbound = Instant::now();
                 match msg {
                     Ok(Some(msg)) => {
-                        shared.counters.frames_in.fetch_add(1, Relaxed);
-                        super::session::on_message(&shared, &link, msg).await;
+                        state.counters.frames_in.fetch_add(1, Relaxed);
+                        super::session::on_message(&state, &link, msg).await;
                     }
                     Ok(None) => break,
                     Err(status) => {
                         if status.code() == Code::OutOfRange {
                             tracing::warn!(
                                 link_id = link.id,
-                                limit = shared.config.max_frame_bytes,
+                                limit = state.config.max_frame_bytes,
                                 "closing a gRPC stream that sent an oversized message"
                             );
-                            shared.counters.drop_frame("too_large");
+                            state.counters.drop_frame("too_large");
                         } else {
                             tracing::debug!(link_id = link.id, %status, "gRPC stream failed");
                         }
@@ -160,8 +158,8 @@ async fn read_loop(
         }
     }
     link.kill.cancel();
-    let removed = shared.forget_link(&link);
-    shared.counters.grpc_streams_open.fetch_sub(1, Relaxed);
+    let removed = state.forget_link(&link);
+    state.counters.grpc_streams_open.fetch_sub(1, Relaxed);
     tracing::debug!(link_id = link.id, removed, "gRPC stream closed");
 }
 
@@ -169,24 +167,24 @@ async fn read_loop(
 /// gateway's shutdown or [`super::Gateway::drop_grpc_connections`]).
 pub(crate) struct CountedIo {
     tcp: TcpStream,
-    shared: Arc<Shared>,
+    state: Arc<GatewayState>,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl CountedIo {
-    fn new(shared: &Arc<Shared>, tcp: TcpStream) -> Self {
+    fn new(state: &Arc<GatewayState>, tcp: TcpStream) -> Self {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY on a gRPC connection");
         }
-        shared
+        state
             .counters
             .grpc_connections_accepted
             .fetch_add(1, Relaxed);
-        shared.counters.grpc_connections_open.fetch_add(1, Relaxed);
-        let token: CancellationToken = shared.grpc_cut.lock().expect("grpc cut lock").child_token();
+        state.counters.grpc_connections_open.fetch_add(1, Relaxed);
+        let token: CancellationToken = state.grpc_cut.lock().expect("grpc cut lock").child_token();
         CountedIo {
             tcp,
-            shared: shared.clone(),
+            state: state.clone(),
             cut: Box::pin(token.cancelled_owned()),
         }
     }
@@ -198,7 +196,7 @@ impl CountedIo {
 
 impl Drop for CountedIo {
     fn drop(&mut self) {
-        self.shared
+        self.state
             .counters
             .grpc_connections_open
             .fetch_sub(1, Relaxed);

@@ -3,6 +3,7 @@
 //! the client side's handling of it can be tested against real sockets.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use axum::extract::ws::Message as WsMessage;
 
@@ -31,7 +32,7 @@ impl Gateway {
     /// Hard-closes every socket; returns how many.
     pub fn drop_all_sockets(&self) -> usize {
         let links: Vec<_> = self
-            .shared
+            .state
             .sockets
             .lock()
             .expect("sockets lock")
@@ -46,36 +47,48 @@ impl Gateway {
     /// path would: every stream on them dies at once, and clients must redial.
     /// Connections accepted afterwards are not affected. Returns how many were open.
     pub fn drop_grpc_connections(&self) -> u64 {
-        let open = self
-            .shared
-            .counters
-            .grpc_connections_open
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let mut cut = self.shared.grpc_cut.lock().expect("grpc cut lock");
+        let open = self.state.counters.grpc_connections_open.load(Relaxed);
+        let mut cut = self.state.grpc_cut.lock().expect("grpc cut lock");
         cut.cancel();
-        *cut = self.shared.cancel.child_token();
+        *cut = self.state.cancel.child_token();
         open
     }
 
     /// While set, every register is answered with `success: false`.
     pub fn set_refuse_registers(&self, refuse: bool) {
-        self.shared.refuse_registers.store(refuse, Relaxed);
+        self.state.faults.set_refuse_registers(refuse);
     }
 
     /// While set, a socket that sends a register is hard-closed instead of answered: a
     /// gateway that accepts connections but never completes a registration.
     pub fn set_drop_sockets_on_register(&self, on: bool) {
-        self.shared.drop_on_register.store(on, Relaxed);
+        self.state.faults.set_drop_on_register(on);
     }
 
     /// While unset, Phoenix heartbeats go unanswered (a dead peer, to the client).
     pub fn set_answer_phoenix_heartbeats(&self, on: bool) {
-        self.shared.answer_phoenix_heartbeats.store(on, Relaxed);
+        self.state.faults.set_answer_phoenix_heartbeats(on);
     }
 
     /// While unset, application `heartbeat_request`s go unanswered.
     pub fn set_answer_app_heartbeats(&self, on: bool) {
-        self.shared.answer_app_heartbeats.store(on, Relaxed);
+        self.state.faults.set_answer_app_heartbeats(on);
+    }
+
+    /// While set, each register (on either transport) is decided but held before its
+    /// response is queued: its link reads nothing more meanwhile, and an accepted
+    /// registration becomes visible (listed, counted by
+    /// [`Gateway::wait_for_registrations`], executable) only once the response is
+    /// queued after the release, ahead of anything addressed to it. Unsetting releases
+    /// every held register. [`Gateway::wait_for_held_registers`] says when one waits.
+    pub fn set_hold_registers(&self, on: bool) {
+        self.state.faults.set_hold_registers(on);
+    }
+
+    /// Waits until at least `n` registers are held by [`Gateway::set_hold_registers`],
+    /// at most `deadline`; false on timeout.
+    pub async fn wait_for_held_registers(&self, n: usize, deadline: Duration) -> bool {
+        self.state.faults.wait_for_held_registers(n, deadline).await
     }
 
     /// Queues a raw text frame to a socket, for malformed-input tests. False when the
@@ -110,7 +123,7 @@ impl Gateway {
         let Some(link) = self.socket(socket_id) else {
             return false;
         };
-        let Some(join_ref) = end_lobby(&self.shared, &link) else {
+        let Some(join_ref) = end_lobby(&self.state, &link) else {
             return false;
         };
         let event = match event {

@@ -14,11 +14,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::shared::{outcome, ExecuteCall, Shared};
+use super::execute::{outcome, ExecuteCall};
+use super::state::GatewayState;
 use crate::error::Error;
 use crate::proto::PayloadEncoding;
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(state: Arc<GatewayState>) -> Router {
     Router::new()
         .route("/socket/connector/websocket", get(upgrade))
         .route("/api/v1/connectors", get(list))
@@ -26,32 +27,32 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/stats", get(stats))
         .route("/metrics", get(metrics))
         .merge(super::auth_api::routes())
-        .with_state(shared)
+        .with_state(state)
 }
 
 /// Upgrades to the Phoenix socket. Both WebSocket limits are `max_frame_bytes`, so the
 /// WebSocket layer refuses an oversized message from its frame headers instead of
 /// buffering it first; the socket task is tracked for [`super::Gateway::shutdown`].
-async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
-    let limit = shared.config.max_frame_bytes;
+async fn upgrade(State(state): State<Arc<GatewayState>>, ws: WebSocketUpgrade) -> Response {
+    let limit = state.config.max_frame_bytes;
     ws.max_message_size(limit)
         .max_frame_size(limit)
         .on_upgrade(move |socket| {
-            let tasks = shared.tasks.clone();
-            tasks.track_future(super::socket::run(shared, socket))
+            let tasks = state.tasks.clone();
+            tasks.track_future(super::socket::run(state, socket))
         })
 }
 
-async fn list(State(shared): State<Arc<Shared>>) -> Response {
-    Json(shared.registry().list()).into_response()
+async fn list(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.registry().list()).into_response()
 }
 
-async fn stats(State(shared): State<Arc<Shared>>) -> Response {
-    Json(shared.stats()).into_response()
+async fn stats(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.stats()).into_response()
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let body = shared.stats().to_prometheus();
+async fn metrics(State(state): State<Arc<GatewayState>>) -> Response {
+    let body = state.stats().to_prometheus();
     (
         [(
             header::CONTENT_TYPE,
@@ -80,7 +81,7 @@ fn error(status: StatusCode, e: impl std::fmt::Display, code: &str) -> Response 
 }
 
 async fn execute(
-    State(shared): State<Arc<Shared>>,
+    State(state): State<Arc<GatewayState>>,
     Path(arn): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -106,7 +107,7 @@ async fn execute(
         // Capped at max_execute_timeout inside, like every execute's deadline.
         timeout: body.timeout_ms.map(Duration::from_millis),
     };
-    let result = shared.execute(&arn, call).await;
+    let result = state.execute(&arn, call).await;
     match result {
         Ok(resp) => {
             let out = outcome(resp);

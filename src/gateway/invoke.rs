@@ -17,10 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::ApprovalMode;
-use super::link::SocketLink;
-use super::shared::{ExecuteCall, Shared};
+use super::execute::ExecuteCall;
+use super::link::ConnectorLink;
+use super::state::GatewayState;
 use super::stats::InvokeOutcome;
-use super::TARGET_ARN_CONTEXT_KEY;
+use crate::context_keys::TARGET_ARN_CONTEXT_KEY;
 use crate::error::Error;
 use crate::proto::{
     stream_message::Message, ExecuteResponse, InvokeCapabilityRequest, InvokeCapabilityResponse,
@@ -35,13 +36,13 @@ const FORBIDDEN_CODE: &str = "forbidden";
 const CONNECTOR_CODE: &str = "connector";
 
 /// Why an invoke failed without an answer from the target.
-struct Failure {
+struct InvokeFailure {
     outcome: InvokeOutcome,
     code: &'static str,
     message: String,
 }
 
-impl Failure {
+impl InvokeFailure {
     fn from_error(e: &Error) -> Self {
         let outcome = match e {
             Error::Timeout { .. } => InvokeOutcome::Timeout,
@@ -50,7 +51,7 @@ impl Failure {
             Error::ConnectionClosed(_) => InvokeOutcome::Closed,
             _ => InvokeOutcome::Error,
         };
-        Failure {
+        InvokeFailure {
             outcome,
             code: e.code(),
             message: e.to_string(),
@@ -72,9 +73,9 @@ impl Reply {
     /// marks the invoke as finished, answer included.
     async fn send(
         self,
-        shared: &Shared,
-        caller: &SocketLink,
-        result: Result<ExecuteResponse, Failure>,
+        state: &GatewayState,
+        caller: &ConnectorLink,
+        result: Result<ExecuteResponse, InvokeFailure>,
     ) {
         let (outcome, resp) = match result {
             Ok(r) => {
@@ -125,7 +126,7 @@ impl Reply {
                 );
             }
         }
-        shared.counters.invoke(outcome);
+        state.counters.invoke(outcome);
     }
 }
 
@@ -133,8 +134,8 @@ impl Reply {
 /// returns; an admitted invoke runs in its own tracked task, so that the caller's
 /// socket keeps reading (the target may be on the same socket).
 pub(crate) async fn on_invoke(
-    shared: &Arc<Shared>,
-    caller: &Arc<SocketLink>,
+    state: &Arc<GatewayState>,
+    caller: &Arc<ConnectorLink>,
     mut req: InvokeCapabilityRequest,
 ) {
     let mut reply = Reply {
@@ -143,25 +144,25 @@ pub(crate) async fn on_invoke(
         fire_and_forget: req.fire_and_forget,
         started: Instant::now(),
     };
-    let target = match resolve(shared, caller.id, &req.target_address) {
+    let target = match resolve(state, caller.id, &req.target_address) {
         Ok(t) => t,
-        Err(f) => return reply.send(shared, caller, Err(f)).await,
+        Err(f) => return reply.send(state, caller, Err(f)).await,
     };
     reply
         .context
         .insert(TARGET_ARN_CONTEXT_KEY.into(), target.0.clone());
-    let cap = shared.config.max_in_flight_per_socket;
+    let cap = state.config.max_in_flight_per_socket;
     let slot = match caller.admit(&format!("invoke of {}", target.0), cap) {
         Ok(slot) => slot,
         Err(e) => {
             return reply
-                .send(shared, caller, Err(Failure::from_error(&e)))
+                .send(state, caller, Err(InvokeFailure::from_error(&e)))
                 .await
         }
     };
-    let (shared, caller) = (shared.clone(), caller.clone());
-    let cancel = shared.cancel.clone();
-    shared.tasks.clone().spawn(async move {
+    let (state, caller) = (state.clone(), caller.clone());
+    let cancel = state.cancel.clone();
+    state.tasks.clone().spawn(async move {
         let _slot = slot;
         let (arn, link) = target;
         let call = ExecuteCall {
@@ -177,10 +178,10 @@ pub(crate) async fn on_invoke(
         tokio::select! {
             // The gateway is stopping: the caller's socket is closing too, so nobody is
             // left to answer; the invoke ends as its sockets do.
-            _ = cancel.cancelled() => shared.counters.invoke(InvokeOutcome::Closed),
-            result = shared.execute_on(&link, &arn, call) => {
-                let result = result.map_err(|e| Failure::from_error(&e));
-                reply.send(&shared, &caller, result).await;
+            _ = cancel.cancelled() => state.counters.invoke(InvokeOutcome::Closed),
+            result = state.execute_on(&link, &arn, call) => {
+                let result = result.map_err(|e| InvokeFailure::from_error(&e));
+                reply.send(&state, &caller, result).await;
             }
         }
     });
@@ -188,32 +189,32 @@ pub(crate) async fn on_invoke(
 
 /// The target's ARN and socket, if the caller on `caller_socket` may invoke it.
 fn resolve(
-    shared: &Shared,
+    state: &GatewayState,
     caller_socket: u64,
     address: &str,
-) -> Result<(String, Arc<SocketLink>), Failure> {
-    let registry = shared.registry();
-    if shared.approvals.mode == ApprovalMode::Manual && !registry.socket_has_approved(caller_socket)
+) -> Result<(String, Arc<ConnectorLink>), InvokeFailure> {
+    let registry = state.registry();
+    if state.approvals.mode == ApprovalMode::Manual && !registry.socket_has_approved(caller_socket)
     {
-        return Err(Failure::from_error(&Error::PendingApproval(format!(
+        return Err(InvokeFailure::from_error(&Error::PendingApproval(format!(
             "invoke of {address:?} refused: this connection carries no approved registration; \
              invokes are accepted once the operator approves one"
         ))));
     }
     let Some(target) = registry.resolve(address) else {
-        return Err(Failure::from_error(&Error::NotFound(format!(
+        return Err(InvokeFailure::from_error(&Error::NotFound(format!(
             "no registration at target_address {address:?}; address a registration by its \
              ARN (matrix:tenant:type:instance) or its dot key (tenant.type.instance)"
         ))));
     };
     if target.pending {
-        return Err(Failure::from_error(&Error::PendingApproval(
+        return Err(InvokeFailure::from_error(&Error::PendingApproval(
             super::registry::pending_message(&target.arn),
         )));
     }
     let caller_tenant = registry.tenant_of_socket(caller_socket);
     if !target.global && caller_tenant != Some(target.tenant.as_str()) {
-        return Err(Failure {
+        return Err(InvokeFailure {
             outcome: InvokeOutcome::Forbidden,
             code: FORBIDDEN_CODE,
             message: format!(

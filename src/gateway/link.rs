@@ -1,18 +1,26 @@
-//! [`SocketLink`]: what the rest of the gateway holds of one connection to a
+//! [`ConnectorLink`]: what the rest of the gateway holds of one connection to a
 //! connector, whichever transport carries it.
 //!
 //! A Phoenix socket carries many registrations of one tenant over its lobby channel;
 //! a gRPC `Connect` stream carries one registration. Both are a "link" here: an id the
 //! registry binds registrations to, a writer queue, a pending-execute map, in-flight
-//! slots and a kill switch. Only [`Wire`] differs, so the HTTP API, executes, invokes
-//! and the registration logic (`session.rs`) are written once for both.
+//! slots and a kill switch. Only the [`Outbound`] side differs, so the HTTP API,
+//! executes, invokes and the registration logic (`session.rs`) are written once for
+//! both.
+//!
+//! A message is queued in two steps when something must become visible exactly when
+//! it is queued ([`ConnectorLink::reserve`], then [`QueueSlot::send`], which does not
+//! wait): a register response is queued under the registry's lock, so that nothing
+//! addressed to the registration can be queued ahead of it.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::Message as WsMessage;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc::{self, Permit};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::pending::PendingRequests;
 use crate::error::{Error, Result};
 use crate::phoenix::{encode_proto, LOBBY_TOPIC};
 use crate::proto::{ExecuteResponse, StreamMessage};
@@ -20,11 +28,11 @@ use crate::proto::{ExecuteResponse, StreamMessage};
 /// Pending executes of one link, keyed by request id. One map per link, so the lock
 /// is shared only by that link's reader and the callers executing on it, and it is
 /// never held across an `.await`.
-pub(crate) type Pending = Mutex<super::pending::Pending<oneshot::Sender<ExecuteResponse>>>;
+pub(crate) type PendingExecutes = Mutex<PendingRequests<oneshot::Sender<ExecuteResponse>>>;
 
 /// How messages reach the connector on a link.
 #[derive(Debug)]
-pub(crate) enum Wire {
+pub(crate) enum Outbound {
     /// A Phoenix socket: messages are `proto` pushes on the lobby channel, under its
     /// current join ref, which is `None` while the lobby is not joined (a closed
     /// channel receives nothing). The one place the socket's join state lives, so the
@@ -34,9 +42,6 @@ pub(crate) enum Wire {
         join_ref: Mutex<Option<String>>,
     },
     /// One gRPC `Connect` stream: messages go as they are, from the first one on.
-    // Constructed by the gRPC transport (`grpc.rs`, on its own branch); until it lands
-    // nothing in this tree builds one.
-    #[allow(dead_code)]
     Grpc { tx: mpsc::Sender<StreamMessage> },
 }
 
@@ -48,89 +53,136 @@ pub(crate) const TRANSPORT_GRPC: &str = "grpc";
 /// One connection to a connector: its writer queue, its pending executes, its
 /// in-flight slots, and a switch to kill it.
 #[derive(Debug)]
-pub(crate) struct SocketLink {
+pub(crate) struct ConnectorLink {
     pub(crate) id: u64,
-    pub(crate) wire: Wire,
-    pub(crate) pending: Pending,
+    pub(crate) outbound: Outbound,
+    pub(crate) pending: PendingExecutes,
     /// One permit per execute answered by, or invoke sent from, this link
     /// ([`super::GatewayConfig::max_in_flight_per_socket`]).
-    pub(crate) in_flight: std::sync::Arc<Semaphore>,
+    pub(crate) in_flight: Arc<Semaphore>,
     pub(crate) kill: CancellationToken,
 }
 
-impl SocketLink {
+/// A place reserved in a link's writer queue ([`ConnectorLink::reserve`]): sending
+/// into it cannot wait, so it may be done under a lock.
+pub(crate) struct QueueSlot<'a> {
+    link: &'a ConnectorLink,
+    permit: SlotPermit<'a>,
+}
+
+enum SlotPermit<'a> {
+    Phoenix(Permit<'a, WsMessage>),
+    Grpc(Permit<'a, StreamMessage>),
+}
+
+impl QueueSlot<'_> {
+    /// Queues `msg` in the reserved place; false when the link takes no data (a
+    /// Phoenix lobby that is not joined), and the place is given back.
+    pub(crate) fn send(self, msg: &StreamMessage) -> bool {
+        match self.permit {
+            SlotPermit::Phoenix(permit) => match self.link.phoenix_push(msg) {
+                Some(frame) => {
+                    permit.send(frame);
+                    true
+                }
+                None => false,
+            },
+            SlotPermit::Grpc(permit) => {
+                permit.send(msg.clone());
+                true
+            }
+        }
+    }
+}
+
+impl ConnectorLink {
     /// A link with an empty pending map and `in_flight` slots.
-    pub(crate) fn new(id: u64, wire: Wire, in_flight: usize, kill: CancellationToken) -> Self {
-        SocketLink {
+    pub(crate) fn new(
+        id: u64,
+        outbound: Outbound,
+        in_flight: usize,
+        kill: CancellationToken,
+    ) -> Self {
+        ConnectorLink {
             id,
-            wire,
+            outbound,
             pending: Mutex::default(),
-            in_flight: std::sync::Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
+            in_flight: Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
             kill,
         }
     }
 
     /// `websocket` or `grpc`.
     pub(crate) fn transport(&self) -> &'static str {
-        match self.wire {
-            Wire::Phoenix { .. } => TRANSPORT_WEBSOCKET,
-            Wire::Grpc { .. } => TRANSPORT_GRPC,
+        match self.outbound {
+            Outbound::Phoenix { .. } => TRANSPORT_WEBSOCKET,
+            Outbound::Grpc { .. } => TRANSPORT_GRPC,
         }
     }
 
     /// Whether the link takes data: a Phoenix lobby that is joined, or any open stream.
     pub(crate) fn joined(&self) -> bool {
-        match &self.wire {
-            Wire::Phoenix { join_ref, .. } => join_ref.lock().expect("join ref lock").is_some(),
-            Wire::Grpc { .. } => true,
+        match &self.outbound {
+            Outbound::Phoenix { join_ref, .. } => join_ref.lock().expect("join ref lock").is_some(),
+            Outbound::Grpc { .. } => true,
         }
     }
 
     /// The Phoenix writer queue, for frames only a Phoenix socket has (replies,
     /// channel events, the test hooks' raw frames); `None` on a gRPC stream.
     pub(crate) fn phoenix_tx(&self) -> Option<&mpsc::Sender<WsMessage>> {
-        match &self.wire {
-            Wire::Phoenix { tx, .. } => Some(tx),
-            Wire::Grpc { .. } => None,
+        match &self.outbound {
+            Outbound::Phoenix { tx, .. } => Some(tx),
+            Outbound::Grpc { .. } => None,
         }
     }
 
     /// Sets (`Some`) or clears the lobby's join ref; returns the one it had. A no-op
     /// returning `None` on a gRPC stream, which has no channel.
     pub(crate) fn replace_join_ref(&self, new: Option<String>) -> Option<String> {
-        match &self.wire {
-            Wire::Phoenix { join_ref, .. } => {
+        match &self.outbound {
+            Outbound::Phoenix { join_ref, .. } => {
                 std::mem::replace(&mut *join_ref.lock().expect("join ref lock"), new)
             }
-            Wire::Grpc { .. } => None,
+            Outbound::Grpc { .. } => None,
         }
+    }
+
+    /// Reserves a place in the writer queue, waiting for queue space; `None` when the
+    /// link is gone.
+    pub(crate) async fn reserve(&self) -> Option<QueueSlot<'_>> {
+        let permit = match &self.outbound {
+            Outbound::Phoenix { tx, .. } => SlotPermit::Phoenix(tx.reserve().await.ok()?),
+            Outbound::Grpc { tx } => SlotPermit::Grpc(tx.reserve().await.ok()?),
+        };
+        Some(QueueSlot { link: self, permit })
     }
 
     /// Queues `msg`, waiting for queue space; false when the link takes no data or is
     /// gone.
     pub(crate) async fn push(&self, msg: &StreamMessage) -> bool {
-        match &self.wire {
-            Wire::Phoenix { tx, .. } => match self.phoenix_push(msg) {
-                Some(frame) => tx.send(frame).await.is_ok(),
-                None => false,
-            },
-            Wire::Grpc { tx } => tx.send(msg.clone()).await.is_ok(),
+        if !self.joined() {
+            return false;
+        }
+        match self.reserve().await {
+            Some(slot) => slot.send(msg),
+            None => false,
         }
     }
 
-    /// [`SocketLink::push`] without waiting: false also when the queue is full.
+    /// [`ConnectorLink::push`] without waiting: false also when the queue is full.
     pub(crate) fn try_push(&self, msg: &StreamMessage) -> bool {
-        match &self.wire {
-            Wire::Phoenix { tx, .. } => self
+        match &self.outbound {
+            Outbound::Phoenix { tx, .. } => self
                 .phoenix_push(msg)
                 .is_some_and(|frame| tx.try_send(frame).is_ok()),
-            Wire::Grpc { tx } => tx.try_send(msg.clone()).is_ok(),
+            Outbound::Grpc { tx } => tx.try_send(msg.clone()).is_ok(),
         }
     }
 
     /// `msg` as a server push on the lobby channel under the current join ref.
     fn phoenix_push(&self, msg: &StreamMessage) -> Option<WsMessage> {
-        let Wire::Phoenix { join_ref, .. } = &self.wire else {
+        let Outbound::Phoenix { join_ref, .. } = &self.outbound else {
             return None;
         };
         let jr = join_ref.lock().expect("join ref lock").clone()?;

@@ -42,7 +42,7 @@
 //!
 //! Registration assigns `matrix:{tenant}:{type}:{instance}`. In the default
 //! [`ApprovalMode::Auto`] it approves at once with a session token. In
-//! [`ApprovalMode::Manual`] (PROTOCOL.md §4, `notes/approval-contract.md`) a register
+//! [`ApprovalMode::Manual`] (PROTOCOL.md §4) a register
 //! needs a session token or a JWT from the gateway's token endpoint; one without is
 //! PENDING (listed at `GET /api/v1/approvals`, not executable: `pending_approval`,
 //! HTTP 409) until the operator approves it (`POST /api/v1/connectors/{arn}/approve`),
@@ -64,6 +64,8 @@ mod approvals;
 mod auth_api;
 mod config;
 mod credentials;
+mod execute;
+mod faults;
 mod grpc;
 mod hooks;
 mod http_api;
@@ -76,18 +78,18 @@ mod registry;
 mod report;
 mod server;
 mod session;
-mod shared;
 mod socket;
+mod state;
 mod stats;
 mod testkit;
 mod tokens;
 
 pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
+pub use execute::ExecuteOutcome;
 pub use hooks::LobbyEvent;
 pub use registry::RegistrationInfo;
 pub use report::ReportedMetrics;
 pub use server::Gateway;
-pub use shared::ExecuteOutcome;
 pub use stats::GatewayStats;
 pub use testkit::{TestGateway, TEST_EXECUTE_TIMEOUT};
 

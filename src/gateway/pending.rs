@@ -2,9 +2,9 @@
 //! tested without a runtime.
 //!
 //! The map is pruned on every path out of a request, which is where clients of this
-//! shape classically leak: on the answer ([`Pending::complete`]), on timeout or when the
-//! caller's future is dropped ([`Pending::forget`], via the execute path's guard), and on
-//! disconnect ([`Pending::close`]). After `close` nothing new is admitted, so an execute
+//! shape classically leak: on the answer ([`PendingRequests::complete`]), on timeout or when the
+//! caller's future is dropped ([`PendingRequests::forget`], via the execute path's guard), and on
+//! disconnect ([`PendingRequests::close`]). After `close` nothing new is admitted, so an execute
 //! racing the socket's death fails at once instead of waiting out its deadline for an
 //! answer that cannot come.
 
@@ -13,21 +13,21 @@ use std::collections::HashMap;
 /// Outstanding requests of one socket. `T` is the waiter (a oneshot sender in the
 /// server, a plain value in tests); dropping a waiter is how its request is failed.
 #[derive(Debug)]
-pub(crate) struct Pending<T> {
+pub(crate) struct PendingRequests<T> {
     map: HashMap<String, T>,
     closed: bool,
 }
 
-impl<T> Default for Pending<T> {
+impl<T> Default for PendingRequests<T> {
     fn default() -> Self {
-        Pending {
+        PendingRequests {
             map: HashMap::new(),
             closed: false,
         }
     }
 }
 
-impl<T> Pending<T> {
+impl<T> PendingRequests<T> {
     /// Admits a request; hands `waiter` back if the socket already closed.
     pub(crate) fn insert(&mut self, request_id: String, waiter: T) -> Result<(), T> {
         if self.closed {
@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn an_answer_completes_its_request_exactly_once() {
-        let mut p = Pending::default();
+        let mut p = PendingRequests::default();
         p.insert("1".into(), 'a').unwrap();
         assert_eq!(p.complete("1"), Some('a'));
         assert_eq!(p.complete("1"), None);
@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn an_unknown_request_id_completes_nothing() {
-        let mut p = Pending::default();
+        let mut p = PendingRequests::default();
         p.insert("1".into(), 'a').unwrap();
         assert_eq!(p.complete("2"), None);
         assert_eq!(p.len(), 1);
@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_request_is_pruned() {
-        let mut p = Pending::default();
+        let mut p = PendingRequests::default();
         p.insert("1".into(), 'a').unwrap();
         p.forget("1");
         assert_eq!(p.len(), 0);
@@ -99,7 +99,7 @@ mod tests {
 
     #[test]
     fn drain_takes_every_waiter_but_admits_new_ones() {
-        let mut p = Pending::default();
+        let mut p = PendingRequests::default();
         p.insert("1".into(), 'a').unwrap();
         assert_eq!(p.drain(), ['a']);
         assert!(p.insert("2".into(), 'b').is_ok());
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn close_takes_every_waiter_and_refuses_new_ones() {
-        let mut p = Pending::default();
+        let mut p = PendingRequests::default();
         p.insert("1".into(), 'a').unwrap();
         p.insert("2".into(), 'b').unwrap();
         let mut failed = p.close();

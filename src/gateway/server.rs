@@ -1,30 +1,27 @@
 //! The running gateway: its accept loop, lifecycle and shutdown (the state its tasks
-//! share, and the execute path, are in `shared.rs`).
+//! share is in `state.rs`, the execute path in `execute.rs`).
 //!
 //! One [`Gateway`] serves the Phoenix socket and the HTTP API on one port (axum). Each
 //! accepted socket gets a task (`socket.rs`); registrations point at their socket's
-//! [`SocketLink`], through which executes are written and their responses correlated.
+//! [`ConnectorLink`], through which executes are written and their responses correlated.
 //! Every task the gateway starts is tracked, so that [`Gateway::shutdown`] returns only
 //! once none is left.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::serve::ListenerExt as _;
 use bytes::Bytes;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::approvals::Approvals;
 use super::config::GatewayConfig;
-use super::link::SocketLink;
-use super::registry::{RegistrationInfo, Registry};
-use super::shared::{outcome, ExecuteCall, ExecuteOutcome, Shared};
-use super::stats::{Counters, GatewayStats};
+use super::execute::{outcome, ExecuteCall, ExecuteOutcome};
+use super::link::ConnectorLink;
+use super::registry::RegistrationInfo;
+use super::state::GatewayState;
+use super::stats::GatewayStats;
 use crate::error::{Error, Result};
 use crate::proto::PayloadEncoding;
 
@@ -39,7 +36,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Dropping it stops it as [`Gateway::shutdown`] does, without waiting for the port to
 /// be released; call `shutdown` to rebind the same address afterwards.
 pub struct Gateway {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Arc<GatewayState>,
     addr: SocketAddr,
     grpc_addr: Option<SocketAddr>,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -51,7 +48,7 @@ pub struct Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         // A gateway nobody holds must not keep serving sockets in the background.
-        self.shared.cancel.cancel();
+        self.state.cancel.cancel();
     }
 }
 
@@ -76,27 +73,10 @@ impl Gateway {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
-        let cancel = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            approvals,
-            config,
-            counters: Counters::default(),
-            registry: Mutex::new(Registry::new()),
-            sockets: Mutex::default(),
-            next_socket: AtomicU64::new(1),
-            next_request: AtomicU64::new(1),
-            refuse_registers: AtomicBool::new(false),
-            drop_on_register: AtomicBool::new(false),
-            answer_phoenix_heartbeats: AtomicBool::new(true),
-            answer_app_heartbeats: AtomicBool::new(true),
-            registration_count: watch::channel(0).0,
-            grpc_cut: Mutex::new(cancel.child_token()),
-            cancel,
-            tasks: TaskTracker::new(),
-        });
-        let grpc_server = grpc_listener
-            .map(|listener| tokio::spawn(super::grpc::serve(shared.clone(), listener)));
-        let app = super::http_api::router(shared.clone());
+        let state = Arc::new(GatewayState::new(config, approvals));
+        let grpc_server =
+            grpc_listener.map(|listener| tokio::spawn(super::grpc::serve(state.clone(), listener)));
+        let app = super::http_api::router(state.clone());
         // Nagle off on every accepted socket, as the client already has it: the writer
         // task sends small frames (an execute_request, an invoke_response) that must
         // leave at once, and with Nagle a frame written while an earlier one is still
@@ -106,7 +86,7 @@ impl Gateway {
                 tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted socket");
             }
         });
-        let cancel = shared.cancel.clone();
+        let cancel = state.cancel.clone();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { cancel.cancelled().await });
@@ -115,7 +95,7 @@ impl Gateway {
             }
         });
         Ok(Gateway {
-            shared,
+            state,
             addr,
             grpc_addr,
             server: Some(server),
@@ -188,7 +168,7 @@ impl Gateway {
             context: HashMap::new(),
             timeout,
         };
-        let resp = self.shared.execute(arn, call).await?;
+        let resp = self.state.execute(arn, call).await?;
         tracing::trace!(
             arn,
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -199,17 +179,17 @@ impl Gateway {
 
     /// Every registration, ordered by ARN, with its scope and latest metrics report.
     pub fn registrations(&self) -> Vec<RegistrationInfo> {
-        self.shared.registry().list()
+        self.state.registry().list()
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> GatewayStats {
-        self.shared.stats()
+        self.state.stats()
     }
 
     /// Waits until at least `n` registrations exist, at most `deadline`; false on timeout.
     pub async fn wait_for_registrations(&self, n: usize, deadline: Duration) -> bool {
-        let mut rx = self.shared.registration_count.subscribe();
+        let mut rx = self.state.registration_count.subscribe();
         tokio::time::timeout(deadline, rx.wait_for(|c| *c >= n))
             .await
             .is_ok_and(|r| r.is_ok())
@@ -218,7 +198,7 @@ impl Gateway {
     /// Ids of the open sockets.
     pub fn socket_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self
-            .shared
+            .state
             .sockets
             .lock()
             .expect("sockets lock")
@@ -229,15 +209,15 @@ impl Gateway {
         ids
     }
 
-    pub(crate) fn socket(&self, socket_id: u64) -> Option<Arc<SocketLink>> {
-        let sockets = self.shared.sockets.lock().expect("sockets lock");
+    pub(crate) fn socket(&self, socket_id: u64) -> Option<Arc<ConnectorLink>> {
+        let sockets = self.state.sockets.lock().expect("sockets lock");
         sockets.get(&socket_id).cloned()
     }
 
     /// How many tasks the gateway started are still running: a reader and a writer per
     /// socket, a reader per gRPC stream, and one per invoke in flight. A leak of any of them shows here first.
     pub fn tracked_tasks(&self) -> usize {
-        self.shared.tasks.len()
+        self.state.tasks.len()
     }
 
     /// Stops accepting, closes every socket, cancels every task the gateway started
@@ -245,11 +225,11 @@ impl Gateway {
     /// Returns once the port is released, with the number of tasks still running when
     /// the wait gave up: 0 on a clean stop.
     pub async fn shutdown(mut self) -> usize {
-        self.shared.cancel.cancel();
+        self.state.cancel.cancel();
         self.drop_all_sockets();
-        self.shared.tasks.close();
+        self.state.tasks.close();
         let servers = [self.server.take(), self.grpc_server.take()];
-        let tasks = self.shared.tasks.clone();
+        let tasks = self.state.tasks.clone();
         let stopped = tokio::time::timeout(SHUTDOWN_GRACE, async move {
             for server in servers.into_iter().flatten() {
                 let _ = server.await;
@@ -257,7 +237,7 @@ impl Gateway {
             tasks.wait().await;
         })
         .await;
-        let left = self.shared.tasks.len();
+        let left = self.state.tasks.len();
         if stopped.is_err() {
             tracing::warn!(?SHUTDOWN_GRACE, left, "gateway did not stop in time");
         }

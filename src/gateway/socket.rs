@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
-use super::link::{SocketLink, Wire};
-use super::shared::Shared;
+use super::link::{ConnectorLink, Outbound};
+use super::state::GatewayState;
 use crate::phoenix::frame::{
     EVENT_CLOSE, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY,
 };
@@ -30,32 +30,32 @@ use crate::proto::StreamMessage;
 const WRITER_QUEUE: usize = 1024;
 
 /// Serves one upgraded socket until it closes, idles out, or is killed.
-pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
-    let id = shared.next_socket.fetch_add(1, Relaxed);
+pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket) {
+    let id = state.next_socket.fetch_add(1, Relaxed);
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
-    let wire = Wire::Phoenix {
+    let wire = Outbound::Phoenix {
         tx: tx.clone(),
         join_ref: Mutex::new(None),
     };
-    let link = Arc::new(SocketLink::new(
+    let link = Arc::new(ConnectorLink::new(
         id,
         wire,
-        shared.config.max_in_flight_per_socket,
-        shared.cancel.child_token(),
+        state.config.max_in_flight_per_socket,
+        state.cancel.child_token(),
     ));
-    shared.add_link(link.clone());
-    shared.counters.sockets_accepted.fetch_add(1, Relaxed);
-    shared.counters.sockets_open.fetch_add(1, Relaxed);
+    state.add_link(link.clone());
+    state.counters.sockets_accepted.fetch_add(1, Relaxed);
+    state.counters.sockets_open.fetch_add(1, Relaxed);
     tracing::debug!(socket_id = id, "socket accepted");
 
     let (sink, mut stream) = ws.split();
-    let writer = shared.tasks.spawn(write_loop(shared.clone(), sink, rx));
-    let idle_timeout = shared.config.idle_timeout;
+    let writer = state.tasks.spawn(write_loop(state.clone(), sink, rx));
+    let idle_timeout = state.config.idle_timeout;
     let mut last_inbound = Instant::now();
     let idle = sleep_until(last_inbound + idle_timeout);
     tokio::pin!(idle);
     let mut conn = Conn {
-        shared: &shared,
+        state: &state,
         link: &link,
         tx,
     };
@@ -80,10 +80,10 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
                         if is_too_large(e) {
                             tracing::warn!(
                                 socket_id = id,
-                                limit = shared.config.max_frame_bytes,
+                                limit = state.config.max_frame_bytes,
                                 "closing a socket that sent an oversized message"
                             );
-                            shared.counters.drop_frame("too_large");
+                            state.counters.drop_frame("too_large");
                         }
                         break;
                     }
@@ -92,8 +92,8 @@ pub(crate) async fn run(shared: Arc<Shared>, ws: WebSocket) {
             }
         }
     }
-    let removed = shared.forget_link(&link);
-    shared.counters.sockets_open.fetch_sub(1, Relaxed);
+    let removed = state.forget_link(&link);
+    state.counters.sockets_open.fetch_sub(1, Relaxed);
     writer.abort();
     tracing::debug!(socket_id = id, removed, "socket closed");
 }
@@ -109,7 +109,7 @@ fn is_too_large(e: axum::Error) -> bool {
 }
 
 /// Feeds every queued frame and flushes only when the queue is empty.
-async fn write_loop<S>(shared: Arc<Shared>, mut sink: S, mut rx: mpsc::Receiver<WsMessage>)
+async fn write_loop<S>(state: Arc<GatewayState>, mut sink: S, mut rx: mpsc::Receiver<WsMessage>)
 where
     S: futures_util::Sink<WsMessage> + Unpin,
 {
@@ -124,7 +124,7 @@ where
                 return;
             }
         }
-        shared.counters.frames_out.fetch_add(n, Relaxed);
+        state.counters.frames_out.fetch_add(n, Relaxed);
         if sink.flush().await.is_err() {
             return;
         }
@@ -135,11 +135,11 @@ where
 /// takes its state with it: its registrations are removed and its pending executes
 /// fail at once; the socket, and its tenant binding, live on. Returns the join ref the
 /// channel had, under which the caller announces the end; `None` if it was not joined.
-pub(crate) fn end_lobby(shared: &Shared, link: &SocketLink) -> Option<String> {
+pub(crate) fn end_lobby(state: &GatewayState, link: &ConnectorLink) -> Option<String> {
     let join_ref = link.replace_join_ref(None)?;
-    let removed = shared.registry().clear_socket(link.id);
+    let removed = state.registry().clear_socket(link.id);
     if removed > 0 {
-        shared.publish_registration_count();
+        state.publish_registration_count();
     }
     let failed = link.pending.lock().expect("pending lock").drain();
     tracing::debug!(
@@ -166,10 +166,10 @@ pub(crate) fn lobby_event_frame(join_ref: String, event: &str) -> WsMessage {
 }
 
 struct Conn<'a> {
-    shared: &'a Arc<Shared>,
-    link: &'a Arc<SocketLink>,
+    state: &'a Arc<GatewayState>,
+    link: &'a Arc<ConnectorLink>,
     /// The socket's writer queue, for the frames only Phoenix has (replies, channel
-    /// events); protocol messages go through [`SocketLink::push`].
+    /// events); protocol messages go through [`ConnectorLink::push`].
     tx: mpsc::Sender<WsMessage>,
 }
 
@@ -199,7 +199,7 @@ impl Conn<'_> {
     /// the joined lobby would be. It carries no topic or ref to answer with, so one
     /// sent while the lobby is not joined is dropped and counted.
     async fn on_binary(&mut self, bytes: Bytes) {
-        let counters = &self.shared.counters;
+        let counters = &self.state.counters;
         counters.frames_in.fetch_add(1, Relaxed);
         if !self.link.joined() {
             tracing::warn!(
@@ -210,7 +210,7 @@ impl Conn<'_> {
             return;
         }
         match StreamMessage::decode(bytes) {
-            Ok(msg) => super::session::on_message(self.shared, self.link, msg).await,
+            Ok(msg) => super::session::on_message(self.state, self.link, msg).await,
             Err(e) => {
                 tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable binary frame");
                 counters.drop_frame("bad_protobuf");
@@ -219,7 +219,7 @@ impl Conn<'_> {
     }
 
     async fn on_text(&mut self, text: &str) {
-        let counters = &self.shared.counters;
+        let counters = &self.state.counters;
         counters.frames_in.fetch_add(1, Relaxed);
         let frame = match Frame::decode(text) {
             Ok(f) => f,
@@ -232,7 +232,7 @@ impl Conn<'_> {
         let on_lobby = frame.topic == LOBBY_TOPIC;
         match frame.event.as_str() {
             EVENT_HEARTBEAT if frame.topic == PHOENIX_TOPIC => {
-                if self.shared.answer_phoenix_heartbeats.load(Relaxed) {
+                if self.state.faults.answer_phoenix_heartbeats() {
                     self.reply(&frame, "ok", json!({})).await;
                 }
             }
@@ -244,7 +244,7 @@ impl Conn<'_> {
                 self.leave().await;
             }
             EVENT_PROTO => match frame.proto() {
-                Ok(msg) => super::session::on_message(self.shared, self.link, msg).await,
+                Ok(msg) => super::session::on_message(self.state, self.link, msg).await,
                 Err(e) => {
                     tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable proto frame");
                     counters.drop_frame(e.reason());
@@ -266,15 +266,17 @@ impl Conn<'_> {
             .clone()
             .or_else(|| frame.msg_ref.clone())
             .unwrap_or_default();
-        self.link.replace_join_ref(Some(jr));
+        // The reply is queued before the channel takes data, so that nothing pushed on
+        // it (a test hook's push, say) can reach the client ahead of its join reply.
         self.reply(frame, "ok", json!({})).await;
+        self.link.replace_join_ref(Some(jr));
     }
 
     /// Closes the lobby channel, if joined (a leave, or a duplicate join replacing it),
     /// with `phx_close` under its join ref; its state dies with it ([`end_lobby`]). The
     /// client treats `phx_close` as a lost join and re-registers after rejoining.
     async fn leave(&mut self) {
-        if let Some(join_ref) = end_lobby(self.shared, self.link) {
+        if let Some(join_ref) = end_lobby(self.state, self.link) {
             let _ = self.tx.send(lobby_event_frame(join_ref, EVENT_CLOSE)).await;
         }
     }

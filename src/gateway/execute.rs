@@ -1,25 +1,18 @@
-//! State shared by everything that serves the gateway: the accept loop and
-//! lifecycle (`server.rs`), the Phoenix socket and gRPC stream tasks, the HTTP API and
-//! the test kit. It lives apart from the [`Gateway`](super::Gateway) so that the
-//! dependency arrows run one way: each of those modules uses this one, and this one
-//! uses none of them (before, `server`, `http_api` and `socket` imported each other).
+//! The execute path: one `execute_request` to a registration, whoever asked (the
+//! HTTP API, the test kit, an invoke), and its answer or its failure. Each socket's
+//! pending map (`pending.rs`) correlates the answer; a guard prunes it on every way
+//! out of the call.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{oneshot, watch};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio::sync::oneshot;
 
-use super::approvals::Approvals;
-use super::config::GatewayConfig;
-use super::link::SocketLink;
-use super::registry::Registry;
-use super::stats::{Counters, GatewayStats};
-use super::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
+use super::link::ConnectorLink;
+use super::state::GatewayState;
+use crate::context_keys::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
 use crate::error::{Error, Result};
 use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
@@ -42,7 +35,7 @@ pub struct ExecuteOutcome {
 /// without an answer: on timeout, and also when the caller drops the future (an HTTP
 /// client that hung up), which a timeout branch alone would leak.
 struct PendingGuard<'a> {
-    link: &'a SocketLink,
+    link: &'a ConnectorLink,
     request_id: &'a str,
 }
 
@@ -69,67 +62,7 @@ pub(crate) struct ExecuteCall {
     pub(crate) timeout: Option<Duration>,
 }
 
-/// State shared by the accept loop, socket tasks, HTTP handlers and the test kit.
-pub(crate) struct Shared {
-    pub(crate) config: GatewayConfig,
-    /// The approval mode, keys and credentials (`approvals.rs`).
-    pub(crate) approvals: Approvals,
-    pub(crate) counters: Counters,
-    pub(crate) registry: Mutex<Registry<Arc<SocketLink>>>,
-    pub(crate) sockets: Mutex<HashMap<u64, Arc<SocketLink>>>,
-    pub(crate) next_socket: AtomicU64,
-    pub(crate) next_request: AtomicU64,
-    pub(crate) refuse_registers: AtomicBool,
-    pub(crate) drop_on_register: AtomicBool,
-    pub(crate) answer_phoenix_heartbeats: AtomicBool,
-    pub(crate) answer_app_heartbeats: AtomicBool,
-    pub(crate) registration_count: watch::Sender<usize>,
-    pub(crate) cancel: CancellationToken,
-    /// Parent of every accepted gRPC connection's cut switch; replaced when the test
-    /// hook cuts them all, so later connections live on.
-    pub(crate) grpc_cut: Mutex<CancellationToken>,
-    /// Every task the gateway starts: socket readers, writers, invokes.
-    pub(crate) tasks: TaskTracker,
-}
-
-impl Shared {
-    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry<Arc<SocketLink>>> {
-        self.registry.lock().expect("registry lock")
-    }
-
-    /// Makes a newly accepted link (socket or stream) reachable by id: by the test
-    /// hooks, by `drop_socket`, by shutdown.
-    pub(crate) fn add_link(&self, link: Arc<SocketLink>) {
-        self.sockets
-            .lock()
-            .expect("sockets lock")
-            .insert(link.id, link);
-    }
-
-    /// Forgets a closed link: its registrations are removed and its pending executes
-    /// fail at once. Dropping the waiters fails every waiting execute; closing the map
-    /// makes an execute that raced this teardown fail instead of waiting out its
-    /// deadline. Returns how many registrations went with it.
-    pub(crate) fn forget_link(&self, link: &SocketLink) -> usize {
-        self.sockets.lock().expect("sockets lock").remove(&link.id);
-        let removed = self.registry().remove_socket(link.id);
-        self.publish_registration_count();
-        let failed = link.pending.lock().expect("pending lock").close();
-        drop(failed);
-        removed
-    }
-
-    /// The counters with the registry's counts.
-    pub(crate) fn stats(&self) -> GatewayStats {
-        let by_transport = self.registry().count_by_transport();
-        self.counters.snapshot(by_transport)
-    }
-
-    pub(crate) fn publish_registration_count(&self) {
-        let n = self.registry().len();
-        self.registration_count.send_replace(n);
-    }
-
+impl GatewayState {
     /// Sends an execute to the registration `arn` and waits for its response;
     /// [`Error::NotFound`] or [`Error::PendingApproval`] when it may not be executed.
     pub(crate) async fn execute(&self, arn: &str, call: ExecuteCall) -> Result<ExecuteResponse> {
@@ -143,7 +76,7 @@ impl Shared {
     /// [`Error::Timeout`], [`Error::ConnectionClosed`].
     pub(crate) async fn execute_on(
         &self,
-        link: &SocketLink,
+        link: &ConnectorLink,
         arn: &str,
         call: ExecuteCall,
     ) -> Result<ExecuteResponse> {
