@@ -88,7 +88,7 @@ fn metrics_report(state: &GatewayState, link: &ConnectorLink, report: MetricsRep
 /// What a register's identity and credentials decided, before the registry is asked.
 enum Verdict {
     /// Refused before reaching the registry, with this response.
-    Refused(RegisterConnectorResponse),
+    Refused(Box<RegisterConnectorResponse>),
     /// To be registered with this status (approved: with this session token).
     Admit {
         status: Status,
@@ -112,7 +112,7 @@ async fn decide(
 ) -> Verdict {
     let key = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
     let refuse = |error: String, status: RegistrationStatus| {
-        Verdict::Refused(refusal(link, req, error, status))
+        Verdict::Refused(Box::new(refusal(link, req, error, status)))
     };
     if state.faults.refuse_registers() {
         return refuse(
@@ -188,7 +188,7 @@ async fn answer_register(
     };
     let (status, session_token) = match verdict {
         Verdict::Refused(resp) => {
-            slot.send(&response(resp));
+            slot.send(&response(*resp));
             return;
         }
         Verdict::Admit {
