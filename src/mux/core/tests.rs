@@ -12,3 +12,11 @@ mod metrics;
 mod registration;
 mod remove;
 mod stream;
+
+/// Each table on its own, without a connection.
+mod tables {
+    mod credentials;
+    mod executes;
+    mod pending_invokes;
+    mod registrations;
+}

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Inbound, Now, Transmit};
 use super::wire::registered;
+pub(super) use super::wire::{arn, TENANT, TYPE};
 use crate::backoff::BackoffPolicy;
 use crate::connector::config::HeartbeatSettings;
 use crate::identity::RegistrationKey;
@@ -19,8 +20,6 @@ use crate::proto::{
     stream_message::Message, ExecuteResponse, RegisterConnectorRequest, StreamMessage,
 };
 
-pub(super) const TENANT: &str = "t";
-pub(super) const TYPE: &str = "echo";
 pub(super) const PHOENIX_INTERVAL: Duration = Duration::from_secs(25);
 pub(super) const APP_INTERVAL: Duration = Duration::from_secs(30);
 pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -98,11 +97,6 @@ pub(super) fn opts() -> CoreOptions {
         seed: 7,
         framing: Framing::Phoenix,
     }
-}
-
-/// The ARN the tests' gateway assigns to an instance.
-pub(super) fn arn(instance: &str) -> String {
-    format!("matrix:{TENANT}:{TYPE}:{instance}")
 }
 
 /// Builds a [`RegistrationSpec`]: one permit, no queue, no metrics reports.

@@ -7,7 +7,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message as _;
 
-use super::support::arn;
 use crate::mux::core::{Event, ExecId, InvokeSpec};
 use crate::mux::routing::HandleId;
 use crate::phoenix::{Frame, PHOENIX_TOPIC};
@@ -15,6 +14,14 @@ use crate::proto::{
     stream_message::Message, ExecuteRequest, InvokeCapabilityResponse, RegisterConnectorResponse,
     RegistrationStatus, StreamMessage,
 };
+
+pub(super) const TENANT: &str = "t";
+pub(super) const TYPE: &str = "echo";
+
+/// The ARN the tests' gateway assigns to an instance.
+pub(super) fn arn(instance: &str) -> String {
+    format!("matrix:{TENANT}:{TYPE}:{instance}")
+}
 
 /// A successful `register_response` for an instance, with a session token.
 pub(super) fn registered(instance: &str) -> Message {
