@@ -634,7 +634,7 @@ impl<W, U> Connection<W, U> {
             .arrive(&mut self.timers, now, h, req, as_invoke)
         {
             Some(Admission::Start(start)) => self.events.push_back(start_event(start)),
-            Some(Admission::Refused(answer)) => self.push(answer),
+            Some(Admission::Refused(answer)) => self.push(*answer),
             Some(Admission::Queued) | None => {}
         }
     }

@@ -78,8 +78,9 @@ pub(super) enum Admission {
     Start(Start),
     /// It waits in the registration's queue.
     Queued,
-    /// The queue is full: send this `overloaded` answer.
-    Refused(Message),
+    /// The queue is full: send this `overloaded` answer (boxed: the rare path should
+    /// not size every admission).
+    Refused(Box<Message>),
 }
 
 /// An execute ended (answered or timed out): what to do about it.
@@ -172,11 +173,11 @@ impl Executes {
                 "overloaded: {} already runs {} executes and has {} waiting (max_concurrent_requests, max_queued_requests); retry later",
                 lane.key, lane.running, lane.queue.len()
             );
-            return Some(Admission::Refused(error_answer(
+            return Some(Admission::Refused(Box::new(error_answer(
                 req.request_id,
                 as_invoke,
                 error,
-            )));
+            ))));
         }
         let exec = self.next_exec;
         self.next_exec += 1;
