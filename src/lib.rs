@@ -30,7 +30,8 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, the generated messages) and imports nothing of the crate. `phoenix` is the
+//! keys, secrets that never print, the generated messages) and imports nothing of
+//! the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
 //! connections (addresses, dialer, TLS, proxies) and hands out message streams and
 //! sinks. `connector` is what an author implements and configures; `auth` is the
