@@ -11,9 +11,10 @@
 //!   then mint the access token (a JWT) with a private-key client assertion.
 //!
 //! The decisions about which credential a register presents live in the connection
-//! core (`mux::core::registration`); the task that runs the exchange per registration
-//! lives in `mux::approval`. Everything here is plain functions and types, so the
-//! core stays free of I/O and these stay free of socket concerns.
+//! core (`mux::core::credentials`, used by `mux::core::registrations`); the task that
+//! runs the exchange per registration lives in `mux::approval`. Everything here is
+//! plain functions and types, so the core stays free of I/O and these stay free of
+//! socket concerns.
 
 pub(crate) mod exchange;
 pub(crate) mod keys;
