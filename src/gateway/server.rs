@@ -188,6 +188,9 @@ impl Gateway {
     }
 
     /// Waits until at least `n` registrations exist, at most `deadline`; false on timeout.
+    /// A registration counts only once its `register_response` is queued to its
+    /// connector, so an execute issued right after this returns reaches a connector
+    /// that knows its ARN.
     pub async fn wait_for_registrations(&self, n: usize, deadline: Duration) -> bool {
         let mut rx = self.state.registration_count.subscribe();
         tokio::time::timeout(deadline, rx.wait_for(|c| *c >= n))
