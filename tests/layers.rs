@@ -118,10 +118,11 @@ fn strip(src: &str) -> String {
             let len = if rest.get(1) == Some(&b'\\') {
                 rest[2..].iter().position(|&c| c == b'\'').map(|p| p + 3)
             } else {
-                std::str::from_utf8(&rest[1..])
-                    .ok()
-                    .or_else(|| src.get(i + 1..))
-                    .and_then(|s| s.chars().next())
+                // `i` is always on a character boundary (the scanner copies whole
+                // characters), and the quote is one byte, so `i + 1` is one too.
+                src[i + 1..]
+                    .chars()
+                    .next()
                     .map(|c| 1 + c.len_utf8())
                     .filter(|&n| rest.get(n) == Some(&b'\''))
                     .map(|n| n + 1)
