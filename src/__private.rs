@@ -54,6 +54,12 @@ pub mod triggers {
     pub mod registry {
         pub use crate::triggers::registry::TriggerRegistry;
     }
+    pub mod versions {
+        pub use crate::triggers::versions::{
+            LifecycleCommit, LifecycleEntry, LifecycleEvent, Origin, VersionRecord, VersionState,
+            VersionStore,
+        };
+    }
 }
 
 #[cfg(feature = "runtime")]

@@ -127,6 +127,12 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(String),
 
+    /// Two writers changed the same thing at once (two runtime processes recording a
+    /// binding version with the same number); nothing was written. Read the current
+    /// state and decide again.
+    #[error("conflict: {0}")]
+    Conflict(String),
+
     /// A bounded queue or limit is full (a registration's execute queue, a socket's
     /// in-flight cap); nothing was started. Retry later, or raise the named limit.
     #[error("overloaded: {0}")]
@@ -177,6 +183,7 @@ impl Error {
             Error::Payload(_) => "payload",
             Error::Connector(_) => "connector",
             Error::NotFound(_) => "not_found",
+            Error::Conflict(_) => "conflict",
             Error::Overloaded(_) => "overloaded",
             Error::PendingApproval(_) => "pending_approval",
             Error::Remote { .. } => "remote",
@@ -198,6 +205,7 @@ impl Error {
                 | Error::Store(_)
                 | Error::Overloaded(_)
                 | Error::PendingApproval(_)
+                | Error::Conflict(_)
         ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
             || matches!(self, Error::Approval { code, .. } if code == "server_error")
     }

@@ -6,6 +6,7 @@ pub(crate) mod config;
 mod event;
 pub(crate) mod filter;
 pub(crate) mod registry;
+pub(crate) mod versions;
 #[cfg(test)]
 pub(crate) mod testing;
 
