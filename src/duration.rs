@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A duration as written: a string with a unit, or an integer number of seconds.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum DurationSetting {
     /// A bare integer: seconds. Signed so a negative value gets this module's message

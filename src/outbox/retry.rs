@@ -18,6 +18,17 @@ pub enum RetryCurve {
     Exponential,
 }
 
+impl RetryCurve {
+    /// The name `retry.backoff` takes in `[[triggers]]`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryCurve::Constant => "constant",
+            RetryCurve::Linear => "linear",
+            RetryCurve::Exponential => "exponential",
+        }
+    }
+}
+
 /// A binding's retry policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RetryPolicy {

@@ -306,7 +306,7 @@ impl RuntimeConfig {
         let gateway = self.gateway.as_ref().map(|g| g.resolve(&env)).transpose()?;
         let source_ids = sources.iter().map(|s| s.id.as_str()).collect();
         let known = crate::triggers::config::Known {
-            sources: &source_ids,
+            sources: Some(&source_ids),
             gateway: gateway.is_some(),
         };
         let (triggers, queues) =

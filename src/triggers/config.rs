@@ -31,7 +31,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::binding::{Binding, DeadLetterScope, Handler, DEFAULT_MAX_CONCURRENT, DEFAULT_TIMEOUT};
 use super::filter::Expression;
@@ -49,7 +49,7 @@ pub(crate) const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) const DEFAULT_MAX_RECEIVES: u32 = 5;
 
 /// One `[[triggers]]` table as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TriggerConfig {
@@ -78,7 +78,7 @@ pub struct TriggerConfig {
 }
 
 /// `handler = { … }` as written: exactly one of `invoke`, `local`, `queue`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct HandlerConfig {
@@ -96,7 +96,7 @@ pub struct HandlerConfig {
 }
 
 /// `retry = { … }` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetryConfig {
@@ -113,7 +113,7 @@ pub struct RetryConfig {
 }
 
 /// `dead_letter_for` as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum DeadLetterFor {
     /// `"*"`: every other binding.
@@ -154,8 +154,9 @@ pub struct QueueSpec {
 
 /// What a trigger may refer to outside itself.
 pub(crate) struct Known<'a> {
-    /// The configured source ids.
-    pub(crate) sources: &'a HashSet<&'a str>,
+    /// The configured source ids; `None` accepts any (rebuilding a stored version,
+    /// whose sources may have left the configuration since: its rows still drain).
+    pub(crate) sources: Option<&'a HashSet<&'a str>>,
     /// Whether a `[gateway]` section is configured.
     pub(crate) gateway: bool,
 }
@@ -200,6 +201,24 @@ pub(crate) fn resolve(
     Ok((TriggerRegistry::new(bindings)?, specs))
 }
 
+/// Builds a stored version's binding from its definition (the JSON of
+/// [`TriggerConfig::of`]), accepting any source and any handler kind: the version was
+/// checked when it was recorded, and its rows must still run after the configuration
+/// moved on. `Err` says why the text no longer resolves (written by a newer build).
+pub(crate) fn rebuild(definition: &str) -> Result<Binding> {
+    let table: TriggerConfig = serde_json::from_str(definition)
+        .map_err(|e| Error::Config(format!("stored trigger definition: {e}")))?;
+    table.resolve(&Known {
+        sources: None,
+        gateway: true,
+    })
+}
+
+/// The stored form of `binding`'s definition: JSON of [`TriggerConfig::of`].
+pub(crate) fn definition_json(binding: &Binding) -> String {
+    serde_json::to_string(&TriggerConfig::of(binding)).expect("plain data serialises")
+}
+
 /// Checks an id or a name: non-empty letters, digits, `-`, `_` and `.`, which reads
 /// safely in URLs, metric labels and log lines.
 fn check_name(name: &str) -> std::result::Result<(), String> {
@@ -217,16 +236,86 @@ fn check_name(name: &str) -> std::result::Result<(), String> {
 }
 
 impl TriggerConfig {
+    /// The table that resolves to `binding` again: what the store keeps as a version's
+    /// definition. Durations are written in milliseconds and every default spelled
+    /// out, so [`rebuild`] gives a binding with the same fingerprint.
+    pub(crate) fn of(binding: &Binding) -> TriggerConfig {
+        let ms = |d: Duration| Some(DurationSetting::Text(format!("{}ms", d.as_millis())));
+        let expr = |e: &Option<Expression>| e.as_ref().map(|e| e.source().to_owned());
+        let mut handler = HandlerConfig {
+            invoke: None,
+            local: None,
+            queue: None,
+            capability: None,
+            encoding: None,
+        };
+        match &binding.handler {
+            Handler::Invoke {
+                target,
+                capability,
+                encoding,
+            } => {
+                handler.invoke = Some(target.clone());
+                handler.capability = Some(capability.clone());
+                handler.encoding = Some(encoding.as_str_name().to_ascii_lowercase());
+            }
+            Handler::Local {
+                connector,
+                capability,
+            } => {
+                handler.local = Some(connector.clone());
+                handler.capability = Some(capability.clone());
+            }
+            Handler::Queue { queue } => handler.queue = Some(queue.clone()),
+        }
+        let r = &binding.retry;
+        TriggerConfig {
+            id: binding.id.clone(),
+            sources: binding.sources.clone(),
+            events: binding.events.clone(),
+            filter: expr(&binding.filter),
+            handler,
+            retry: Some(RetryConfig {
+                max_attempts: Some(r.max_attempts),
+                backoff: Some(r.backoff.as_str().to_owned()),
+                base: ms(r.base),
+                cap: ms(r.cap),
+                jitter: Some(r.jitter),
+            }),
+            ordering_key: expr(&binding.ordering_key),
+            max_concurrent: Some(binding.max_concurrent),
+            timeout: ms(binding.timeout),
+            dead_letter_for: match &binding.dead_letter_for {
+                DeadLetterScope::None => None,
+                DeadLetterScope::All => Some(DeadLetterFor::All("*".into())),
+                DeadLetterScope::Bindings(ids) => Some(DeadLetterFor::Bindings(ids.clone())),
+            },
+        }
+    }
+
+    /// Resolves this table on its own, against the configured `sources` and whether a
+    /// gateway is configured: a binding registered at run time.
+    pub(crate) fn resolve_one(
+        &self,
+        sources: &HashSet<&str>,
+        gateway: bool,
+    ) -> Result<Binding> {
+        self.resolve(&Known {
+            sources: Some(sources),
+            gateway,
+        })
+    }
+
     fn resolve(&self, known: &Known<'_>) -> Result<Binding> {
         let id = &self.id;
         let bad =
             |option: &str, what: String| Error::Config(format!("trigger {id:?}: {option}: {what}"));
         check_name(id).map_err(|e| Error::Config(format!("trigger id {e}")))?;
-        if let Some(s) = self
-            .sources
-            .iter()
-            .find(|s| !known.sources.contains(s.as_str()))
-        {
+        if let Some(s) = known.sources.and_then(|known| {
+            self.sources
+                .iter()
+                .find(|s| !known.contains(s.as_str()))
+        }) {
             return Err(bad(
                 "sources",
                 format!("{s:?} is not a configured source id (see [[sources]])"),

@@ -39,21 +39,39 @@ impl TriggerRegistry {
     /// failures annotate a dead letter instead of making one, so there is nothing to
     /// report on).
     pub fn new(bindings: Vec<Binding>) -> Result<TriggerRegistry> {
-        let mut by_id = HashMap::with_capacity(bindings.len());
+        let registry = TriggerRegistry::from_checked(bindings.into_iter().map(Arc::new).collect());
+        registry.check()?;
+        Ok(registry)
+    }
+
+    /// A registry of bindings already checked together (the lifecycle's active set,
+    /// each change of which went through [`TriggerRegistry::new`] first).
+    pub(crate) fn from_checked(bindings: Vec<Arc<Binding>>) -> TriggerRegistry {
+        let by_id = bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.id.clone(), i))
+            .collect();
+        TriggerRegistry { bindings, by_id }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bindings = &self.bindings;
+        let mut seen = HashMap::with_capacity(bindings.len());
         for (i, b) in bindings.iter().enumerate() {
-            if by_id.insert(b.id.clone(), i).is_some() {
+            if seen.insert(b.id.clone(), i).is_some() {
                 return Err(Error::Config(format!(
                     "two triggers have the id {:?}",
                     b.id
                 )));
             }
         }
-        for b in &bindings {
+        for b in bindings {
             let DeadLetterScope::Bindings(ids) = &b.dead_letter_for else {
                 continue;
             };
             for target in ids {
-                let problem = match by_id.get(target).map(|&i| &bindings[i]) {
+                let problem = match seen.get(target).map(|&i| &bindings[i]) {
                     None => "which is not a configured trigger",
                     Some(t) if t.id == b.id => "itself; a dead-letter handler never reports on itself",
                     Some(t) if t.is_dead_letter_handler() => {
@@ -67,10 +85,7 @@ impl TriggerRegistry {
                 )));
             }
         }
-        Ok(TriggerRegistry {
-            bindings: bindings.into_iter().map(Arc::new).collect(),
-            by_id,
-        })
+        Ok(())
     }
 
     /// Every binding, in configuration order.
