@@ -35,6 +35,10 @@ pub const CONTEXT_TRACE_ID: &str = "switchboard.trace_id";
 pub const CONTEXT_ATTEMPT: &str = "switchboard.attempt";
 /// Context key: the binding being delivered.
 pub const CONTEXT_BINDING: &str = "switchboard.binding";
+/// Context key: the binding version the row runs under, `id@vN`: the version that
+/// was active when its event arrived (or the one a replay resolved), whatever has been
+/// reloaded since.
+pub const CONTEXT_BINDING_VERSION: &str = "switchboard.binding_version";
 /// Context key: handler hops that produced the event. `outbox.enqueue` from inside an
 /// execute reads it, so events that handlers produce carry depth + 1; every invoke made
 /// inside the execute carries it on.

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use crate::connector::InvokeOptions;
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
     CONTEXT_TRACE_ID,
 };
 use crate::encoding::{decode_payload, Payload};
@@ -54,6 +54,12 @@ impl AttemptInput<'_> {
         values.insert(CONTEXT_TRACE_ID.to_owned(), self.trace_id.to_owned());
         values.insert(CONTEXT_ATTEMPT.to_owned(), self.attempt.to_string());
         values.insert(CONTEXT_BINDING.to_owned(), self.binding.id.clone());
+        if self.binding.version > 0 {
+            values.insert(
+                CONTEXT_BINDING_VERSION.to_owned(),
+                format!("{}@v{}", self.binding.id, self.binding.version),
+            );
+        }
         values.insert(CONTEXT_DEPTH.to_owned(), self.depth.to_string());
         if let Some(id) = self.dead_letter_id {
             values.insert(CONTEXT_DEAD_LETTER_ID.to_owned(), id.to_string());

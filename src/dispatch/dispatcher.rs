@@ -39,7 +39,7 @@ use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
 use crate::outbox::outcome::{decide, AttemptFailure, DeadLetterTarget, FailureKind};
 use crate::outbox::OutboxStore;
 use crate::triggers::binding::{Binding, Handler};
-use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::live::LiveTriggers;
 
 /// Default attempts in flight per process: enough to keep a few hundred remote
 /// handlers busy, few enough that a burst cannot exhaust memory or sockets.
@@ -145,15 +145,17 @@ impl Clock {
 
 struct Inner {
     store: Arc<dyn OutboxStore>,
-    registry: Arc<TriggerRegistry>,
+    triggers: Arc<LiveTriggers>,
     deliver: Arc<dyn Deliver>,
     metrics: Arc<DispatchMetrics>,
     options: DispatcherOptions,
     clock: Clock,
-    /// Bindings this process delivers, with their permit gates.
-    gates: Arc<HashMap<String, Arc<Semaphore>>>,
-    served: Vec<String>,
+    /// The permit gates: one per version this process delivers, and the process's.
+    permits: Permits,
     global: Arc<Semaphore>,
+    /// Asked to bring the versions up to date when a claimed row names a version this
+    /// process does not know (another process recorded it); the row is released.
+    unknown_version: Arc<Notify>,
     /// Rows in flight (id → claim token) whose finish is not yet committed: what the
     /// lease keeper extends and what shutdown releases.
     held: Mutex<HashMap<i64, i64>>,
@@ -178,40 +180,54 @@ pub struct Dispatcher {
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
-            .field("served", &self.inner.served)
+            .field("served", &self.served())
             .finish_non_exhaustive()
     }
 }
 
 impl Dispatcher {
-    /// Starts the dispatcher for the bindings `permits` gates (the others' rows are
-    /// left for a process that can deliver them).
+    /// Starts the dispatcher for the bindings `registry` holds and `permits` serves
+    /// (the others' rows are left for a process that can deliver them): every version
+    /// active, none ever changing. The runtime, whose bindings change, uses
+    /// [`Dispatcher::start_live`].
     pub fn start(
         store: Arc<dyn OutboxStore>,
-        registry: Arc<TriggerRegistry>,
+        registry: Arc<crate::triggers::registry::TriggerRegistry>,
+        deliver: Arc<dyn Deliver>,
+        permits: Permits,
+        metrics: Arc<DispatchMetrics>,
+        options: DispatcherOptions,
+    ) -> Dispatcher {
+        let live = Arc::new(LiveTriggers::fixed(&registry));
+        Self::start_live(store, live, deliver, permits, metrics, options, Arc::default())
+    }
+
+    /// Starts the dispatcher over bindings that change while it runs: each pass claims
+    /// rows of the versions that are active or draining and not paused, and each row
+    /// runs under the version its fingerprint names. A row naming a version
+    /// `triggers` does not know is released and `unknown_version` notified, so the
+    /// owner can load the versions another process recorded.
+    pub(crate) fn start_live(
+        store: Arc<dyn OutboxStore>,
+        triggers: Arc<LiveTriggers>,
         deliver: Arc<dyn Deliver>,
         permits: Permits,
         metrics: Arc<DispatchMetrics>,
         mut options: DispatcherOptions,
+        unknown_version: Arc<Notify>,
     ) -> Dispatcher {
         // The process limit is the permits' own.
         options.max_in_flight = permits.size;
-        let served = registry
-            .bindings()
-            .iter()
-            .filter(|b| permits.gates.contains_key(&b.id))
-            .map(|b| b.id.clone())
-            .collect();
         let inner = Arc::new(Inner {
             store,
-            registry,
+            triggers,
             deliver,
             metrics,
-            global: permits.global,
+            global: permits.global.clone(),
             options,
             clock: Clock::start(),
-            gates: permits.gates,
-            served,
+            permits,
+            unknown_version,
             held: Mutex::default(),
             capacity: Notify::new(),
             abandon: CancellationToken::new(),
@@ -238,9 +254,10 @@ impl Dispatcher {
         }
     }
 
-    /// The bindings this dispatcher delivers.
-    pub fn served(&self) -> &[String] {
-        &self.inner.served
+    /// The bindings this dispatcher delivers now (the ids of the claimable versions
+    /// it can deliver).
+    pub fn served(&self) -> Vec<String> {
+        self.inner.served()
     }
 
     /// Stops claiming, waits up to the shutdown grace for attempts in flight, commits
@@ -279,13 +296,23 @@ impl Dispatcher {
     }
 }
 
-/// The dispatcher's permit gates: one per binding (`max_concurrent`) and one per
-/// process (`max_in_flight`). Cheap to clone.
-#[derive(Debug, Clone)]
+/// The dispatcher's permit gates: one per binding version (its `max_concurrent`; a
+/// draining version and its successor each keep their own, so the old rows finish
+/// under the old limit) and one per process (`max_in_flight`). Cheap to clone.
+#[derive(Clone)]
 pub struct Permits {
     size: usize,
     global: Arc<Semaphore>,
-    gates: Arc<HashMap<String, Arc<Semaphore>>>,
+    gates: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
+    can_deliver: Arc<dyn Fn(&Binding) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for Permits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permits")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why no permit was given.
@@ -298,48 +325,59 @@ pub enum NoPermit {
 }
 
 impl Permits {
-    /// Gates for the bindings of `registry` that `can_deliver` accepts (queue bindings
-    /// are pulled, never dispatched), with `max_in_flight` process permits.
+    /// Gates for the bindings `can_deliver` accepts (queue bindings are pulled, never
+    /// dispatched), with `max_in_flight` process permits. A version's gate is made the
+    /// first time it is asked for.
     pub fn new(
-        registry: &TriggerRegistry,
-        can_deliver: impl Fn(&Binding) -> bool,
+        can_deliver: impl Fn(&Binding) -> bool + Send + Sync + 'static,
         max_in_flight: usize,
     ) -> Permits {
-        let gates = registry
-            .bindings()
-            .iter()
-            .filter(|b| !matches!(b.handler, Handler::Queue { .. }) && can_deliver(b))
-            .map(|b| {
-                (
-                    b.id.clone(),
-                    Arc::new(Semaphore::new(b.max_concurrent.max(1))),
-                )
-            })
-            .collect();
         Permits {
             size: max_in_flight.max(1),
             global: Arc::new(Semaphore::new(max_in_flight.max(1))),
-            gates: Arc::new(gates),
+            gates: Arc::default(),
+            can_deliver: Arc::new(can_deliver),
         }
     }
 
-    /// Whether this process delivers `binding_id`.
-    pub fn serves(&self, binding_id: &str) -> bool {
-        self.gates.contains_key(binding_id)
+    /// Whether this process delivers `binding`.
+    pub fn serves(&self, binding: &Binding) -> bool {
+        !matches!(binding.handler, Handler::Queue { .. }) && (self.can_deliver)(binding)
     }
 
-    /// Both permits for one attempt of `binding_id`, at once or not at all.
-    pub fn try_acquire(&self, binding_id: &str) -> Result<[OwnedSemaphorePermit; 2], NoPermit> {
-        let gate = self.gates.get(binding_id).ok_or(NoPermit::NotServed)?;
+    fn gate(&self, binding: &Binding) -> Option<Arc<Semaphore>> {
+        if !self.serves(binding) {
+            return None;
+        }
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            gates
+                .entry(binding.fingerprint.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(binding.max_concurrent.max(1))))
+                .clone(),
+        )
+    }
+
+    /// Whether `binding` is served and has a free permit of its own.
+    fn has_room(&self, binding: &Binding) -> bool {
+        self.gate(binding).is_some_and(|g| g.available_permits() > 0)
+    }
+
+    /// Forgets the gates of versions not in `keep` that nothing holds.
+    fn prune(&self, keep: &std::collections::HashSet<&str>) {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates.retain(|fp, g| keep.contains(fp.as_str()) || Arc::strong_count(g) > 1);
+    }
+
+    /// Both permits for one attempt of `binding`, at once or not at all.
+    pub fn try_acquire(&self, binding: &Binding) -> Result<[OwnedSemaphorePermit; 2], NoPermit> {
+        let gate = self.gate(binding).ok_or(NoPermit::NotServed)?;
         let g = self
             .global
             .clone()
             .try_acquire_owned()
             .map_err(|_| NoPermit::Busy)?;
-        let b = gate
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| NoPermit::Busy)?;
+        let b = gate.try_acquire_owned().map_err(|_| NoPermit::Busy)?;
         Ok([g, b])
     }
 }
@@ -355,8 +393,21 @@ impl Inner {
         (self.options.batch.min(self.options.max_in_flight) / 2).max(1)
     }
 
+    /// The ids of the claimable versions this process can deliver now.
+    fn served(&self) -> Vec<String> {
+        let current = self.triggers.current();
+        let mut ids: Vec<String> = current
+            .claimable()
+            .filter(|b| self.permits.serves(b))
+            .map(|b| b.id.clone())
+            .collect();
+        ids.dedup();
+        ids
+    }
+
     fn dead_letter_targets(&self, binding_id: &str) -> Vec<DeadLetterTarget> {
-        self.registry
+        self.triggers
+            .routing()
             .dead_letter_handlers(binding_id)
             .map(|h| DeadLetterTarget {
                 binding_id: h.id.clone(),
@@ -385,33 +436,33 @@ async fn claim_loop(
     attempts: TaskTracker,
     finishes: mpsc::Sender<Finish>,
 ) {
-    if inner.served.is_empty() {
-        return;
-    }
     let wake = inner.store.wake();
     let mut backoff = store_backoff();
+    let mut seen: Option<Arc<crate::triggers::lifecycle::Lifecycle>> = None;
     loop {
         if stop.is_cancelled() {
             return;
         }
+        let current = inner.triggers.current();
+        if !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &current)) {
+            // The versions changed: forget the gates of versions that went.
+            let keep = current.versions().map(|v| v.binding.fingerprint.as_str()).collect();
+            inner.permits.prune(&keep);
+            seen = Some(current.clone());
+        }
+        let served: Vec<String> = inner.served();
         let free = inner.global.available_permits();
         let in_flight = inner.options.max_in_flight.saturating_sub(free);
         let mut full_claim = false;
         // The `now` of this pass's claim, if one ran: rows due after it were not seen.
         let mut claimed_at = None;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
-            let bindings: Vec<String> = inner
-                .served
-                .iter()
-                .filter(|b| inner.gates[*b].available_permits() > 0)
-                .filter(|b| {
-                    inner
-                        .registry
-                        .get(b)
-                        .is_some_and(|b| inner.deliver.ready(b))
-                })
-                .cloned()
+            let mut bindings: Vec<String> = current
+                .claimable()
+                .filter(|b| inner.permits.has_room(b) && inner.deliver.ready(b))
+                .map(|b| b.id.clone())
                 .collect();
+            bindings.dedup();
             if !bindings.is_empty() {
                 let now = inner.clock.now_ms();
                 claimed_at = Some(now);
@@ -447,7 +498,7 @@ async fn claim_loop(
         }
         let poll = inner.options.poll_interval;
         let now = inner.clock.now_ms();
-        let until = match inner.store.next_due_ms(&inner.served).await {
+        let until = match inner.store.next_due_ms(&served).await {
             Ok(Some(due)) if due > now => inner
                 .clock
                 .instant_at(due)
@@ -463,6 +514,7 @@ async fn claim_loop(
             _ = stop.cancelled() => return,
             _ = wake.notified() => {}
             _ = inner.capacity.notified() => {}
+            _ = inner.triggers.changed() => {}
             _ = tokio::time::sleep_until(until) => {}
         }
     }
@@ -476,15 +528,23 @@ async fn admit(
     finishes: &mpsc::Sender<Finish>,
 ) {
     let mut release = Vec::new();
-    let gate = Permits {
-        size: inner.options.max_in_flight,
-        global: inner.global.clone(),
-        gates: inner.gates.clone(),
-    };
+    let current = inner.triggers.current();
     for row in rows {
-        let binding = inner.registry.get(&row.binding_id).cloned();
-        let permits = binding.and_then(|b| gate.try_acquire(&row.binding_id).ok().map(|p| (b, p)));
-        let Some((binding, permits)) = permits else {
+        let Some(binding) = current.resolve(&row.binding_id, &row.fingerprint).cloned() else {
+            if let Some(number) = current.number(&row.binding_id, &row.fingerprint) {
+                strand(inner, row, number, finishes).await;
+            } else {
+                // Recorded by another process since this one last looked.
+                inner.unknown_version.notify_one();
+                release.push((row.id, row.token));
+            }
+            continue;
+        };
+        if current.is_paused(&binding.id) {
+            release.push((row.id, row.token));
+            continue;
+        }
+        let Ok(permits) = inner.permits.try_acquire(&binding) else {
             release.push((row.id, row.token));
             continue;
         };
@@ -507,6 +567,27 @@ async fn admit(
             }
         }
     }
+}
+
+/// Dead-letters a row whose version is recorded but cannot run here (its definition
+/// no longer builds, or it left memory): it would otherwise be claimed for ever.
+async fn strand(inner: &Arc<Inner>, row: ClaimedRow, number: u32, finishes: &mpsc::Sender<Finish>) {
+    let label = crate::triggers::lifecycle::label(&row.binding_id, number);
+    tracing::warn!(row = row.id, version = %label, "a row's binding version cannot be built here; dead-lettered");
+    inner.metrics.dead_lettered(&row.binding_id);
+    inner.held().insert(row.id, row.token);
+    let finish = Finish::DeadLetter {
+        id: row.id,
+        token: row.token,
+        error: crate::outbox::model::AttemptError {
+            attempt: row.attempt,
+            at_ms: inner.clock.now_ms(),
+            kind: "stranded".into(),
+            message: format!("{label} is recorded but its definition cannot be built by this runtime, so the row cannot run under the definition it was enqueued for"),
+        },
+        fanout: Vec::new(),
+    };
+    let _ = finishes.send(finish).await;
 }
 
 async fn attempt(

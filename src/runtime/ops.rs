@@ -22,7 +22,7 @@ use crate::outbox::model::{
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::store::{now_ms, Appended, Store};
 use crate::triggers::binding::Handler;
-use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::live::LiveTriggers;
 use crate::triggers::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
 
 /// The source id of events that enter through `outbox.enqueue`, `triggers.invoke` and
@@ -58,6 +58,9 @@ pub enum OpError {
     Store(Error),
     /// The synchronous attempt ran and failed.
     Failed(AttemptFailure),
+    /// The request conflicts with the current state (a binding id already
+    /// registered); nothing was changed.
+    Conflict(String),
 }
 
 impl OpError {
@@ -65,6 +68,7 @@ impl OpError {
     pub fn status(&self) -> u16 {
         match self {
             OpError::NotFound(_) => 404,
+            OpError::Conflict(_) => 409,
             OpError::Invalid(_) => 422,
             OpError::Busy(_) | OpError::Store(_) => 503,
             OpError::Failed(f) => f.kind.http_status(),
@@ -75,6 +79,7 @@ impl OpError {
     pub fn code(&self) -> &'static str {
         match self {
             OpError::NotFound(_) => "not_found",
+            OpError::Conflict(_) => "conflict",
             OpError::Invalid(_) => "validation",
             OpError::Busy(_) => "overloaded",
             OpError::Store(_) => "store_unavailable",
@@ -85,7 +90,10 @@ impl OpError {
     /// What went wrong, for a person.
     pub fn message(&self) -> String {
         match self {
-            OpError::NotFound(m) | OpError::Invalid(m) | OpError::Busy(m) => m.clone(),
+            OpError::NotFound(m)
+            | OpError::Invalid(m)
+            | OpError::Busy(m)
+            | OpError::Conflict(m) => m.clone(),
             OpError::Store(e) => e.to_string(),
             OpError::Failed(f) => f.message.clone(),
         }
@@ -95,6 +103,7 @@ impl OpError {
     pub fn into_error(self) -> Error {
         match self {
             OpError::NotFound(m) => Error::NotFound(m),
+            OpError::Conflict(m) => Error::Conflict(m),
             OpError::Invalid(m) => Error::Payload(m),
             OpError::Busy(m) => Error::Overloaded(m),
             OpError::Store(e) => e,
@@ -105,10 +114,15 @@ impl OpError {
 
 impl From<Error> for OpError {
     /// A store error, except the group commit's "queue full" ([`Error::Overloaded`]),
-    /// which is a load signal (503 `overloaded`) rather than a store fault.
+    /// which is a load signal (503 `overloaded`) rather than a store fault, and the
+    /// lifecycle's refusals: an invalid binding (422), an unknown one (404), a
+    /// conflicting one (409).
     fn from(e: Error) -> Self {
         match e {
             Error::Overloaded(m) => OpError::Busy(m),
+            Error::Config(m) | Error::Payload(m) => OpError::Invalid(m),
+            Error::NotFound(m) => OpError::NotFound(m),
+            Error::Conflict(m) => OpError::Conflict(m),
             e => OpError::Store(e),
         }
     }
@@ -192,7 +206,7 @@ pub struct Enqueued {
 /// The operations, over one store, registry and set of handlers.
 pub struct DeliverOps {
     pub(crate) store: Store,
-    pub(crate) registry: Arc<TriggerRegistry>,
+    pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,
@@ -255,9 +269,9 @@ impl DeliverOps {
         }
         let (target, row) = match (&req.binding, &req.queue) {
             (Some(b), None) => {
-                let binding = self
-                    .registry
-                    .get(b)
+                let current = self.triggers.current();
+                let binding = current
+                    .active(b)
                     .ok_or_else(|| OpError::NotFound(format!("no trigger binding {b:?}")))?;
                 if binding.is_dead_letter_handler() {
                     return Err(OpError::Invalid(format!(
@@ -300,11 +314,14 @@ impl DeliverOps {
         let row = match row {
             Some(r) => r,
             None => {
-                let binding = self
-                    .registry
-                    .get(req.binding.as_deref().unwrap_or_default());
-                let binding = binding.expect("checked above");
-                self.registry
+                let current = self.triggers.current();
+                let binding = current
+                    .active(req.binding.as_deref().unwrap_or_default())
+                    .ok_or_else(|| {
+                        OpError::NotFound(format!("no trigger binding {:?}", req.binding))
+                    })?;
+                current
+                    .routing()
                     .enqueue_for(binding, &event, req.depth)
                     .map_err(|e| {
                         OpError::Invalid(format!("binding {:?}: ordering_key: {e}", binding.id))
@@ -342,8 +359,9 @@ impl DeliverOps {
         trace_id: Option<&str>,
     ) -> Result<Payload, OpError> {
         let binding = self
-            .registry
-            .get(binding_id)
+            .triggers
+            .current()
+            .active(binding_id)
             .cloned()
             .ok_or_else(|| OpError::NotFound(format!("no trigger binding {binding_id:?}")))?;
         if let Handler::Queue { queue } = &binding.handler {
@@ -351,7 +369,7 @@ impl DeliverOps {
                 "binding {binding_id:?} feeds queue {queue:?}; there is no handler to invoke"
             )));
         }
-        let permits = self.permits.try_acquire(binding_id).map_err(|e| match e {
+        let permits = self.permits.try_acquire(&binding).map_err(|e| match e {
             NoPermit::NotServed => OpError::Failed(AttemptFailure::new(
                 FailureKind::Platform,
                 format!("this runtime cannot deliver binding {binding_id:?} (its connector or gateway is not here)"),
@@ -489,17 +507,27 @@ impl DeliverOps {
         Ok(v)
     }
 
-    /// Every binding with its definition, fingerprint and counts.
+    /// Every binding: its versions (number, state, fingerprint), whether it is paused,
+    /// the active version's definition, whether this process delivers it, and its
+    /// counts.
     pub fn triggers(&self) -> Value {
-        let list: Vec<Value> = self
-            .registry
-            .bindings()
-            .iter()
-            .map(|b| {
-                let mut v = serde_json::to_value(&**b).unwrap_or(Value::Null);
-                v["served"] = json!(self.permits.serves(&b.id));
+        let current = self.triggers.current();
+        let list: Vec<Value> = current
+            .view()
+            .into_iter()
+            .map(|view| {
+                let mut v = serde_json::to_value(&view).unwrap_or(Value::Null);
+                if let Some(active) = current.active(&view.id) {
+                    v["definition"] = serde_json::to_value(&**active).unwrap_or(Value::Null);
+                    v["served"] = json!(self.permits.serves(active));
+                }
+                v["state"] = json!(match (view.paused, view.active) {
+                    (true, _) => "paused",
+                    (false, Some(_)) => "active",
+                    (false, None) => "draining",
+                });
                 v["counts"] =
-                    serde_json::to_value(self.metrics.counts(&b.id)).unwrap_or(Value::Null);
+                    serde_json::to_value(self.metrics.counts(&view.id)).unwrap_or(Value::Null);
                 v
             })
             .collect();

@@ -105,6 +105,9 @@ pub struct Binding {
     /// A digest of the definition (everything above but the id; see
     /// [`Binding::definition_fingerprint`]), recorded in each outbox row.
     pub fingerprint: String,
+    /// Its version number (`id@vN`), given when the runtime records the version; 0 for
+    /// a binding built outside one. Not part of the definition.
+    pub version: u32,
 }
 
 fn duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -130,6 +133,7 @@ impl Binding {
             timeout: DEFAULT_TIMEOUT,
             dead_letter_for: DeadLetterScope::None,
             fingerprint: String::new(),
+            version: 0,
         };
         b.fingerprint = b.definition_fingerprint();
         b

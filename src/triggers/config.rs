@@ -386,6 +386,7 @@ impl TriggerConfig {
                 .map_err(|e| bad("timeout", e))?,
             dead_letter_for,
             fingerprint: String::new(),
+            version: 0,
         };
         binding.fingerprint = binding.definition_fingerprint();
         Ok(binding)

@@ -184,7 +184,8 @@ impl Lifecycle {
         for (record, binding) in records {
             let e = l.entries.entry(record.binding_id.clone()).or_default();
             e.numbers.insert(record.fingerprint.clone(), record.version);
-            if let Some(binding) = binding {
+            if let Some(mut binding) = binding {
+                Arc::make_mut(&mut binding).version = record.version;
                 e.versions
                     .insert(record.version, Version { binding, record });
             }
@@ -632,6 +633,8 @@ impl Lifecycle {
                     now_ms,
                 ));
                 transition(&process, &mut record, VersionState::Active, &reason, now_ms, commit);
+                let mut binding = binding;
+                binding.version = number;
                 e.versions.insert(
                     number,
                     Version {

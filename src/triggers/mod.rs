@@ -6,6 +6,7 @@ pub(crate) mod config;
 mod event;
 pub(crate) mod filter;
 pub(crate) mod lifecycle;
+pub(crate) mod live;
 pub(crate) mod registry;
 pub(crate) mod versions;
 #[cfg(test)]

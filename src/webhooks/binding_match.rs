@@ -12,25 +12,26 @@ use std::sync::Arc;
 
 use super::metrics::IngressMetrics;
 use crate::outbox::model::Enqueue;
-use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::live::LiveTriggers;
 use crate::triggers::TriggerEvent;
 
 /// The bindings and the counters their failures go to. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct BindingMatcher {
-    triggers: Arc<TriggerRegistry>,
+    triggers: Arc<LiveTriggers>,
     metrics: Arc<IngressMetrics>,
 }
 
 impl BindingMatcher {
-    /// A router over `triggers`, counting failures in `metrics`.
-    pub(crate) fn new(triggers: Arc<TriggerRegistry>, metrics: Arc<IngressMetrics>) -> Self {
+    /// A router over the bindings in force (the active version of each, as of each
+    /// event), counting failures in `metrics`.
+    pub(crate) fn new(triggers: Arc<LiveTriggers>, metrics: Arc<IngressMetrics>) -> Self {
         BindingMatcher { triggers, metrics }
     }
 
     /// The rows for `event`, which came from outside (a webhook or a tick: depth 0).
     pub(crate) fn route(&self, event: &TriggerEvent) -> Vec<Enqueue> {
-        let routed = self.triggers.route(event, 0);
+        let routed = self.triggers.routing().route(event, 0);
         for (binding, error) in &routed.errors {
             self.metrics.trigger_filter_error(binding);
             tracing::warn!(
@@ -53,6 +54,7 @@ mod tests {
     use super::*;
     use crate::triggers::binding::{Binding, Handler};
     use crate::triggers::filter::Expression;
+    use crate::triggers::registry::TriggerRegistry;
 
     #[test]
     fn a_failing_filter_is_counted_per_binding_and_the_rest_still_route() {
@@ -61,7 +63,9 @@ mod tests {
         let fine = Binding::new("fine", Handler::Queue { queue: "q".into() });
         let metrics = Arc::new(IngressMetrics::new());
         let router = BindingMatcher::new(
-            Arc::new(TriggerRegistry::new(vec![broken, fine]).unwrap()),
+            Arc::new(LiveTriggers::fixed(
+                &TriggerRegistry::new(vec![broken, fine]).unwrap(),
+            )),
             metrics.clone(),
         );
         let ev = crate::triggers::testing::event("gh", "push", json!({}));

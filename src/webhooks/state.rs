@@ -13,7 +13,7 @@ use super::notion::{NotionToken, NOTION_TOKEN_KEY};
 use super::rate_limit::TokenBucket;
 use super::source::{Rule, Secret, SourceSpec};
 use crate::store::{now_ms, Store};
-use crate::triggers::registry::TriggerRegistry;
+use crate::triggers::live::LiveTriggers;
 
 /// One source at run time.
 pub(crate) struct LiveSource {
@@ -57,7 +57,7 @@ impl Ingress {
     /// Builds the state, loading captured Notion tokens from the store.
     pub(crate) async fn new(
         sources: Vec<SourceSpec>,
-        triggers: Arc<TriggerRegistry>,
+        triggers: Arc<LiveTriggers>,
         store: Store,
         admin_token: Option<Secret>,
     ) -> crate::Result<Ingress> {
