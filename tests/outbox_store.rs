@@ -611,6 +611,7 @@ async fn expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_o
             status: "ok".into(),
             error: None,
             abandoned: false,
+            fingerprint: format!("fp-{event_id}"),
         };
         f.backend.record_run(&run).await.unwrap();
     }

@@ -343,6 +343,11 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// The caller went away before the answer; the result was recorded, not returned.
     pub abandoned: bool,
+    /// The fingerprint of the binding version the run used, so a run can be told
+    /// apart from runs of another definition of the same binding id (empty for runs
+    /// recorded before versions were kept).
+    #[serde(default)]
+    pub fingerprint: String,
 }
 
 /// Serialises bytes as UTF-8 text when they are, else as base64 under `{"base64": …}`.

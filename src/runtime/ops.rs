@@ -418,6 +418,7 @@ impl DeliverOps {
                 status,
                 error,
                 abandoned,
+                fingerprint: binding.fingerprint.clone(),
             };
             if abandoned {
                 tracing::info!(binding = %run.binding_id, status = %run.status, "sync invocation finished after its caller left; recorded as abandoned");

@@ -1,5 +1,8 @@
 //! The event store's contract: [`Backend`], what a storage backend provides beside the
-//! outbox ([`OutboxStore`] is its supertrait), and the values that cross it: the writes
+//! outbox and the binding versions ([`OutboxStore`] and [`VersionStore`] are its
+//! supertraits: the runtime holds one backend for all three, on one database, so a
+//! row, the version it names and the event it carries are always in the same store),
+//! and the values that cross it: the writes
 //! of a group-commit batch ([`Write`]), what an append did ([`Appended`]), audit rows
 //! ([`Rejected`]), event pages ([`EventQuery`], [`StoredEvent`]) and sweeps
 //! ([`Swept`]).
@@ -22,6 +25,7 @@ use super::body_codec;
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
 use crate::outbox::OutboxStore;
+use crate::triggers::versions::VersionStore;
 use crate::triggers::TriggerEvent;
 
 /// One write in a group-commit batch. Moved, never copied, into its transaction.
@@ -106,7 +110,7 @@ pub struct Swept {
 /// A storage backend. Implementations are internally synchronised; the group commit
 /// calls [`Backend::write_batch`] from one task at a time, reads come from anywhere.
 #[async_trait]
-pub trait Backend: OutboxStore + Send + Sync + 'static {
+pub trait Backend: OutboxStore + VersionStore + Send + Sync + 'static {
     /// A short name for logs and metrics (`sqlite`, `postgres`).
     fn name(&self) -> &'static str;
 

@@ -12,6 +12,7 @@
 //! Inside, bottom to top: [`body_codec`] (how bodies are stored), `options`
 //! ([`StoreOptions`], [`redact_url`]), `backend` (the [`Backend`] trait and its
 //! values), `outbox_rows` (the outbox columns' encoding both backends share),
+//! `version_rows` (what both backends' binding-version code shares),
 //! [`group_commit`], the two backends, and `open` ([`open_backend`]). This file only
 //! declares and re-exports them.
 
@@ -27,6 +28,7 @@ mod options;
 mod outbox_rows;
 #[cfg(test)]
 mod testing;
+mod version_rows;
 
 pub(crate) use backend::Rejected;
 pub use backend::{Appended, Backend, EventQuery};

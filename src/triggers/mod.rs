@@ -8,9 +8,9 @@ pub(crate) mod filter;
 pub(crate) mod lifecycle;
 pub(crate) mod live;
 pub(crate) mod registry;
-pub(crate) mod versions;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod versions;
 
 pub(crate) use event::{event_id, new_event_id, trace_id_or, IdSeed};
 pub use event::{trace_id_from, SignatureStatus, TriggerEvent};

@@ -234,4 +234,11 @@ pub trait VersionStore: Send + Sync + 'static {
     /// the dead letters, with an error of kind `stranded` saying so, and returns how
     /// many. Rows leased to a live claim are left alone until their lease ends.
     async fn strand(&self, now_ms: i64) -> Result<u64>;
+
+    /// Woken when another process may have committed a lifecycle step, so this one
+    /// reloads at once instead of at its next poll of [`VersionStore::lifecycle_seq`].
+    /// `None` (the default) when the backend cannot tell: the poll alone then notices.
+    fn lifecycle_wake(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
 }

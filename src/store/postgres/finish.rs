@@ -49,9 +49,11 @@ const FINISH_ANNOTATE: &str = "WITH gone AS (
 
 /// Moves one row to the dead letters; returns the dead letter (as
 /// [`DEAD_LETTER_COLUMNS`]) and the payload its last attempt delivered (for the fan-out
-/// rows).
-const FINISH_DEAD: &str = "WITH gone AS (
-        DELETE FROM outbox WHERE id = $1 AND lease_token = $2
+/// rows). `$2` is the lease token that must still hold the row, or NULL for a row
+/// under no lease: a stranded row (`super::versions`) is moved by this statement too,
+/// so every dead letter is made the same way.
+pub(super) const FINISH_DEAD: &str = "WITH gone AS (
+        DELETE FROM outbox WHERE id = $1 AND lease_token IS NOT DISTINCT FROM $2
         RETURNING binding_id, fingerprint, event_id, ordering_key, depth, attempts,
             enqueued_at, payload, errors
     ), dead AS (

@@ -1,7 +1,10 @@
 //! Cross-process wake-ups on PostgreSQL: one task per backend holds its own (non-pool)
 //! connection in `LISTEN switchboard_outbox` and wakes the backend's
 //! [`tokio::sync::Notify`] on every notification, so a dispatcher in any process
-//! learns at once that another process enqueued, released or replayed rows.
+//! learns at once that another process enqueued, released or replayed rows. The same
+//! connection listens on `switchboard_triggers` ([`TRIGGERS_CHANNEL`]), which every
+//! lifecycle commit notifies, and wakes a second `Notify` for it, so every process
+//! learns at once that another one changed a binding's versions or pauses.
 //!
 //! Every outbox write that makes rows due notifies inside its transaction, so the
 //! wake-up arrives only once the rows are committed and claimable. When the listening
@@ -24,6 +27,26 @@ use crate::error::{Error, Result};
 /// The channel every outbox write notifies and every backend listens on.
 pub(super) const CHANNEL: &str = "switchboard_outbox";
 
+/// The channel every lifecycle commit notifies and every backend listens on.
+pub(super) const TRIGGERS_CHANNEL: &str = "switchboard_triggers";
+
+/// What the listener wakes: one `Notify` per channel.
+#[derive(Clone)]
+pub(super) struct Wakes {
+    /// Woken on [`CHANNEL`]: the dispatchers.
+    pub(super) outbox: Arc<Notify>,
+    /// Woken on [`TRIGGERS_CHANNEL`]: whoever reloads the binding versions.
+    pub(super) lifecycle: Arc<Notify>,
+}
+
+impl Wakes {
+    /// Wakes both, for when notifications may have been lost.
+    fn both(&self) {
+        self.outbox.notify_one();
+        self.lifecycle.notify_one();
+    }
+}
+
 /// First reconnect delay: short, so a restarted server is listened to again within a
 /// fraction of a second (the dispatcher polls its next due time meanwhile anyway).
 pub(crate) const RECONNECT_INITIAL: Duration = Duration::from_millis(200);
@@ -44,7 +67,7 @@ pub(crate) const APPLICATION_NAME: &str = "switchboard-outbox-listener";
 /// redacted URL) if it cannot be.
 pub(super) async fn start(
     mut config: tokio_postgres::Config,
-    wake: Arc<Notify>,
+    wake: Wakes,
     shown: &str,
 ) -> Result<DropGuard> {
     config.application_name(APPLICATION_NAME);
@@ -79,7 +102,7 @@ enum Ended {
 
 async fn run(
     config: tokio_postgres::Config,
-    wake: Arc<Notify>,
+    wake: Wakes,
     stop: CancellationToken,
     ready: oneshot::Sender<std::result::Result<(), String>>,
 ) {
@@ -107,7 +130,7 @@ async fn run(
 /// One connection: LISTEN, then wake on every notification until it drops.
 async fn session(
     config: &tokio_postgres::Config,
-    wake: &Notify,
+    wake: &Wakes,
     stop: &CancellationToken,
     ready: &mut Option<oneshot::Sender<std::result::Result<(), String>>>,
     backoff: &mut Backoff,
@@ -121,7 +144,7 @@ async fn session(
         Err(e) => return Ended::Lost(e.to_string()),
     };
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-    let sql = format!("LISTEN {CHANNEL}");
+    let sql = format!("LISTEN {CHANNEL}; LISTEN {TRIGGERS_CHANNEL}");
     let listen = client.batch_execute(&sql);
     tokio::pin!(listen);
     // The connection only makes progress while its messages are polled, so the LISTEN
@@ -145,7 +168,7 @@ async fn session(
         None => {
             tracing::info!("outbox LISTEN connection restored");
             // Whatever was notified while the connection was down is lost.
-            wake.notify_one();
+            wake.both();
         }
     }
     backoff.reset();
@@ -162,11 +185,14 @@ async fn session(
 /// Handles one message of the listening connection; `Some` when it has ended.
 fn on_message(
     message: Option<std::result::Result<AsyncMessage, tokio_postgres::Error>>,
-    wake: &Notify,
+    wake: &Wakes,
 ) -> Option<Ended> {
     match message {
-        Some(Ok(AsyncMessage::Notification(_))) => {
-            wake.notify_one();
+        Some(Ok(AsyncMessage::Notification(n))) => {
+            match n.channel() {
+                TRIGGERS_CHANNEL => wake.lifecycle.notify_one(),
+                _ => wake.outbox.notify_one(),
+            }
             None
         }
         Some(Ok(_)) => None,

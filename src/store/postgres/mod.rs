@@ -9,8 +9,9 @@
 //! ingest as one statement per batch, events, audit, state, sweeps), `enqueue` (the
 //! outbox rows an ingest or a dead letter's fan-out creates, written once for both),
 //! `outbox` ([`crate::outbox::OutboxStore`]) with the SQL of its finishes (`finish`)
-//! and queues (`queues`), and `listen` (the cross-process wake-ups). This file holds
-//! the pool.
+//! and queues (`queues`), `versions` ([`crate::triggers::versions::VersionStore`]:
+//! binding versions, their lifecycle log, pauses, stranded rows) and `listen` (the
+//! cross-process wake-ups). This file holds the pool.
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -26,6 +27,7 @@ mod listen;
 mod outbox;
 mod queues;
 mod schema;
+mod versions;
 
 /// How long a pool checkout or a new connection may take before the store counts as
 /// down (ingress then answers 503).
@@ -37,6 +39,9 @@ pub(crate) struct PostgresBackend {
     url: String,
     /// Woken by the `LISTEN switchboard_outbox` task on every notification.
     wake: std::sync::Arc<tokio::sync::Notify>,
+    /// Woken by the same task on every `switchboard_triggers` notification (a
+    /// lifecycle commit, in this process or another).
+    lifecycle: std::sync::Arc<tokio::sync::Notify>,
     /// Dropping it (with the backend) stops the listener task. `None` only while
     /// `connect` migrates.
     _listener: Option<tokio_util::sync::DropGuard>,
@@ -69,17 +74,21 @@ impl PostgresBackend {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Config(format!("store {shown:?}: {e}")))?;
-        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+        let wakes = listen::Wakes {
+            outbox: std::sync::Arc::new(tokio::sync::Notify::new()),
+            lifecycle: std::sync::Arc::new(tokio::sync::Notify::new()),
+        };
         // Migrate before listening: a database that cannot be migrated is reported as
         // such, not as a failed LISTEN.
         let mut backend = PostgresBackend {
             pool,
             url: shown.clone(),
-            wake: wake.clone(),
+            wake: wakes.outbox.clone(),
+            lifecycle: wakes.lifecycle.clone(),
             _listener: None,
         };
         schema::migrate(&mut backend.client().await?, &shown).await?;
-        backend._listener = Some(listen::start(listen_cfg, wake, &shown).await?);
+        backend._listener = Some(listen::start(listen_cfg, wakes, &shown).await?);
         Ok(backend)
     }
 

@@ -354,6 +354,7 @@ impl OutboxStore for PostgresBackend {
                     &run.status,
                     &run.error,
                     &run.abandoned,
+                    &run.fingerprint,
                 ],
             )
             .await
@@ -377,6 +378,7 @@ impl OutboxStore for PostgresBackend {
                 status: r.get(4),
                 error: r.get(5),
                 abandoned: r.get(6),
+                fingerprint: r.get(7),
             })
             .collect())
     }

@@ -60,11 +60,11 @@ pub(super) const NACK: &str = "WITH back AS (
 
 pub(super) const INSERT_RUN: &str =
     "INSERT INTO trigger_runs (binding_id, event_id, started_at, duration_ms,
-    status, error, abandoned) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    status, error, abandoned, fingerprint) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 pub(super) const SELECT_RUNS: &str =
     "SELECT binding_id, event_id, started_at, duration_ms, status, error,
-    abandoned FROM trigger_runs WHERE ($1::TEXT IS NULL OR binding_id = $1)
+    abandoned, fingerprint FROM trigger_runs WHERE ($1::TEXT IS NULL OR binding_id = $1)
     ORDER BY id DESC LIMIT $2";
 
 /// One chunk of event retention: the next `$4` events received before `$1`, after the

@@ -1,6 +1,15 @@
 //! The PostgreSQL schema: the migrations, the shape of SQLite's (`store::sqlite::schema`
 //! says why each table and index is there). The JSON columns are `JSONB` here, so
 //! appending an error or an annotation is an SQL expression, not a read-modify-write.
+//!
+//! Migration 4 ([`VERSIONS`]) adds the binding versions, their append-only lifecycle
+//! log, the pauses and `trigger_runs.fingerprint`: the store keeps every version's
+//! definition so any process can run a row under the definition its fingerprint
+//! names, the log only grows (its newest `seq` tells other processes to reload), and
+//! pauses are a table the claim reads. It is numbered as on SQLite, whose migration 3
+//! (how event bodies are stored) PostgreSQL has no use for: a number then means the
+//! same schema on both, and the migrator applies whatever is above the stored
+//! version, so the gap costs nothing (and 3 must never be added here).
 
 use crate::error::{Error, Result};
 use crate::store::backend::store_err;
@@ -54,6 +63,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     );",
     ),
     (2, OUTBOX),
+    (4, VERSIONS),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -127,6 +137,38 @@ const OUTBOX: &str = "CREATE INDEX events_by_received ON events (received_at, se
     );
     CREATE INDEX trigger_runs_by_binding ON trigger_runs (binding_id, id);
     CREATE INDEX trigger_runs_by_time ON trigger_runs (started_at);";
+
+/// Migration 4: binding versions, their lifecycle log, pauses, and the version a
+/// synchronous run used (the module doc says why).
+const VERSIONS: &str = "CREATE TABLE trigger_versions (
+        binding_id TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        state TEXT NOT NULL,
+        pinned BOOLEAN NOT NULL DEFAULT false,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (binding_id, version),
+        UNIQUE (binding_id, fingerprint)
+    );
+    CREATE TABLE trigger_lifecycle (
+        seq BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        process TEXT NOT NULL,
+        at BIGINT NOT NULL
+    );
+    CREATE INDEX trigger_lifecycle_by_binding ON trigger_lifecycle (binding_id, seq);
+    CREATE TABLE trigger_pauses (
+        binding_id TEXT PRIMARY KEY,
+        paused_at BIGINT NOT NULL
+    );
+    ALTER TABLE trigger_runs ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

@@ -66,7 +66,8 @@ pub(super) fn finish(
                     error,
                     fanout,
                 } => {
-                    if let Some((dead, delivered)) = dead_letter(&tx, id, token, error, now_ms)? {
+                    let moved = dead_letter(&tx, id, Some(token), error, now_ms)?;
+                    if let Some((dead, delivered)) = moved {
                         applied += 1;
                         let fanout = rows::fanout_rows(fanout, &dead, &delivered);
                         enqueuer.insert(&dead.event_id, &fanout, now_ms)?;
@@ -80,18 +81,20 @@ pub(super) fn finish(
     Ok(Finished { applied, created })
 }
 
-/// Moves row `id` (if `token` still holds it) to the dead letters; returns the dead
-/// letter and the payload its last attempt delivered.
-fn dead_letter(
+/// Moves row `id` (if `token` still holds it; `None` for a row under no lease) to the
+/// dead letters; returns the dead letter and the payload its last attempt delivered.
+/// Also how a stranded row is moved (`super::versions`), so every dead letter is made
+/// the same way.
+pub(super) fn dead_letter(
     tx: &Connection,
     id: i64,
-    token: i64,
+    token: Option<i64>,
     error: AttemptError,
     now_ms: i64,
 ) -> rusqlite::Result<Option<(DeadLetter, Vec<u8>)>> {
     let gone = tx
         .prepare_cached(
-            "DELETE FROM outbox WHERE id = ?1 AND lease_token = ?2 RETURNING binding_id,
+            "DELETE FROM outbox WHERE id = ?1 AND lease_token IS ?2 RETURNING binding_id,
                 fingerprint, event_id, ordering_key, depth, attempts, enqueued_at, payload, errors",
         )?
         .query_row(params![id, token], |r| {

@@ -24,7 +24,9 @@
 //! migrations), `events` ([`crate::store::Backend`]: ingest, events, audit, state,
 //! sweeps), `enqueue` (the outbox rows an ingest or a finish creates), `outbox`
 //! ([`crate::outbox::OutboxStore`]), with the SQL of its claims (`claim`), finishes
-//! (`finish`) and queues and retention (`queues`). This file opens the connections.
+//! (`finish`) and queues and retention (`queues`), and `versions`
+//! ([`crate::triggers::versions::VersionStore`]: binding versions, their lifecycle log,
+//! pauses, stranded rows). This file opens the connections.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -43,6 +45,7 @@ mod finish;
 mod outbox;
 mod queues;
 mod schema;
+mod versions;
 
 /// How SQLite syncs commits; see the module doc.
 pub(crate) use crate::store::options::Synchronous;

@@ -292,7 +292,7 @@ impl OutboxStore for SqliteBackend {
         Self::with(&self.writer, move |c| {
             c.prepare_cached(
                 "INSERT INTO trigger_runs (binding_id, event_id, started_at, duration_ms, status,
-                    error, abandoned) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    error, abandoned, fingerprint) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -302,7 +302,8 @@ impl OutboxStore for SqliteBackend {
                     run.duration_ms,
                     run.status,
                     run.error,
-                    run.abandoned
+                    run.abandoned,
+                    run.fingerprint
                 ])
             })
             .map(drop)
@@ -315,8 +316,8 @@ impl OutboxStore for SqliteBackend {
         let binding_id = binding_id.map(str::to_owned);
         Self::with(&self.reader, move |c| {
             c.prepare_cached(
-                "SELECT binding_id, event_id, started_at, duration_ms, status, error, abandoned
-                 FROM trigger_runs WHERE (?1 IS NULL OR binding_id = ?1)
+                "SELECT binding_id, event_id, started_at, duration_ms, status, error, abandoned,
+                    fingerprint FROM trigger_runs WHERE (?1 IS NULL OR binding_id = ?1)
                  ORDER BY id DESC LIMIT ?2",
             )
             .and_then(|mut s| {
@@ -329,6 +330,7 @@ impl OutboxStore for SqliteBackend {
                         status: r.get(4)?,
                         error: r.get(5)?,
                         abandoned: r.get(6)?,
+                        fingerprint: r.get(7)?,
                     })
                 })?
                 .collect()

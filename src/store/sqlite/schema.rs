@@ -23,6 +23,23 @@
 //!   `events (received_at)` (retention), and on `event_id` of the three tables that
 //!   reference events (retention keeps what they reference).
 //!
+//! Migration 4 ([`VERSIONS`]) keeps the binding versions
+//! ([`crate::triggers::versions`]):
+//! - `trigger_versions`: one record per (binding id, version number), unique per
+//!   (binding id, fingerprint) too, with the definition (the JSON of its
+//!   `[[triggers]]` table), origin, state and pin. The store keeps every version's
+//!   definition, not only the active one's, because a row records the fingerprint it
+//!   was enqueued under: whichever process claims it, after any reload or restart, can
+//!   build that definition again from here and run the row under it.
+//! - `trigger_lifecycle`: the append-only log of every transition. Its `seq` tells a
+//!   process that another one changed something (it reloads when the newest seq
+//!   moves), and a start replays it to rebuild each binding's history; it is never
+//!   updated, only appended to. Indexed by `(binding_id, seq)` for one binding's page.
+//! - `trigger_pauses`: the paused bindings, a table rather than a version state so the
+//!   claim can read it, whichever version is active.
+//! - `trigger_runs.fingerprint`: the version a synchronous run used (`''` for runs
+//!   recorded before this migration).
+//!
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
@@ -81,6 +98,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         3,
         "ALTER TABLE events ADD COLUMN body_codec INTEGER NOT NULL DEFAULT 0;",
     ),
+    (4, VERSIONS),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -155,6 +173,38 @@ const OUTBOX: &str = "CREATE INDEX events_by_id ON events (id);
     );
     CREATE INDEX trigger_runs_by_binding ON trigger_runs (binding_id, id);
     CREATE INDEX trigger_runs_by_time ON trigger_runs (started_at);";
+
+/// Migration 4: binding versions, their lifecycle log, pauses, and the version a
+/// synchronous run used. See the module doc for why each piece is there.
+const VERSIONS: &str = "CREATE TABLE trigger_versions (
+        binding_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        state TEXT NOT NULL,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (binding_id, version),
+        UNIQUE (binding_id, fingerprint)
+    );
+    CREATE TABLE trigger_lifecycle (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        process TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX trigger_lifecycle_by_binding ON trigger_lifecycle (binding_id, seq);
+    CREATE TABLE trigger_pauses (
+        binding_id TEXT PRIMARY KEY,
+        paused_at INTEGER NOT NULL
+    );
+    ALTER TABLE trigger_runs ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';";
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     let bad = |e: rusqlite::Error| {
