@@ -4,6 +4,21 @@
 //! - `GET /api/v1/triggers`: every binding, its definition, fingerprint, whether this
 //!   process delivers it, and its counts (dispatched, failed, retried, dead-lettered,
 //!   in flight).
+//! - `POST /api/v1/triggers/reload`: reads the configuration file's `[[triggers]]`
+//!   again (as SIGHUP does); 200 `{"changes": [log entries]}`, 422 with the reason when
+//!   the file is invalid (nothing changes).
+//! - `POST /api/v1/triggers` with `{"trigger": {…a [[triggers]] table…}, "replace":
+//!   false}`: registers a dynamic binding (kept in the store, loaded again at start);
+//!   201, 409 for an id already registered, 422 for an invalid table.
+//!   `PUT /api/v1/triggers/{id}` replaces (or adds) it; `DELETE /api/v1/triggers/{id}`
+//!   deregisters it (it drains, then terminates).
+//! - `POST /api/v1/triggers/{id}/pause`, `…/resume`, `…/drain`: a paused binding's
+//!   events are kept as rows and none starts until it is resumed; a drained one takes
+//!   no new events, finishes its rows, and terminates.
+//! - `POST /api/v1/triggers/{id}/versions/{n}/pin` and `…/unpin`: a pinned version
+//!   stays resolvable for replays however old.
+//! - `GET /api/v1/triggers/{id}/history?after=&limit=`: its lifecycle log, oldest
+//!   first (`next` pages on).
 //! - `POST /api/v1/triggers/{id}/invoke`: the body is the event payload. Without
 //!   `?wait=true` it is enqueued for the binding (202 `{"event_id", "duplicate"}`; an
 //!   `Idempotency-Key` header makes repeats enqueue nothing). With `?wait=true` it runs
@@ -27,7 +42,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -39,7 +54,15 @@ use crate::outbox::model::DeadLetterQuery;
 /// The routes, with their state applied (the caller adds the token check).
 pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
     Router::new()
-        .route("/api/v1/triggers", get(triggers))
+        .route("/api/v1/triggers", get(triggers).post(register))
+        .route("/api/v1/triggers/reload", post(reload))
+        .route("/api/v1/triggers/{id}", put(replace).delete(deregister))
+        .route("/api/v1/triggers/{id}/pause", post(pause))
+        .route("/api/v1/triggers/{id}/resume", post(resume))
+        .route("/api/v1/triggers/{id}/drain", post(drain))
+        .route("/api/v1/triggers/{id}/versions/{n}/pin", post(pin))
+        .route("/api/v1/triggers/{id}/versions/{n}/unpin", post(unpin))
+        .route("/api/v1/triggers/{id}/history", get(history))
         .route("/api/v1/triggers/{id}/invoke", post(invoke))
         .route("/api/v1/outbox/stats", get(stats))
         .route("/api/v1/dead-letters", get(dead_letters))
@@ -64,6 +87,73 @@ type Ops = State<Arc<DeliverOps>>;
 
 async fn triggers(State(ops): Ops) -> Response {
     Json(ops.triggers()).into_response()
+}
+
+fn answer(status: StatusCode, r: Result<serde_json::Value, OpError>) -> Response {
+    match r {
+        Ok(v) => (status, Json(v)).into_response(),
+        Err(e) => error(e),
+    }
+}
+
+async fn reload(State(ops): Ops) -> Response {
+    answer(StatusCode::OK, ops.reload().await)
+}
+
+async fn register(State(ops): Ops, body: Bytes) -> Response {
+    answer(StatusCode::CREATED, ops.register(&body).await)
+}
+
+async fn replace(State(ops): Ops, Path(id): Path<String>, body: Bytes) -> Response {
+    // The path names the binding; the body is the table, its id optional.
+    let mut table: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(OpError::Invalid(format!("the body is not JSON: {e}"))),
+    };
+    match table.get("id").and_then(|v| v.as_str()) {
+        Some(other) if other != id => {
+            return error(OpError::Invalid(format!(
+                "the body's id {other:?} is not the path's {id:?}"
+            )))
+        }
+        _ => table["id"] = serde_json::Value::String(id),
+    }
+    let req = json!({"trigger": table, "replace": true}).to_string();
+    answer(StatusCode::OK, ops.register(req.as_bytes()).await)
+}
+
+async fn deregister(State(ops): Ops, Path(id): Path<String>) -> Response {
+    answer(StatusCode::OK, ops.deregister(&id).await)
+}
+
+async fn pause(State(ops): Ops, Path(id): Path<String>) -> Response {
+    answer(StatusCode::OK, ops.set_paused(&id, true).await)
+}
+
+async fn resume(State(ops): Ops, Path(id): Path<String>) -> Response {
+    answer(StatusCode::OK, ops.set_paused(&id, false).await)
+}
+
+async fn drain(State(ops): Ops, Path(id): Path<String>) -> Response {
+    answer(StatusCode::OK, ops.drain(&id).await)
+}
+
+async fn pin(State(ops): Ops, Path((id, n)): Path<(String, u32)>) -> Response {
+    answer(StatusCode::OK, ops.set_pinned(&id, n, true).await)
+}
+
+async fn unpin(State(ops): Ops, Path((id, n)): Path<(String, u32)>) -> Response {
+    answer(StatusCode::OK, ops.set_pinned(&id, n, false).await)
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    after: Option<i64>,
+    limit: Option<usize>,
+}
+
+async fn history(State(ops): Ops, Path(id): Path<String>, Query(q): Query<HistoryQuery>) -> Response {
+    answer(StatusCode::OK, ops.history(&id, q.after, q.limit).await)
 }
 
 #[derive(Deserialize)]

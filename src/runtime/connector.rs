@@ -24,9 +24,11 @@ use crate::outbox::model::DeadLetterQuery;
 use crate::proto::TaskTypeSchema;
 
 /// The capability ids.
-pub(crate) const CAPABILITIES: [&str; 8] = [
+pub(crate) const CAPABILITIES: [&str; 10] = [
     "outbox.enqueue",
     "triggers.invoke",
+    "triggers.register",
+    "triggers.deregister",
     "queue.receive",
     "queue.ack",
     "queue.nack",
@@ -117,6 +119,12 @@ struct ReplayInput {
     id: i64,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeregisterInput {
+    id: String,
+}
+
 fn input<T: for<'de> Deserialize<'de>>(payload: &Payload, capability: &str) -> Result<T> {
     let value = match payload {
         Payload::Json(v) => v.clone(),
@@ -189,6 +197,14 @@ impl BaseConnector for RuntimeConnector {
                 op(ops
                     .invoke_now(&i.binding, body, produced_depth(ctx), trace)
                     .await)
+            }
+            "triggers.register" => {
+                let v: Value = input(&payload, cap)?;
+                ok(op(ops.register(v.to_string().as_bytes()).await)?)
+            }
+            "triggers.deregister" => {
+                let i: DeregisterInput = input(&payload, cap)?;
+                ok(op(ops.deregister(&i.id).await)?)
             }
             "queue.receive" => {
                 let i: ReceiveInput = input(&payload, cap)?;
@@ -288,6 +304,18 @@ pub(crate) fn schemas() -> Vec<TaskTypeSchema> {
             "Run one attempt of a binding's handler with the payload, never retried, and answer with the handler's result.",
             object(json!({"binding": {"type": "string"}, "payload": {}}), &["binding"]),
             json!({}),
+        ),
+        schema(
+            "triggers.register",
+            "Register a binding at run time from a [[triggers]] table (kept in the store, loaded again at start). A duplicate id is refused unless `replace` is true; a replaced binding's old version drains under its own definition.",
+            object(json!({"trigger": {"type": "object"}, "replace": {"type": "boolean"}}), &["trigger"]),
+            object(json!({"changes": {"type": "array"}}), &["changes"]),
+        ),
+        schema(
+            "triggers.deregister",
+            "Deregister a binding registered at run time: it takes no new events, its rows finish, then it terminates.",
+            object(json!({"id": {"type": "string"}}), &["id"]),
+            object(json!({"changes": {"type": "array"}}), &["changes"]),
         ),
         schema(
             "queue.receive",

@@ -18,8 +18,10 @@ pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
 mod sweeper;
+pub(crate) mod trigger_control;
+mod trigger_ops;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -42,6 +44,7 @@ use crate::webhooks::source::Rule;
 use crate::webhooks::state::Ingress;
 use crate::webhooks::ticker::{self, Ticker};
 use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};
+use trigger_control::{Scope, TriggerControl};
 
 /// Executes the runtime's own registration may run at once: its capabilities are
 /// short store operations, except `triggers.invoke`, which waits for a handler.
@@ -58,6 +61,7 @@ pub struct Runtime {
     runner: Option<(ShutdownHandle, JoinHandle<()>)>,
     registration: Option<RegistrationHandle>,
     ops: Arc<DeliverOps>,
+    control: Arc<TriggerControl>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -74,6 +78,7 @@ pub struct RuntimeBuilder {
     config: ResolvedConfig,
     local: HashMap<String, Arc<dyn BaseConnector>>,
     deliver: Option<Arc<dyn Deliver>>,
+    config_path: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -101,6 +106,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The configuration file the runtime was loaded from: a reload (SIGHUP in
+    /// `switchboard serve`, `POST /api/v1/triggers/reload`, [`Runtime::reload`])
+    /// reads its `[[triggers]]` again. Without one, a reload is refused and bindings
+    /// change only at run time (`POST /api/v1/triggers`).
+    pub fn config_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config_path = Some(path.into());
+        self
+    }
+
     /// Replaces the handlers with `deliver` for every binding (invoke and local): for
     /// benchmarks and tests that measure the outbox without a handler's cost. Hidden
     /// and unstable, like the [`Deliver`] trait it takes.
@@ -119,6 +133,7 @@ impl RuntimeBuilder {
             config,
             local,
             deliver,
+            config_path,
         } = self;
         if deliver.is_none() {
             for b in config.triggers.bindings() {
@@ -148,11 +163,33 @@ impl RuntimeBuilder {
             .filter(|s| matches!(s.rule, Rule::Cron(_)))
             .cloned()
             .collect();
-        let registry = config.triggers.clone();
+        let scope = Scope {
+            sources: config.sources.iter().map(|s| s.id.clone()).collect(),
+            gateway: config.gateway.is_some(),
+            local: deliver
+                .is_none()
+                .then(|| local.keys().cloned().collect::<HashSet<_>>()),
+            queues: config.queues.iter().map(|q| q.name.clone()).collect(),
+        };
+        let control = Arc::new(
+            TriggerControl::start(
+                backend.clone(),
+                config
+                    .triggers
+                    .bindings()
+                    .iter()
+                    .map(|b| (**b).clone())
+                    .collect(),
+                config_path,
+                scope,
+            )
+            .await?,
+        );
+        let live = control.live().clone();
         let ingress = Arc::new(
             Ingress::new(
                 config.sources.clone(),
-                registry.clone(),
+                live.clone(),
                 store.clone(),
                 config.admin_token.clone(),
             )
@@ -178,16 +215,20 @@ impl RuntimeBuilder {
             registration = Some(handle);
             runner = Some(r);
         }
-        let handlers = Handlers::new(registration.clone(), local);
-        let can_deliver =
-            |b: &crate::triggers::binding::Binding| deliver.is_some() || handlers.can_deliver(b);
+        let handlers = Arc::new(Handlers::new(registration.clone(), local));
+        let any_handler = deliver.is_some();
+        let judge = handlers.clone();
         let d = &config.dispatcher;
-        let permits = Permits::new(&registry, can_deliver, d.max_in_flight);
-        let deliver: Arc<dyn Deliver> = deliver.unwrap_or_else(|| Arc::new(handlers));
+        let permits = Permits::new(
+            move |b| any_handler || judge.can_deliver(b),
+            d.max_in_flight,
+        );
+        let deliver: Arc<dyn Deliver> = deliver.unwrap_or(handlers);
         let metrics = Arc::new(DispatchMetrics::new());
         let ops = Arc::new(DeliverOps {
             store: store.clone(),
-            registry: registry.clone(),
+            triggers: live.clone(),
+            control: control.clone(),
             deliver: deliver.clone(),
             permits: permits.clone(),
             metrics: metrics.clone(),
@@ -235,9 +276,10 @@ impl RuntimeBuilder {
             config.sweep_interval,
             cancel.clone(),
         )));
-        let dispatcher = Dispatcher::start(
+        tasks.push(tokio::spawn(control.clone().run(cancel.clone())));
+        let dispatcher = Dispatcher::start_live(
             backend,
-            registry,
+            live,
             deliver,
             permits,
             metrics.clone(),
@@ -247,6 +289,7 @@ impl RuntimeBuilder {
                 .with_lease(d.lease)
                 .with_poll_interval(d.poll_interval)
                 .with_shutdown_grace(d.shutdown_grace),
+            control.unknown_version.clone(),
         );
         let runner = runner.map(|r: MultiConnectorRunner| {
             let stop = r.shutdown_handle();
@@ -281,6 +324,7 @@ impl RuntimeBuilder {
             runner,
             registration,
             ops,
+            control,
         })
     }
 }
@@ -298,6 +342,7 @@ impl Runtime {
             config,
             local: HashMap::new(),
             deliver: None,
+            config_path: None,
         }
     }
 
@@ -336,11 +381,27 @@ impl Runtime {
         self.ops.enqueue(request).await.map_err(|e| e.into_error())
     }
 
+    /// Reads the configuration file's `[[triggers]]` again (see
+    /// [`RuntimeBuilder::config_path`]): unchanged bindings stay as they are, a changed
+    /// one gets a new version while the old one drains, a removed one drains. An
+    /// invalid file changes nothing and the error says why. Returns how many lifecycle
+    /// transitions it wrote (0: nothing changed).
+    pub async fn reload(&self) -> Result<usize> {
+        Ok(self.control.reload().await?.entries.len())
+    }
+
     /// A handle that stops the runtime (e.g. from a signal handler): [`Runtime::wait`]
     /// returns once the runtime has shut down. Cloneable and cheap, so any task may
     /// hold one.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle::new(self.cancel.clone())
+    }
+
+    /// Resolves once a [`Runtime::shutdown_handle`] fired, without shutting down:
+    /// for an owner that shares the runtime (behind an `Arc`) and calls
+    /// [`Runtime::shutdown`] itself afterwards.
+    pub async fn stopped(&self) {
+        self.cancel.cancelled().await;
     }
 
     /// Runs until a [`Runtime::shutdown_handle`] fires, then shuts down.

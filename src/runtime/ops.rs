@@ -207,6 +207,7 @@ pub struct Enqueued {
 pub struct DeliverOps {
     pub(crate) store: Store,
     pub(crate) triggers: Arc<LiveTriggers>,
+    pub(crate) control: Arc<super::trigger_control::TriggerControl>,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,

@@ -54,8 +54,38 @@ pub(crate) enum DeadLetterCommand {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum TriggerCommand {
-    /// Every binding with its handler, fingerprint and counts.
+    /// Every binding: its active version, state, handler and counts.
     List(AdminTarget),
+    /// A binding's lifecycle log: every version's transitions, oldest first.
+    History {
+        #[command(flatten)]
+        target: AdminTarget,
+        /// The binding id.
+        id: String,
+    },
+    /// Read the configuration file's [[triggers]] again (as SIGHUP does).
+    Reload(AdminTarget),
+    /// Keep a binding's events as rows and start none until it is resumed.
+    Pause {
+        #[command(flatten)]
+        target: AdminTarget,
+        /// The binding id.
+        id: String,
+    },
+    /// Start a paused binding's rows again.
+    Resume {
+        #[command(flatten)]
+        target: AdminTarget,
+        /// The binding id.
+        id: String,
+    },
+    /// Take no new events for a binding, finish its rows, then terminate it.
+    Drain {
+        #[command(flatten)]
+        target: AdminTarget,
+        /// The binding id.
+        id: String,
+    },
 }
 
 async fn call(
@@ -195,29 +225,95 @@ pub(crate) async fn dead_letters(cmd: DeadLetterCommand) -> switchboard::Result<
 }
 
 pub(crate) async fn triggers(cmd: TriggerCommand) -> switchboard::Result<()> {
-    let TriggerCommand::List(target) = cmd;
-    let v = call(&target, reqwest::Method::GET, "/api/v1/triggers").await?;
+    let post = reqwest::Method::POST;
+    let (target, v, what) = match cmd {
+        TriggerCommand::List(target) => {
+            let v = call(&target, reqwest::Method::GET, "/api/v1/triggers").await?;
+            if !target.json {
+                print_triggers(&v);
+                return Ok(());
+            }
+            (target, v, "")
+        }
+        TriggerCommand::History { target, id } => {
+            let path = format!("/api/v1/triggers/{}/history?limit=1000", urlencode(&id));
+            let v = call(&target, reqwest::Method::GET, &path).await?;
+            if !target.json {
+                print_entries(&v["history"]);
+                return Ok(());
+            }
+            (target, v, "")
+        }
+        TriggerCommand::Reload(target) => {
+            let v = call(&target, post, "/api/v1/triggers/reload").await?;
+            (target, v, "reloaded")
+        }
+        TriggerCommand::Pause { target, id } => {
+            let path = format!("/api/v1/triggers/{}/pause", urlencode(&id));
+            let v = call(&target, post, &path).await?;
+            (target, v, "paused")
+        }
+        TriggerCommand::Resume { target, id } => {
+            let path = format!("/api/v1/triggers/{}/resume", urlencode(&id));
+            let v = call(&target, post, &path).await?;
+            (target, v, "resumed")
+        }
+        TriggerCommand::Drain { target, id } => {
+            let path = format!("/api/v1/triggers/{}/drain", urlencode(&id));
+            let v = call(&target, post, &path).await?;
+            (target, v, "draining")
+        }
+    };
     if target.json {
         print_json(&v);
         return Ok(());
     }
-    println!(
-        "{:<24} {:<10} {:<18} {:>10} {:>7} {:>6}",
-        "binding", "handler", "fingerprint", "dispatched", "failed", "dead"
-    );
-    for t in v["triggers"].as_array().cloned().unwrap_or_default() {
-        let fp = n(&t["fingerprint"]);
-        println!(
-            "{:<24} {:<10} {:<18} {:>10} {:>7} {:>6}",
-            n(&t["id"]),
-            n(&t["handler"]["kind"]),
-            &fp[..fp.len().min(16)],
-            n(&t["counts"]["dispatched"]),
-            n(&t["counts"]["failed"]),
-            n(&t["counts"]["dead_lettered"])
-        );
+    let changes = v["changes"].as_array().map_or(0, Vec::len);
+    if changes == 0 {
+        println!("{what}: nothing changed");
+    } else {
+        print_entries(&v["changes"]);
     }
     Ok(())
+}
+
+fn print_triggers(v: &Value) {
+    println!(
+        "{:<24} {:<8} {:<9} {:<8} {:<10} {:>10} {:>7} {:>6} {:>9}",
+        "binding", "version", "state", "origin", "handler", "dispatched", "failed", "dead", "in_flight"
+    );
+    for t in v["triggers"].as_array().cloned().unwrap_or_default() {
+        let version = t["active"].as_u64().map_or("-".into(), |n| format!("v{n}"));
+        println!(
+            "{:<24} {:<8} {:<9} {:<8} {:<10} {:>10} {:>7} {:>6} {:>9}",
+            n(&t["id"]),
+            version,
+            n(&t["state"]),
+            n(&t["origin"]),
+            n(&t["definition"]["handler"]["kind"]),
+            n(&t["counts"]["dispatched"]),
+            n(&t["counts"]["failed"]),
+            n(&t["counts"]["dead_lettered"]),
+            n(&t["counts"]["in_flight"])
+        );
+    }
+}
+
+fn print_entries(entries: &Value) {
+    println!(
+        "{:<6} {:<14} {:<12} {:<20} reason",
+        "seq", "version", "event", "process"
+    );
+    for e in entries.as_array().cloned().unwrap_or_default() {
+        println!(
+            "{:<6} {:<14} {:<12} {:<20} {}",
+            n(&e["seq"]),
+            format!("{}@v{}", n(&e["binding_id"]), n(&e["version"])),
+            n(&e["event"]),
+            n(&e["process"]),
+            n(&e["reason"])
+        );
+    }
 }
 
 fn urlencode(s: &str) -> String {
