@@ -153,17 +153,14 @@ async fn commit(tx: &Transaction<'_>, step: &LifecycleCommit, now_ms: i64) -> Re
     Ok(seq.get(0))
 }
 
+/// The first columns of a row, in order, as a tuple (the shapes `store::version_rows`
+/// reads records and entries from).
+macro_rules! columns {
+    ($r:expr; $($i:literal),*) => { ($($r.get($i)),*) };
+}
+
 fn entry(r: &Row) -> Result<LifecycleEntry> {
-    vrows::lifecycle_entry((
-        r.get(0),
-        r.get(1),
-        r.get(2),
-        r.get(3),
-        r.get(4),
-        r.get(5),
-        r.get(6),
-        r.get(7),
-    ))
+    vrows::lifecycle_entry(columns!(r; 0, 1, 2, 3, 4, 5, 6, 7))
 }
 
 #[async_trait::async_trait]
@@ -181,19 +178,7 @@ impl VersionStore for PostgresBackend {
             .map_err(pg_err("read binding versions"))?;
         found
             .iter()
-            .map(|r| {
-                vrows::version_record((
-                    r.get(0),
-                    r.get(1),
-                    r.get(2),
-                    r.get(3),
-                    r.get(4),
-                    r.get(5),
-                    r.get(6),
-                    r.get(7),
-                    r.get(8),
-                ))
-            })
+            .map(|r| vrows::version_record(columns!(r; 0, 1, 2, 3, 4, 5, 6, 7, 8)))
             .collect()
     }
 

@@ -158,19 +158,6 @@ fn read_all<T>(
     c.prepare_cached(sql)?.query_map([], row)?.collect()
 }
 
-fn entry_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<vrows::EntryRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
-}
-
 #[async_trait::async_trait]
 impl VersionStore for SqliteBackend {
     async fn versions(&self) -> Result<Vec<VersionRecord>> {
@@ -179,19 +166,7 @@ impl VersionStore for SqliteBackend {
                 c,
                 "SELECT binding_id, version, fingerprint, definition, origin, state, pinned,
                     created_at, updated_at FROM trigger_versions ORDER BY binding_id, version",
-                |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                        r.get(8)?,
-                    ))
-                },
+                |r| vrows::VersionRow::try_from(r),
             )
             .map_err(sql_err("read binding versions"))
         })
@@ -238,8 +213,10 @@ impl VersionStore for SqliteBackend {
                  WHERE binding_id = ?1 AND (?2 IS NULL OR seq > ?2) ORDER BY seq LIMIT ?3"
             ))
             .and_then(|mut s| {
-                s.query_map(params![binding_id, after_seq, limit as i64], entry_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+                s.query_map(params![binding_id, after_seq, limit as i64], |r| {
+                    vrows::EntryRow::try_from(r)
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
             })
             .map_err(sql_err("read a binding's lifecycle"))
         })
@@ -250,7 +227,8 @@ impl VersionStore for SqliteBackend {
     async fn lifecycle(&self) -> Result<Vec<LifecycleEntry>> {
         let found = Self::with(&self.reader, |c| {
             let sql = format!("SELECT {ENTRY_COLUMNS} FROM trigger_lifecycle ORDER BY seq");
-            read_all(c, &sql, entry_row).map_err(sql_err("read the lifecycle log"))
+            read_all(c, &sql, |r| vrows::EntryRow::try_from(r))
+                .map_err(sql_err("read the lifecycle log"))
         })
         .await?;
         found.into_iter().map(vrows::lifecycle_entry).collect()
