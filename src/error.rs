@@ -127,9 +127,10 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(String),
 
-    /// Two writers changed the same thing at once (two runtime processes recording a
-    /// binding version with the same number); nothing was written. Read the current
-    /// state and decide again.
+    /// The request conflicts with the current state (a binding id already
+    /// registered), or two writers changed the same thing at once (two runtime
+    /// processes recording a binding version with the same number); nothing was
+    /// written. Read the current state and decide again.
     #[error("conflict: {0}")]
     Conflict(String),
 
@@ -205,7 +206,6 @@ impl Error {
                 | Error::Store(_)
                 | Error::Overloaded(_)
                 | Error::PendingApproval(_)
-                | Error::Conflict(_)
         ) || matches!(self, Error::Remote { code, .. } if REMOTE_RECOVERABLE.contains(&code.as_str()))
             || matches!(self, Error::Approval { code, .. } if code == "server_error")
     }

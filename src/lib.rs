@@ -113,8 +113,8 @@ pub use connector::{BaseConnector, Capability, EchoConnector, ExecuteContext, TO
 pub use connector::{InvokeOptions, InvokeResponse, DEFAULT_INVOKE_TIMEOUT};
 #[cfg(feature = "runtime")]
 pub use context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
-    CONTEXT_TRACE_ID,
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID,
+    CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
 };
 pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
 #[cfg(feature = "websocket")]

@@ -18,8 +18,8 @@ use async_trait::async_trait;
 use crate::connector::InvokeOptions;
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
-    CONTEXT_TRACE_ID,
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID,
+    CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
 };
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::RegistrationHandle;

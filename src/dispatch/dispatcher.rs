@@ -199,7 +199,15 @@ impl Dispatcher {
         options: DispatcherOptions,
     ) -> Dispatcher {
         let live = Arc::new(LiveTriggers::fixed(&registry));
-        Self::start_live(store, live, deliver, permits, metrics, options, Arc::default())
+        Self::start_live(
+            store,
+            live,
+            deliver,
+            permits,
+            metrics,
+            options,
+            Arc::default(),
+        )
     }
 
     /// Starts the dispatcher over bindings that change while it runs: each pass claims
@@ -360,7 +368,8 @@ impl Permits {
 
     /// Whether `binding` is served and has a free permit of its own.
     fn has_room(&self, binding: &Binding) -> bool {
-        self.gate(binding).is_some_and(|g| g.available_permits() > 0)
+        self.gate(binding)
+            .is_some_and(|g| g.available_permits() > 0)
     }
 
     /// Forgets the gates of versions not in `keep` that nothing holds.
@@ -446,7 +455,10 @@ async fn claim_loop(
         let current = inner.triggers.current();
         if !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &current)) {
             // The versions changed: forget the gates of versions that went.
-            let keep = current.versions().map(|v| v.binding.fingerprint.as_str()).collect();
+            let keep = current
+                .versions()
+                .map(|v| v.binding.fingerprint.as_str())
+                .collect();
             inner.permits.prune(&keep);
             seen = Some(current.clone());
         }

@@ -152,7 +152,11 @@ struct HistoryQuery {
     limit: Option<usize>,
 }
 
-async fn history(State(ops): Ops, Path(id): Path<String>, Query(q): Query<HistoryQuery>) -> Response {
+async fn history(
+    State(ops): Ops,
+    Path(id): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> Response {
     answer(StatusCode::OK, ops.history(&id, q.after, q.limit).await)
 }
 

@@ -55,7 +55,8 @@ pub(crate) struct Scope {
 impl Scope {
     /// Why `binding` cannot run in this runtime, if it cannot.
     fn check(&self, binding: &Binding) -> Result<()> {
-        let bad = |what: String| Error::Config(format!("trigger {:?}: handler: {what}", binding.id));
+        let bad =
+            |what: String| Error::Config(format!("trigger {:?}: handler: {what}", binding.id));
         match &binding.handler {
             Handler::Local { connector, .. }
                 if self.local.as_ref().is_some_and(|l| !l.contains(connector)) =>
@@ -232,8 +233,15 @@ impl TriggerControl {
             ));
         };
         let config = crate::runtime::config::RuntimeConfig::from_file(path)?.resolve()?;
-        self.reload_with(config.triggers.bindings().iter().map(|b| (**b).clone()).collect())
-            .await
+        self.reload_with(
+            config
+                .triggers
+                .bindings()
+                .iter()
+                .map(|b| (**b).clone())
+                .collect(),
+        )
+        .await
     }
 
     /// Applies `manifest` as the configuration's `[[triggers]]`.

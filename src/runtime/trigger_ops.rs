@@ -42,7 +42,9 @@ impl DeliverOps {
     pub async fn register(&self, body: &[u8]) -> Result<Value, OpError> {
         let req: RegisterRequest = serde_json::from_slice(body)
             .map_err(|e| OpError::Invalid(format!("a registration is {{\"trigger\": {{…[[triggers]] table…}}, \"replace\": bool}}: {e}")))?;
-        Ok(changes(self.control.register(&req.trigger, req.replace).await?))
+        Ok(changes(
+            self.control.register(&req.trigger, req.replace).await?,
+        ))
     }
 
     /// Deregisters a dynamic binding: it drains, then terminates.
@@ -74,10 +76,17 @@ impl DeliverOps {
     ) -> Result<Value, OpError> {
         let limit = limit.unwrap_or(100).clamp(1, MAX_HISTORY_PAGE);
         let entries = self.control.history(id, after, limit).await?;
-        if entries.is_empty() && after.is_none() && self.triggers.current().view().iter().all(|b| b.id != id) {
-            return Err(OpError::NotFound(format!("no trigger {id:?} was ever recorded")));
+        if entries.is_empty()
+            && after.is_none()
+            && self.triggers.current().view().iter().all(|b| b.id != id)
+        {
+            return Err(OpError::NotFound(format!(
+                "no trigger {id:?} was ever recorded"
+            )));
         }
-        let next = (entries.len() == limit).then(|| entries.last().map(|e| e.seq)).flatten();
+        let next = (entries.len() == limit)
+            .then(|| entries.last().map(|e| e.seq))
+            .flatten();
         Ok(json!({ "binding": id, "history": entries, "next": next }))
     }
 }

@@ -295,11 +295,7 @@ impl TriggerConfig {
 
     /// Resolves this table on its own, against the configured `sources` and whether a
     /// gateway is configured: a binding registered at run time.
-    pub(crate) fn resolve_one(
-        &self,
-        sources: &HashSet<&str>,
-        gateway: bool,
-    ) -> Result<Binding> {
+    pub(crate) fn resolve_one(&self, sources: &HashSet<&str>, gateway: bool) -> Result<Binding> {
         self.resolve(&Known {
             sources: Some(sources),
             gateway,
@@ -311,11 +307,10 @@ impl TriggerConfig {
         let bad =
             |option: &str, what: String| Error::Config(format!("trigger {id:?}: {option}: {what}"));
         check_name(id).map_err(|e| Error::Config(format!("trigger id {e}")))?;
-        if let Some(s) = known.sources.and_then(|known| {
-            self.sources
-                .iter()
-                .find(|s| !known.contains(s.as_str()))
-        }) {
+        if let Some(s) = known
+            .sources
+            .and_then(|known| self.sources.iter().find(|s| !known.contains(s.as_str())))
+        {
             return Err(bad(
                 "sources",
                 format!("{s:?} is not a configured source id (see [[sources]])"),

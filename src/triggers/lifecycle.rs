@@ -344,7 +344,11 @@ impl Lifecycle {
     /// stay as they are, changed ones get a new version and the old one drains, missing
     /// manifest bindings drain. The whole new set (with the dynamic bindings) is
     /// checked first, with the errors a start gives; an error changes nothing.
-    pub(crate) fn reload(&mut self, manifest: Vec<Binding>, now_ms: i64) -> Result<LifecycleCommit> {
+    pub(crate) fn reload(
+        &mut self,
+        manifest: Vec<Binding>,
+        now_ms: i64,
+    ) -> Result<LifecycleCommit> {
         let ids: HashSet<&str> = manifest.iter().map(|b| b.id.as_str()).collect();
         for b in &manifest {
             if let Some(v) = self.entries.get(&b.id).and_then(Entry::active) {
@@ -397,7 +401,7 @@ impl Lifecycle {
                 )));
             }
             if !replace {
-                return Err(Error::Config(format!(
+                return Err(Error::Conflict(format!(
                     "trigger {:?} is already registered; deregister it first, or register with replace",
                     binding.id
                 )));
@@ -418,7 +422,13 @@ impl Lifecycle {
             e.order = (1, self.next_dynamic);
         }
         let mut commit = LifecycleCommit::default();
-        self.put(binding, Origin::Dynamic, now_ms, "registered at run time", &mut commit);
+        self.put(
+            binding,
+            Origin::Dynamic,
+            now_ms,
+            "registered at run time",
+            &mut commit,
+        );
         self.refresh();
         Ok(commit)
     }
@@ -582,8 +592,13 @@ impl Lifecycle {
     ) {
         let process = self.process.clone();
         let e = self.entries.entry(binding.id.clone()).or_default();
-        let old = e.active().map(|v| (v.record.version, v.record.fingerprint.clone()));
-        if old.as_ref().is_some_and(|(_, fp)| *fp == binding.fingerprint) {
+        let old = e
+            .active()
+            .map(|v| (v.record.version, v.record.fingerprint.clone()));
+        if old
+            .as_ref()
+            .is_some_and(|(_, fp)| *fp == binding.fingerprint)
+        {
             return;
         }
         let number = e
@@ -595,7 +610,14 @@ impl Lifecycle {
         if let Some((old, _)) = old {
             let reason = format!("{why}: replaced by {}", label(&binding.id, number));
             let v = e.versions.get_mut(&old).expect("active is in memory");
-            transition(&process, &mut v.record, VersionState::Draining, &reason, now_ms, commit);
+            transition(
+                &process,
+                &mut v.record,
+                VersionState::Draining,
+                &reason,
+                now_ms,
+                commit,
+            );
         }
         close_span(&mut e.spans, now_ms);
         e.spans.push(Span {
@@ -611,7 +633,14 @@ impl Lifecycle {
             Some(v) => {
                 // A fingerprint seen before: the same version comes back.
                 v.record.origin = origin;
-                transition(&process, &mut v.record, VersionState::Active, &reason, now_ms, commit);
+                transition(
+                    &process,
+                    &mut v.record,
+                    VersionState::Active,
+                    &reason,
+                    now_ms,
+                    commit,
+                );
             }
             None => {
                 let mut record = VersionRecord {
@@ -632,7 +661,14 @@ impl Lifecycle {
                     &reason,
                     now_ms,
                 ));
-                transition(&process, &mut record, VersionState::Active, &reason, now_ms, commit);
+                transition(
+                    &process,
+                    &mut record,
+                    VersionState::Active,
+                    &reason,
+                    now_ms,
+                    commit,
+                );
                 let mut binding = binding;
                 binding.version = number;
                 e.versions.insert(
@@ -658,7 +694,14 @@ impl Lifecycle {
             .values_mut()
             .find(|v| v.record.state == VersionState::Active)
         {
-            transition(&process, &mut v.record, VersionState::Draining, reason, now_ms, commit);
+            transition(
+                &process,
+                &mut v.record,
+                VersionState::Draining,
+                reason,
+                now_ms,
+                commit,
+            );
         }
     }
 
@@ -740,9 +783,9 @@ fn transition(
     commit
         .entries
         .push(entry(process, record, event, reason, now_ms));
-    commit.versions.retain(|r| {
-        !(r.binding_id == record.binding_id && r.version == record.version)
-    });
+    commit
+        .versions
+        .retain(|r| !(r.binding_id == record.binding_id && r.version == record.version));
     commit.versions.push(record.clone());
 }
 

@@ -182,6 +182,83 @@ impl Rt {
         }
     }
 
+    /// A runtime on a fresh SQLite file whose configuration is also written to
+    /// `<dir>/switchboard.toml` and given as its reload source, so a test can rewrite
+    /// it ([`Rt::write_config`]) and reload.
+    pub async fn sqlite_file(config: &str, locals: &[(&str, Recorder)]) -> Rt {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+        Rt::on_file(url, dir, config, locals).await
+    }
+
+    /// Like [`Rt::sqlite_file`] on `store_url` and `dir` (a restart: same store, same
+    /// file).
+    pub async fn on_file(
+        store_url: String,
+        dir: Arc<tempfile::TempDir>,
+        config: &str,
+        locals: &[(&str, Recorder)],
+    ) -> Rt {
+        let path = dir.path().join("switchboard.toml");
+        let text = Rt::full_text(&store_url, config);
+        std::fs::write(&path, &text).unwrap();
+        let resolved = RuntimeConfig::from_toml(&text)
+            .unwrap()
+            .resolve_with(env)
+            .unwrap();
+        let mut builder = Runtime::builder(resolved).config_path(&path);
+        for (name, r) in locals {
+            builder = builder.local_connector(*name, r.clone());
+        }
+        let runtime = builder.start().await.unwrap();
+        let base = format!("http://{}", runtime.local_addr());
+        Rt {
+            runtime: Some(runtime),
+            base,
+            dir,
+            store_url,
+        }
+    }
+
+    fn full_text(store_url: &str, config: &str) -> String {
+        format!("listen = \"127.0.0.1:0\"\nstore = \"{store_url}\"\n{config}")
+    }
+
+    /// Rewrites the configuration file (for the next reload).
+    pub fn write_config(&self, config: &str) {
+        let text = Rt::full_text(&self.store_url, config);
+        std::fs::write(self.dir.path().join("switchboard.toml"), text).unwrap();
+    }
+
+    /// A binding's entry in `GET /api/v1/triggers`.
+    pub async fn trigger(&self, id: &str) -> Value {
+        self.get("/api/v1/triggers").await["triggers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// A binding's lifecycle log as `id@vN event` lines.
+    pub async fn history(&self, id: &str) -> Vec<String> {
+        self.get(&format!("/api/v1/triggers/{id}/history")).await["history"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}@v{} {}",
+                    e["binding_id"].as_str().unwrap(),
+                    e["version"],
+                    e["event"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
     /// A binding's dispatcher counts, read without HTTP (for paused-time tests).
     pub async fn get_direct_counts(&self, binding: &str) -> Counts {
         let v = self.rt().ops().triggers();

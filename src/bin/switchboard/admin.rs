@@ -280,7 +280,15 @@ pub(crate) async fn triggers(cmd: TriggerCommand) -> switchboard::Result<()> {
 fn print_triggers(v: &Value) {
     println!(
         "{:<24} {:<8} {:<9} {:<8} {:<10} {:>10} {:>7} {:>6} {:>9}",
-        "binding", "version", "state", "origin", "handler", "dispatched", "failed", "dead", "in_flight"
+        "binding",
+        "version",
+        "state",
+        "origin",
+        "handler",
+        "dispatched",
+        "failed",
+        "dead",
+        "in_flight"
     );
     for t in v["triggers"].as_array().cloned().unwrap_or_default() {
         let version = t["active"].as_u64().map_or("-".into(), |n| format!("v{n}"));

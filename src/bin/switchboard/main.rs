@@ -233,7 +233,9 @@ fn reload_on_sighup(runtime: std::sync::Arc<switchboard::Runtime>) {
     drop(runtime);
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let Some(runtime) = weak.upgrade() else { return };
+            let Some(runtime) = weak.upgrade() else {
+                return;
+            };
             match runtime.reload().await {
                 Ok(0) => eprintln!("SIGHUP: configuration reloaded; no binding changed"),
                 Ok(n) => eprintln!("SIGHUP: configuration reloaded; {n} lifecycle transition(s)"),

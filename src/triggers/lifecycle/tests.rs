@@ -55,17 +55,32 @@ fn started(manifest: Vec<Binding>) -> Lifecycle {
 #[test]
 fn a_first_load_registers_and_activates_version_one_of_each_binding() {
     let mut l = Lifecycle::new("host:1");
-    let c = l.reload(vec![binding("a", None), binding("b", None)], T0).unwrap();
+    let c = l
+        .reload(vec![binding("a", None), binding("b", None)], T0)
+        .unwrap();
     assert_eq!(
         events(&c),
-        ["a@v1 registering", "a@v1 active", "b@v1 registering", "b@v1 active"]
+        [
+            "a@v1 registering",
+            "a@v1 active",
+            "b@v1 registering",
+            "b@v1 active"
+        ]
     );
-    assert!(c.entries.iter().all(|e| e.process == "host:1" && e.at_ms == T0));
+    assert!(c
+        .entries
+        .iter()
+        .all(|e| e.process == "host:1" && e.at_ms == T0));
     assert_eq!(c.versions.len(), 2);
     assert!(c.versions.iter().all(|v| v.state == VersionState::Active));
     let a = &c.versions[0];
     assert_eq!(rebuilt_fingerprint(&a.definition), a.fingerprint);
-    let ids: Vec<&str> = l.routing().bindings().iter().map(|b| b.id.as_str()).collect();
+    let ids: Vec<&str> = l
+        .routing()
+        .bindings()
+        .iter()
+        .map(|b| b.id.as_str())
+        .collect();
     assert_eq!(ids, ["a", "b"]);
 }
 
@@ -89,8 +104,15 @@ fn a_changed_binding_gets_the_next_version_and_the_old_one_drains_under_its_own_
     let old_fp = binding("a", Some("true")).fingerprint;
     let new = binding("a", Some("payload.action == \"opened\""));
     let c = l.reload(vec![new.clone()], T0 + 10).unwrap();
-    assert_eq!(events(&c), ["a@v1 draining", "a@v2 registering", "a@v2 active"]);
-    assert!(c.entries[0].reason.contains("replaced by a@v2"), "{}", c.entries[0].reason);
+    assert_eq!(
+        events(&c),
+        ["a@v1 draining", "a@v2 registering", "a@v2 active"]
+    );
+    assert!(
+        c.entries[0].reason.contains("replaced by a@v2"),
+        "{}",
+        c.entries[0].reason
+    );
     assert_eq!(
         states(&l, "a"),
         [(1, VersionState::Draining), (2, VersionState::Active)]
@@ -135,7 +157,11 @@ fn a_removed_binding_drains_and_takes_no_new_events() {
     assert_eq!(c.entries[0].reason, "removed from the configuration");
     assert!(l.active("a").is_none());
     let routed = l.routing().route(&event("gh", "push", json!({})), 0);
-    let to: Vec<&str> = routed.enqueue.iter().map(|r| r.binding_id.as_str()).collect();
+    let to: Vec<&str> = routed
+        .enqueue
+        .iter()
+        .map(|r| r.binding_id.as_str())
+        .collect();
     assert_eq!(to, ["b"]);
     assert!(l.resolve("a", &binding("a", None).fingerprint).is_some());
 }
@@ -166,7 +192,9 @@ fn restore(records: Vec<VersionRecord>, log: &[LifecycleEntry]) -> Lifecycle {
     let built = records
         .into_iter()
         .map(|r| {
-            let b = crate::triggers::config::rebuild(&r.definition).ok().map(Arc::new);
+            let b = crate::triggers::config::rebuild(&r.definition)
+                .ok()
+                .map(Arc::new);
             (r, b)
         })
         .collect();
@@ -181,13 +209,23 @@ fn after_a_restart_the_same_definition_keeps_its_number_and_a_changed_one_gets_t
     let (records, log) = stored(&[c1, c2]);
 
     let mut same = restore(records.clone(), &log);
-    let c = same.reload(vec![binding("a", Some("true"))], T0 + 100).unwrap();
+    let c = same
+        .reload(vec![binding("a", Some("true"))], T0 + 100)
+        .unwrap();
     assert!(c.is_empty(), "{c:?}");
-    assert_eq!(same.active("a").unwrap().fingerprint, binding("a", Some("true")).fingerprint);
+    assert_eq!(
+        same.active("a").unwrap().fingerprint,
+        binding("a", Some("true")).fingerprint
+    );
 
     let mut changed = restore(records, &log);
-    let c = changed.reload(vec![binding("a", Some("false"))], T0 + 100).unwrap();
-    assert_eq!(events(&c), ["a@v2 draining", "a@v3 registering", "a@v3 active"]);
+    let c = changed
+        .reload(vec![binding("a", Some("false"))], T0 + 100)
+        .unwrap();
+    assert_eq!(
+        events(&c),
+        ["a@v2 draining", "a@v3 registering", "a@v3 active"]
+    );
 }
 
 #[test]
@@ -208,14 +246,20 @@ fn only_the_newest_two_terminated_versions_stay_in_memory_and_numbers_are_never_
         ]
     );
     // v1's fingerprint is still known: going back gets number 1 again.
-    let c = l.reload(vec![binding("a", Some("0 == 0"))], T0 + 99_000).unwrap();
-    assert_eq!(events(&c), ["a@v6 draining", "a@v1 registering", "a@v1 active"]);
+    let c = l
+        .reload(vec![binding("a", Some("0 == 0"))], T0 + 99_000)
+        .unwrap();
+    assert_eq!(
+        events(&c),
+        ["a@v6 draining", "a@v1 registering", "a@v1 active"]
+    );
 }
 
 #[test]
 fn a_pinned_version_survives_collection() {
     let mut l = started(vec![binding("a", Some("0 == 0"))]);
-    l.reload(vec![binding("a", Some("1 == 1"))], T0 + 10_000).unwrap();
+    l.reload(vec![binding("a", Some("1 == 1"))], T0 + 10_000)
+        .unwrap();
     l.observe(&no_rows(), T0 + 20_000);
     let c = l.set_pinned("a", 1, true, T0 + 20_001).unwrap();
     assert!(c.versions[0].pinned);
@@ -245,10 +289,16 @@ fn as_of_finds_the_version_active_at_an_instant_and_says_when_it_was_collected()
         other => panic!("{other:?}"),
     }
     match l.as_of("a", T0 + 5_000) {
-        AsOf::Collected { number: 1, live: Some((_, 5)) } => {}
+        AsOf::Collected {
+            number: 1,
+            live: Some((_, 5)),
+        } => {}
         other => panic!("{other:?}"),
     }
-    assert!(matches!(l.as_of("a", T0 - 1), AsOf::NoneThen { live: Some((_, 5)) }));
+    assert!(matches!(
+        l.as_of("a", T0 - 1),
+        AsOf::NoneThen { live: Some((_, 5)) }
+    ));
     assert!(matches!(l.as_of("nope", T0), AsOf::NoneThen { live: None }));
 }
 
@@ -271,12 +321,17 @@ fn an_invalid_reload_changes_nothing_and_says_why() {
     dl.filter = None;
     dl.fingerprint = dl.definition_fingerprint();
     let before = format!("{:?}", l.view());
-    let e = l.reload(vec![binding("a", Some("true")), dl], T0 + 1).unwrap_err();
+    let e = l
+        .reload(vec![binding("a", Some("true")), dl], T0 + 1)
+        .unwrap_err();
     assert!(e.to_string().contains("\"missing\""), "{e}");
     let e = l
         .reload(vec![binding("a", Some("true")), binding("a", None)], T0 + 1)
         .unwrap_err();
-    assert!(e.to_string().contains("two triggers have the id \"a\""), "{e}");
+    assert!(
+        e.to_string().contains("two triggers have the id \"a\""),
+        "{e}"
+    );
     assert_eq!(format!("{:?}", l.view()), before);
 }
 
@@ -286,18 +341,29 @@ fn dynamic_bindings_refuse_duplicates_unless_replacing_and_never_touch_manifest_
     let c = l.register(binding("d", None), false, T0 + 1).unwrap();
     assert_eq!(events(&c), ["d@v1 registering", "d@v1 active"]);
     assert!(c.versions.iter().all(|v| v.origin == Origin::Dynamic));
-    let e = l.register(binding("d", Some("true")), false, T0 + 2).unwrap_err();
+    let e = l
+        .register(binding("d", Some("true")), false, T0 + 2)
+        .unwrap_err();
     assert!(e.to_string().contains("already registered"), "{e}");
-    let c = l.register(binding("d", Some("true")), true, T0 + 3).unwrap();
-    assert_eq!(events(&c), ["d@v1 draining", "d@v2 registering", "d@v2 active"]);
-    let e = l.register(binding("m", Some("true")), true, T0 + 4).unwrap_err();
+    let c = l
+        .register(binding("d", Some("true")), true, T0 + 3)
+        .unwrap();
+    assert_eq!(
+        events(&c),
+        ["d@v1 draining", "d@v2 registering", "d@v2 active"]
+    );
+    let e = l
+        .register(binding("m", Some("true")), true, T0 + 4)
+        .unwrap_err();
     assert!(e.to_string().contains("configuration file"), "{e}");
     let e = l.deregister("m", T0 + 5).unwrap_err();
     assert!(e.to_string().contains("configuration file"), "{e}");
     // A reload keeps the dynamic binding and refuses to define its id.
     let c = l.reload(vec![binding("m", None)], T0 + 6).unwrap();
     assert!(c.is_empty(), "{c:?}");
-    let e = l.reload(vec![binding("m", None), binding("d", None)], T0 + 7).unwrap_err();
+    let e = l
+        .reload(vec![binding("m", None), binding("d", None)], T0 + 7)
+        .unwrap_err();
     assert!(e.to_string().contains("dynamic"), "{e}");
     let c = l.deregister("d", T0 + 8).unwrap();
     assert_eq!(events(&c), ["d@v2 draining"]);

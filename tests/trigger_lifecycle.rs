@@ -1,0 +1,492 @@
+//! Bindings that change while events flow, through the public API the way an operator
+//! uses it: reloads of the configuration file (`POST /api/v1/triggers/reload`),
+//! run-time bindings (`POST/PUT/DELETE /api/v1/triggers`), pause/resume/drain, the
+//! lifecycle log, restarts on the same store. Real runtime, real SQLite file, real
+//! HTTP; handlers are local recording connectors that say which version ran them
+//! (`switchboard.binding_version` in their context).
+#![cfg(feature = "runtime")]
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "dispatch/support.rs"]
+mod dsupport;
+#[path = "outbox/fixture.rs"]
+mod fixture;
+#[path = "ingest/support.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use common::eventually;
+use dsupport::{Recorder, Rt};
+use serde_json::{json, Value};
+
+/// v1 of `audit`: one attempt at a time.
+const V1: &str = r#"
+[[triggers]]
+id = "audit"
+handler = { local = "rec", capability = "record" }
+max_concurrent = 1
+"#;
+
+/// v2 of `audit`: the same handler, a different definition (two at a time).
+const V2: &str = r#"
+[[triggers]]
+id = "audit"
+handler = { local = "rec", capability = "record" }
+max_concurrent = 2
+"#;
+
+fn versions_by_payload(rec: &Recorder) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = rec
+        .seen()
+        .iter()
+        .map(|s| {
+            (
+                s.payload["n"].as_u64().unwrap(),
+                s.ctx("switchboard.binding_version").to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+async fn in_flight(rt: &Rt, id: &str) -> u64 {
+    rt.trigger(id).await["counts"]["in_flight"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+async fn send(rt: &Rt, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = reqwest::Client::new().request(method, format!("{}{path}", rt.base));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn change_lines(v: &Value) -> Vec<String> {
+    v["changes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}@v{} {}",
+                e["binding_id"].as_str().unwrap(),
+                e["version"],
+                e["event"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reload_lets_in_flight_and_due_rows_finish_on_the_old_version_and_new_events_take_the_new_one(
+) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    assert_eq!(rt.trigger("audit").await["active"], 1);
+    // Row 1 starts and waits in the handler; row 2 is due behind v1's one permit.
+    rt.enqueue("audit", json!({"n": 1})).await;
+    rt.enqueue("audit", json!({"n": 2})).await;
+    eventually("row 1 in flight", || async {
+        in_flight(&rt, "audit").await == 1
+    })
+    .await;
+
+    rt.write_config(V2);
+    let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        change_lines(&v),
+        [
+            "audit@v1 draining",
+            "audit@v2 registering",
+            "audit@v2 active"
+        ]
+    );
+    let t = rt.trigger("audit").await;
+    assert_eq!(t["active"], 2, "{t}");
+    assert_eq!(t["definition"]["max_concurrent"], 2, "{t}");
+    // A new event goes to v2.
+    rt.enqueue("audit", json!({"n": 3})).await;
+
+    gate.add_permits(10);
+    eventually("three deliveries", || async { rec.count() == 3 }).await;
+    assert_eq!(
+        versions_by_payload(&rec),
+        [
+            (1, "audit@v1".to_owned()),
+            (2, "audit@v1".to_owned()),
+            (3, "audit@v2".to_owned())
+        ]
+    );
+    eventually("v1 to terminate", || async {
+        rt.history("audit").await.last().map(String::as_str) == Some("audit@v1 terminated")
+    })
+    .await;
+    assert_eq!(
+        rt.history("audit").await,
+        [
+            "audit@v1 registering",
+            "audit@v1 active",
+            "audit@v1 draining",
+            "audit@v2 registering",
+            "audit@v2 active",
+            "audit@v1 terminated"
+        ]
+    );
+    let h = rt.get("/api/v1/triggers/audit/history").await;
+    let entry = &h["history"][2];
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("replaced by audit@v2"),
+        "{h}"
+    );
+    assert!(entry["process"].as_str().unwrap().contains(':'), "{h}");
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_without_changes_writes_nothing_and_an_invalid_one_changes_nothing() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
+    assert_eq!((status, change_lines(&v).len()), (200, 0), "{v}");
+
+    let before = rt.get("/api/v1/triggers").await;
+    for (bad, says) in [
+        (
+            "[[triggers]]\nid = \"audit\"\nhandler = { local = \"rec\" }\n",
+            "trigger \"audit\": handler: capability is required",
+        ),
+        (
+            "[[triggers]]\nid = \"audit\"\nhandler = { local = \"nobody\", capability = \"x\" }\n",
+            "local = \"nobody\"",
+        ),
+        (
+            "[[triggers]]\nid = \"audit\"\nhandler = {",
+            "TOML parse error at line 5",
+        ),
+        (
+            "[[triggers]]\nid = \"audit\"\nhandler = { local = \"rec\", capability = \"x\" }\nfilter = 'payload.'\n",
+            "trigger \"audit\"",
+        ),
+    ] {
+        rt.write_config(bad);
+        let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
+        assert_eq!(status, 422, "{bad}: {v}");
+        assert_eq!(v["error"], "validation", "{v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(message.contains(says), "{bad}: {message}");
+    }
+    assert_eq!(rt.get("/api/v1/triggers").await, before);
+    assert_eq!(
+        rt.history("audit").await,
+        ["audit@v1 registering", "audit@v1 active"]
+    );
+    rt.enqueue("audit", json!({"n": 1})).await;
+    eventually("the delivery under v1", || async { rec.count() == 1 }).await;
+    assert_eq!(rec.seen()[0].ctx("switchboard.binding_version"), "audit@v1");
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_keeps_version_numbers_gives_a_changed_binding_the_next_and_strands_nothing() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let two = format!(
+        "{V1}\n[[triggers]]\nid = \"gone\"\nhandler = {{ local = \"rec\", capability = \"x\" }}\n"
+    );
+    let mut rt = Rt::sqlite_file(&two, &[("rec", rec.clone())]).await;
+    let (dir, url) = (rt.dir.clone(), rt.store_url.clone());
+    rt.stop().await;
+
+    // Same configuration: the same numbers, nothing written.
+    let mut rt = Rt::on_file(url.clone(), dir.clone(), &two, &[("rec", rec.clone())]).await;
+    assert_eq!(rt.trigger("audit").await["active"], 1);
+    assert_eq!(rt.history("audit").await.len(), 2);
+    // Rows of `gone` wait (the handler is gated) while the runtime restarts without it.
+    rt.enqueue("gone", json!({"n": 7})).await;
+    rt.enqueue("gone", json!({"n": 8})).await;
+    rt.stop().await;
+
+    // A changed `audit`, no `gone`: audit gets v2; gone drains its rows under v1.
+    let mut rt = Rt::on_file(url.clone(), dir.clone(), V2, &[("rec", rec.clone())]).await;
+    assert_eq!(rt.trigger("audit").await["active"], 2);
+    let gone = rt.trigger("gone").await;
+    assert_eq!(gone["active"], Value::Null, "{gone}");
+    assert_eq!(gone["state"], "draining", "{gone}");
+    gate.add_permits(10);
+    eventually("gone's rows to be delivered", || async { rec.count() == 2 }).await;
+    assert!(rec
+        .seen()
+        .iter()
+        .all(|s| s.ctx("switchboard.binding_version") == "gone@v1"));
+    eventually("gone@v1 to terminate", || async {
+        rt.history("gone").await.last().map(String::as_str) == Some("gone@v1 terminated")
+    })
+    .await;
+    let h = rt.get("/api/v1/triggers/gone/history").await;
+    assert_eq!(
+        h["history"][2]["reason"], "removed from the configuration",
+        "{h}"
+    );
+    assert_eq!(
+        rt.get("/api/v1/dead-letters").await["dead_letters"],
+        json!([])
+    );
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn rows_of_a_version_nobody_recorded_are_dead_lettered_with_a_reason_not_left_behind() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+    {
+        // A row enqueued under a fingerprint no version record has (written before this
+        // store recorded versions, or by hand).
+        use switchboard::__private::outbox::model::Enqueue;
+        use switchboard::__private::store::{open_backend, Store, StoreOptions};
+        let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
+        let store = Store::new(backend);
+        let event = fixture::event("ghost-event", switchboard::__private::now_ms());
+        store
+            .append_enqueue(
+                event,
+                i64::MAX,
+                vec![Enqueue::dispatch("ghost", "feedface")],
+            )
+            .await
+            .unwrap();
+    }
+    let rec = Recorder::default();
+    let mut rt = Rt::on_file(url, dir, V1, &[("rec", rec.clone())]).await;
+    eventually("the stranded row to be dead-lettered", || async {
+        rt.get("/api/v1/dead-letters").await["dead_letters"]
+            .as_array()
+            .is_some_and(|l| l.len() == 1)
+    })
+    .await;
+    let dl = &rt.get("/api/v1/dead-letters").await["dead_letters"][0];
+    assert_eq!(dl["binding_id"], "ghost");
+    let error = &dl["errors"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(error["kind"], "stranded", "{dl}");
+    assert!(error["message"].as_str().unwrap().contains("ghost"), "{dl}");
+    let stats = rt.get("/api/v1/outbox/stats").await;
+    assert_eq!(stats["due"], 0, "{stats}");
+    assert_eq!(rec.count(), 0);
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn after_five_changes_only_the_newest_two_terminated_versions_stay_in_memory() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    for n in 2..=6 {
+        let text = format!(
+            "[[triggers]]\nid = \"audit\"\nhandler = {{ local = \"rec\", capability = \"record\" }}\nmax_concurrent = {n}\n"
+        );
+        rt.write_config(&text);
+        let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
+        assert_eq!(status, 200, "{v}");
+        let old = format!("audit@v{} terminated", n - 1);
+        eventually(&old, || async { rt.history("audit").await.contains(&old) }).await;
+    }
+    let t = rt.trigger("audit").await;
+    let kept: Vec<(u64, String)> = t["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap(),
+                v["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (4, "terminated".to_owned()),
+            (5, "terminated".to_owned()),
+            (6, "active".to_owned())
+        ]
+    );
+    // The log keeps all of them.
+    let log = rt.history("audit").await;
+    assert_eq!(log.iter().filter(|l| l.ends_with("terminated")).count(), 5);
+    rt.stop().await;
+}
+
+const DYNAMIC: &str = r#"
+[[triggers]]
+id = "manifest"
+handler = { local = "rec", capability = "record" }
+"#;
+
+#[tokio::test]
+async fn run_time_bindings_are_registered_refused_when_duplicate_replaced_persisted_and_deregistered(
+) {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(DYNAMIC, &[("rec", rec.clone())]).await;
+    let table = json!({"id": "dyn", "handler": {"local": "rec", "capability": "record"}});
+    let (status, v) = rt.post("/api/v1/triggers", json!({"trigger": table})).await;
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(change_lines(&v), ["dyn@v1 registering", "dyn@v1 active"]);
+    let (status, v) = rt.post("/api/v1/triggers", json!({"trigger": table})).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (409, Some("conflict")),
+        "{v}"
+    );
+    // The configuration owns a manifest binding.
+    let (status, v) = send(
+        &rt,
+        reqwest::Method::PUT,
+        "/api/v1/triggers/manifest",
+        Some(json!({"handler": {"local": "rec", "capability": "other"}})),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("configuration file"),
+        "{v}"
+    );
+    // An invalid table names the option.
+    let (status, v) = rt
+        .post(
+            "/api/v1/triggers",
+            json!({"trigger": {"id": "bad", "handler": {"local": "rec", "capability": "x"}, "sources": ["nope"]}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("sources"), "{v}");
+
+    rt.enqueue("dyn", json!({"n": 1})).await;
+    eventually("dyn@v1 delivery", || async { rec.count() == 1 }).await;
+    let (status, v) = send(
+        &rt,
+        reqwest::Method::PUT,
+        "/api/v1/triggers/dyn",
+        Some(json!({"handler": {"local": "rec", "capability": "record"}, "max_concurrent": 3})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        change_lines(&v),
+        ["dyn@v1 draining", "dyn@v2 registering", "dyn@v2 active"]
+    );
+    let (dir, url) = (rt.dir.clone(), rt.store_url.clone());
+    rt.stop().await;
+
+    // It survives a restart, as a dynamic binding at v2.
+    let mut rt = Rt::on_file(url, dir, DYNAMIC, &[("rec", rec.clone())]).await;
+    let t = rt.trigger("dyn").await;
+    assert_eq!(
+        (t["origin"].as_str(), t["active"].as_u64()),
+        (Some("dynamic"), Some(2)),
+        "{t}"
+    );
+    rt.enqueue("dyn", json!({"n": 2})).await;
+    eventually("dyn@v2 delivery", || async { rec.count() == 2 }).await;
+    assert_eq!(rec.seen()[1].ctx("switchboard.binding_version"), "dyn@v2");
+
+    let (status, v) = send(&rt, reqwest::Method::DELETE, "/api/v1/triggers/dyn", None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(change_lines(&v), ["dyn@v2 draining"]);
+    let (status, v) = rt.post("/api/v1/triggers/dyn/invoke", json!({})).await;
+    assert_eq!(
+        status, 404,
+        "a deregistered binding takes no new events: {v}"
+    );
+    let (status, v) = send(
+        &rt,
+        reqwest::Method::DELETE,
+        "/api/v1/triggers/manifest",
+        None,
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    let (status, _) = send(
+        &rt,
+        reqwest::Method::GET,
+        "/api/v1/triggers/nobody/history",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    rt.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_binding_keeps_its_rows_and_starts_none_until_resumed() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    let ops = rt.rt().ops().clone();
+    ops.set_paused("audit", true).await.unwrap();
+    assert_eq!(rt.rt().ops().triggers()["triggers"][0]["state"], "paused");
+    for n in 0..3 {
+        rt.rt()
+            .enqueue(switchboard::EnqueueRequest::to_binding(
+                "audit",
+                json!({"n": n}).to_string(),
+            ))
+            .await
+            .unwrap();
+    }
+    // Ten virtual seconds: ten polls and many wake-ups, and nothing starts.
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    assert_eq!(rec.count(), 0);
+    let stats = ops.stats().await.unwrap();
+    assert_eq!(stats["by_binding"]["audit"]["due"], 3, "{stats}");
+
+    ops.set_paused("audit", false).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while rec.count() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "resumed rows run");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let log = ops.history("audit", None, None).await.unwrap();
+    let events: Vec<&str> = log["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["registering", "active", "paused", "resumed"]);
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn a_drained_binding_takes_no_new_events_finishes_its_rows_and_terminates() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    rt.enqueue("audit", json!({"n": 1})).await;
+    let (status, v) = rt.post("/api/v1/triggers/audit/drain", json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(change_lines(&v), ["audit@v1 draining"]);
+    let (status, _) = rt
+        .post("/api/v1/triggers/audit/invoke", json!({"n": 2}))
+        .await;
+    assert_eq!(status, 404);
+    gate.add_permits(1);
+    eventually("audit@v1 terminated", || async {
+        rt.history("audit").await.last().map(String::as_str) == Some("audit@v1 terminated")
+    })
+    .await;
+    assert_eq!(rec.count(), 1);
+    rt.stop().await;
+}
