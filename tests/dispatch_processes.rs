@@ -2,7 +2,8 @@
 //! while it dispatches loses nothing once it is restarted (SQLite and PostgreSQL), two
 //! runtimes on one PostgreSQL database share the work without delivering anything
 //! twice and keep each ordering key in order, and the admin CLI works against a
-//! running process. The handler is a recording connector on a real gateway in this
+//! running process, and a reload on one of two processes on one PostgreSQL database
+//! is honoured by the other before it starts another row of that binding. The handler is a recording connector on a real gateway in this
 //! test process; the runtimes invoke it over their own gateway registrations.
 #![cfg(all(feature = "gateway", feature = "runtime", feature = "postgres"))]
 
@@ -57,6 +58,8 @@ fn report(line: &str) {
 #[derive(Debug, Clone)]
 struct Seen {
     binding: String,
+    /// `id@vN`: the binding version the row ran under.
+    version: String,
     event_id: String,
     key: String,
     seq: u64,
@@ -134,6 +137,7 @@ impl BaseConnector for Recorder {
         let get = |k: &str| ctx.get(k).cloned().unwrap_or_default();
         self.seen.lock().unwrap().push(Seen {
             binding: get("switchboard.binding"),
+            version: get("switchboard.binding_version"),
             event_id: get("switchboard.event_id"),
             key: body["key"].as_str().unwrap_or("").to_owned(),
             seq: body["seq"].as_u64().unwrap_or(u64::MAX),
@@ -649,6 +653,108 @@ sources = ["hook"]
 handler = { invoke = "acme.recorder.rec", capability = "fail" }
 retry = { max_attempts = 1 }
 "#;
+
+// ---------------------------------------------------------------------------------
+// 3. A reload on one process, honoured by the other.
+
+fn versioned(capability: &str) -> String {
+    format!(
+        "[[triggers]]\nid = \"work\"\nsources = [\"hook\"]\nhandler = {{ invoke = \"acme.recorder.rec\", capability = \"{capability}\" }}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_on_one_postgres_process_is_honoured_by_the_other_before_it_starts_a_row() {
+    let Some(url) = postgres_url() else {
+        return skip_postgres(
+            "a_reload_on_one_postgres_process_is_honoured_by_the_other_before_it_starts_a_row",
+        );
+    };
+    let store = fresh_postgres_schema(&url).await;
+    let rec = Recorder::new(Duration::ZERO);
+    rec.hold();
+    let (gw, _runner) = gateway_with(&rec).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    // A runs one attempt at a time, so with every v2 attempt held, B must start the
+    // rest: B can only run them under v2, which A recorded.
+    let a_opts = "max_in_flight = 1\npoll_interval = \"50ms\"";
+    let b_opts = "poll_interval = \"50ms\"";
+    let a = Serve::started(
+        dir.path(),
+        "a",
+        pa,
+        &config(pa, &store, &gw, "runtime-a", a_opts, &versioned("record")),
+    )
+    .await;
+    let b = Serve::started(
+        dir.path(),
+        "b",
+        pb,
+        &config(pb, &store, &gw, "runtime-b", b_opts, &versioned("record")),
+    )
+    .await;
+    std::fs::write(
+        dir.path().join("a.toml"),
+        config(pa, &store, &gw, "runtime-a", a_opts, &versioned("held")),
+    )
+    .unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/triggers/reload", a.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", a.log());
+    let http = reqwest::Client::new();
+    const N: usize = 6;
+    for i in 0..N {
+        post_once(&http, &a.base, &signed(&format!("v2-{i}"), "k", i as u64))
+            .await
+            .expect("accepted");
+    }
+    eventually("every row to start somewhere", || async {
+        rec.count() == N
+    })
+    .await;
+    rec.open();
+    eventually("the outbox to drain", || async { b.drained().await }).await;
+    let versions: Vec<String> = rec.seen().into_iter().map(|s| s.version).collect();
+    assert!(
+        versions.iter().all(|v| v == "work@v2"),
+        "every row enqueued after the reload ran under work@v2: {versions:?}\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    let on_b = b.dispatched().await["work"];
+    assert!(on_b >= (N - 1) as u64, "B ran {on_b} of {N}: {}", b.log());
+    let work = |v: Value| {
+        v["triggers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == "work")
+            .cloned()
+            .unwrap()
+    };
+    eventually("B to show work@v2 active", || async {
+        work(b.get("/api/v1/triggers").await)["active"] == 2
+    })
+    .await;
+    let history_a = a.get("/api/v1/triggers/work/history").await["history"].clone();
+    let history_b = b.get("/api/v1/triggers/work/history").await["history"].clone();
+    assert_eq!(history_a, history_b, "one log, read by both");
+    let events: Vec<String> = history_a
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| format!("v{} {}", e["version"], e["event"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        &events[events.len() - 3..],
+        ["v1 draining", "v2 registering", "v2 active"],
+        "{events:?}"
+    );
+}
 
 /// Runs `switchboard <args>`; (success, stdout, stderr).
 async fn cli(args: &[&str]) -> (bool, String, String) {
