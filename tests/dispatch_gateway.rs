@@ -283,3 +283,106 @@ async fn rows_due_while_the_gateway_is_down_wait_and_are_delivered_when_it_retur
     assert_eq!(dl["dead_letters"], json!([]), "nothing dead-lettered: {dl}");
     rt.stop().await;
 }
+
+#[tokio::test]
+async fn triggers_register_over_the_execute_channel_replaces_a_binding_while_its_rows_drain() {
+    let gw = TestGateway::start().await;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let (_r, _join) = target(&gw, rec.clone()).await;
+    let mut rt = Rt::sqlite(&gateway_section(&gw), &[]).await;
+    registered(&rt).await;
+    let arn = rt.rt().registration().unwrap().arn().unwrap();
+    let (arn, base) = (arn.as_str(), gw_base(&gw));
+    let table = |max: u32| {
+        json!({"id": "dyn", "max_concurrent": max,
+            "handler": {"invoke": "acme.recorder.target", "capability": "record"}})
+    };
+    let (status, v) = execute(
+        &base,
+        arn,
+        "triggers.register",
+        json!({"trigger": table(1)}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, dup) = execute(
+        &base,
+        arn,
+        "triggers.register",
+        json!({"trigger": table(1)}),
+    )
+    .await;
+    assert_eq!(status, 502, "{dup}");
+    assert!(dup["error"].as_str().unwrap().contains("conflict"), "{dup}");
+    let enqueue = |n: u32| {
+        execute(
+            &base,
+            arn,
+            "outbox.enqueue",
+            json!({"binding": "dyn", "payload": {"n": n}}),
+        )
+    };
+    assert_eq!(enqueue(1).await.0, 200);
+    assert_eq!(enqueue(2).await.0, 200);
+    eventually("row 1 in flight", || async {
+        rt.trigger("dyn").await["counts"]["in_flight"] == 1
+    })
+    .await;
+    let (status, v) = execute(
+        &base,
+        arn,
+        "triggers.register",
+        json!({"trigger": table(4), "replace": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let changes: Vec<String> = v["payload"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| format!("v{} {}", e["version"], e["event"].as_str().unwrap()))
+        .collect();
+    assert_eq!(changes, ["v1 draining", "v2 registering", "v2 active"]);
+    assert_eq!(enqueue(3).await.0, 200);
+    gate.add_permits(10);
+    eventually("three deliveries", || async { rec.count() == 3 }).await;
+    let mut ran: Vec<(u64, String)> = rec
+        .seen()
+        .iter()
+        .map(|s| {
+            (
+                s.payload["n"].as_u64().unwrap(),
+                s.ctx("switchboard.binding_version").to_owned(),
+            )
+        })
+        .collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        [
+            (1, "dyn@v1".into()),
+            (2, "dyn@v1".into()),
+            (3, "dyn@v2".into())
+        ]
+    );
+    eventually("dyn@v1 terminated", || async {
+        rt.history("dyn")
+            .await
+            .contains(&"dyn@v1 terminated".to_owned())
+    })
+    .await;
+    let (status, v) = execute(&base, arn, "triggers.deregister", json!({"id": "dyn"})).await;
+    assert_eq!(status, 200, "{v}");
+    let state = rt.trigger("dyn").await["state"].clone();
+    assert!(state == "draining" || state == "terminated", "{state}");
+    let (status, _) = execute(
+        &base,
+        arn,
+        "outbox.enqueue",
+        json!({"binding": "dyn", "payload": {}}),
+    )
+    .await;
+    assert_eq!(status, 502, "a deregistered binding takes no new events");
+    rt.stop().await;
+}

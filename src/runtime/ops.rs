@@ -523,10 +523,15 @@ impl DeliverOps {
                     v["definition"] = serde_json::to_value(&**active).unwrap_or(Value::Null);
                     v["served"] = json!(self.permits.serves(active));
                 }
-                v["state"] = json!(match (view.paused, view.active) {
-                    (true, _) => "paused",
-                    (false, Some(_)) => "active",
-                    (false, None) => "draining",
+                let draining = view
+                    .versions
+                    .iter()
+                    .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
+                v["state"] = json!(match (view.paused, view.active, draining) {
+                    (true, _, _) => "paused",
+                    (false, Some(_), _) => "active",
+                    (false, None, true) => "draining",
+                    (false, None, false) => "terminated",
                 });
                 v["counts"] =
                     serde_json::to_value(self.metrics.counts(&view.id)).unwrap_or(Value::Null);
