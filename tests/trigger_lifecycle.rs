@@ -490,3 +490,85 @@ async fn a_drained_binding_takes_no_new_events_finishes_its_rows_and_terminates(
     assert_eq!(rec.count(), 1);
     rt.stop().await;
 }
+
+const HOOKED: &str = r#"
+[[sources]]
+id = "hook"
+provider = "generic_hmac"
+secret_env = "GENERIC_SECRET"
+header = "X-Signature"
+prefix = "sha256="
+
+[[triggers]]
+id = "opened"
+sources = ["hook"]
+filter = 'payload.action == "opened"'
+handler = { local = "rec", capability = "record" }
+max_concurrent = 1
+"#;
+
+async fn post_hook(rt: &Rt, body: Value) -> u16 {
+    use hmac::{Hmac, Mac};
+    let body = body.to_string();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"generic-secret").unwrap();
+    mac.update(body.as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sig = format!("sha256={hex}");
+    reqwest::Client::new()
+        .post(format!("{}/hooks/hook", rt.base))
+        .header("X-Signature", sig)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn each_binding_reports_version_state_counts_and_outbox_depth_in_the_api_and_metrics() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let rec = Recorder::gated(gate.clone());
+    let mut rt = Rt::sqlite_file(HOOKED, &[("rec", rec.clone())]).await;
+    for (n, action) in [(1, "opened"), (2, "closed"), (3, "opened")] {
+        let status = post_hook(&rt, json!({"action": action, "n": n})).await;
+        assert_eq!(status, 200);
+    }
+    eventually("one row in flight, one due", || async {
+        in_flight(&rt, "opened").await == 1
+    })
+    .await;
+    let t = rt.trigger("opened").await;
+    assert_eq!(t["counts"]["received"], 3, "{t}");
+    assert_eq!(t["counts"]["matched"], 2, "{t}");
+    assert!(t["counts"]["last_received_ms"].as_i64().unwrap() > 0, "{t}");
+    let metrics = reqwest::get(format!("{}/metrics", rt.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "switchboard_ingress_trigger_received_total{binding=\"opened\"} 3",
+        "switchboard_ingress_trigger_matched_total{binding=\"opened\"} 2",
+        "switchboard_trigger_version{binding=\"opened\"} 1",
+        "switchboard_trigger_state{binding=\"opened\",state=\"active\"} 1",
+        "switchboard_trigger_state{binding=\"opened\",state=\"paused\"} 0",
+        "switchboard_outbox_depth{binding=\"opened\",state=\"leased\"} 1",
+        "switchboard_outbox_depth{binding=\"opened\",state=\"due\"} 1",
+        "switchboard_outbox_oldest_age_seconds{binding=\"opened\"}",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+    assert_eq!(metrics.matches("# EOF").count(), 1);
+    gate.add_permits(10);
+    eventually("both deliveries", || async { rec.count() == 2 }).await;
+    rt.stop().await;
+}

@@ -14,6 +14,7 @@
 //! operations are then handed to the registration's connector ([`connector::OpsSlot`]).
 
 pub(crate) mod admin;
+mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
@@ -229,6 +230,7 @@ impl RuntimeBuilder {
             store: store.clone(),
             triggers: live.clone(),
             control: control.clone(),
+            ingest: Some(ingress.metrics.clone()),
             deliver: deliver.clone(),
             permits: permits.clone(),
             metrics: metrics.clone(),
@@ -278,7 +280,7 @@ impl RuntimeBuilder {
         )));
         tasks.push(tokio::spawn(control.clone().run(cancel.clone())));
         let dispatcher = Dispatcher::start_live(
-            backend,
+            backend.clone(),
             live,
             deliver,
             permits,
@@ -300,7 +302,13 @@ impl RuntimeBuilder {
             });
             (stop, task)
         });
-        let _ = ingress.more_metrics.set(metrics);
+        let _ = ingress
+            .more_metrics
+            .set(Arc::new(binding_metrics::RuntimeMetrics {
+                dispatch: metrics,
+                triggers: control.live().clone(),
+                store: backend,
+            }));
         let limits = config.limits;
         let app = router(
             ingress,

@@ -208,6 +208,8 @@ pub struct DeliverOps {
     pub(crate) store: Store,
     pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) control: Arc<super::trigger_control::TriggerControl>,
+    /// Ingest's per-binding counts (received, matched, last received).
+    pub(crate) ingest: Option<Arc<crate::webhooks::metrics::IngressMetrics>>,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,
@@ -527,14 +529,20 @@ impl DeliverOps {
                     .versions
                     .iter()
                     .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
-                v["state"] = json!(match (view.paused, view.active, draining) {
-                    (true, _, _) => "paused",
-                    (false, Some(_), _) => "active",
-                    (false, None, true) => "draining",
-                    (false, None, false) => "terminated",
-                });
-                v["counts"] =
+                v["state"] = json!(super::binding_metrics::state_word(
+                    view.paused,
+                    view.active.is_some(),
+                    draining
+                ));
+                let mut counts =
                     serde_json::to_value(self.metrics.counts(&view.id)).unwrap_or(Value::Null);
+                if let Some(ingest) = &self.ingest {
+                    let (received, matched, last) = ingest.binding_counts(&view.id);
+                    counts["received"] = json!(received);
+                    counts["matched"] = json!(matched);
+                    counts["last_received_ms"] = json!(last.map(|s| (s * 1000.0) as i64));
+                }
+                v["counts"] = counts;
                 v
             })
             .collect();

@@ -24,6 +24,9 @@ pub struct Routed {
     /// Bindings whose filter or ordering key failed to evaluate on this event, with the
     /// error: each is counted and skipped for this event; the others still match.
     pub errors: Vec<(String, String)>,
+    /// Bindings whose sources and event kinds took the event (before their filter):
+    /// what "received" counts per binding.
+    pub received: Vec<String>,
 }
 
 /// The bindings of one configuration.
@@ -109,6 +112,7 @@ impl TriggerRegistry {
             if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) {
                 continue;
             }
+            routed.received.push(b.id.clone());
             let matched = match &b.filter {
                 None => Ok(true),
                 Some(f) => f.eval_bool_in(&ctx).map_err(|e| format!("filter: {e}")),

@@ -282,7 +282,7 @@ async fn metrics(State(app): State<Arc<Ingress>>) -> Response {
         if let Some(cut) = body.rfind("# EOF") {
             body.truncate(cut);
         }
-        body.push_str(&more.render());
+        body.push_str(&more.render().await);
     }
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], body).into_response()

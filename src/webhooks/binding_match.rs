@@ -32,6 +32,13 @@ impl BindingMatcher {
     /// The rows for `event`, which came from outside (a webhook or a tick: depth 0).
     pub(crate) fn route(&self, event: &TriggerEvent) -> Vec<Enqueue> {
         let routed = self.triggers.routing().route(event, 0);
+        let now_s = crate::clock::now_ms() as f64 / 1000.0;
+        for binding in &routed.received {
+            self.metrics.trigger_received(binding, now_s);
+        }
+        for row in &routed.enqueue {
+            self.metrics.trigger_matched(&row.binding_id);
+        }
         for (binding, error) in &routed.errors {
             self.metrics.trigger_filter_error(binding);
             tracing::warn!(

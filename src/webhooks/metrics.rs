@@ -9,7 +9,10 @@
 //! how refused Notion deliveries re-checked the stored token, [`super::notion`]);
 //! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
 //! `trigger_filter_errors_total{binding}` (events a binding skipped because its filter
-//! or ordering key failed to evaluate on them);
+//! or ordering key failed to evaluate on them); `trigger_received_total{binding}`
+//! (events whose source and kind the binding takes), `trigger_matched_total{binding}`
+//! (rows it enqueued: its filter passed) and
+//! `trigger_last_received_timestamp_seconds{binding}`;
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
 //! commit included); and the group commit's `store_batches_total`,
 //! `store_batched_writes_total` and `store_dropped_audit_total`.
@@ -17,6 +20,7 @@
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -32,6 +36,9 @@ pub(crate) struct IngressMetrics {
     rejections: Family<Labels, Counter>,
     audit_skipped: Family<Labels, Counter>,
     trigger_filter_errors: Family<Labels, Counter>,
+    trigger_received: Family<Labels, Counter>,
+    trigger_matched: Family<Labels, Counter>,
+    trigger_last_received: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     notion_rechecks: Family<Labels, Counter>,
     duration: Histogram,
     batches: Counter,
@@ -54,6 +61,9 @@ impl IngressMetrics {
         let audit_skipped = Family::<Labels, Counter>::default();
         let trigger_filter_errors = Family::<Labels, Counter>::default();
         let notion_rechecks = Family::<Labels, Counter>::default();
+        let trigger_received = Family::<Labels, Counter>::default();
+        let trigger_matched = Family::<Labels, Counter>::default();
+        let trigger_last_received = Family::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.0001, 2.0, 16,
@@ -79,6 +89,21 @@ impl IngressMetrics {
             "trigger_filter_errors",
             "Events a trigger binding skipped because its filter or ordering key failed on them",
             trigger_filter_errors.clone(),
+        );
+        registry.register(
+            "trigger_received",
+            "Events whose source and kind a trigger binding takes (before its filter)",
+            trigger_received.clone(),
+        );
+        registry.register(
+            "trigger_matched",
+            "Rows a trigger binding enqueued (its filter passed)",
+            trigger_matched.clone(),
+        );
+        registry.register(
+            "trigger_last_received_timestamp_seconds",
+            "When a trigger binding last received an event (unix seconds)",
+            trigger_last_received.clone(),
         );
         registry.register(
             "notion_rechecks",
@@ -111,6 +136,9 @@ impl IngressMetrics {
             rejections,
             audit_skipped,
             trigger_filter_errors,
+            trigger_received,
+            trigger_matched,
+            trigger_last_received,
             notion_rechecks,
             duration,
             batches,
@@ -153,6 +181,30 @@ impl IngressMetrics {
         self.trigger_filter_errors
             .get_or_create(&vec![("binding", binding.to_owned())])
             .inc();
+    }
+
+    /// Counts an event `binding` received (its sources and kinds took it) at `now_s`.
+    pub(crate) fn trigger_received(&self, binding: &str, now_s: f64) {
+        let labels = vec![("binding", binding.to_owned())];
+        self.trigger_received.get_or_create(&labels).inc();
+        self.trigger_last_received.get_or_create(&labels).set(now_s);
+    }
+
+    /// Counts a row `binding` enqueued.
+    pub(crate) fn trigger_matched(&self, binding: &str) {
+        self.trigger_matched
+            .get_or_create(&vec![("binding", binding.to_owned())])
+            .inc();
+    }
+
+    /// What ingest counted for `binding`: received, matched, and when it last received
+    /// an event (unix seconds).
+    pub(crate) fn binding_counts(&self, binding: &str) -> (u64, u64, Option<f64>) {
+        let labels = vec![("binding", binding.to_owned())];
+        let received = self.trigger_received.get(&labels).map_or(0, |c| c.get());
+        let matched = self.trigger_matched.get(&labels).map_or(0, |c| c.get());
+        let last = self.trigger_last_received.get(&labels).map(|g| g.get());
+        (received, matched, last)
     }
 
     /// Counts a Notion token re-check by outcome (`read`, `shared`, `skipped`).

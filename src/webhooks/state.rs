@@ -49,8 +49,16 @@ pub(crate) struct Ingress {
     /// The trigger bindings each stored event is matched against.
     pub(crate) router: BindingMatcher,
     pub(crate) admin_token: Option<Secret>,
-    /// Metrics of other parts (the dispatcher), appended to `/metrics`.
-    pub(crate) more_metrics: std::sync::OnceLock<Arc<crate::dispatch::metrics::DispatchMetrics>>,
+    /// Metrics of other parts (the dispatcher, the bindings), appended to `/metrics`.
+    pub(crate) more_metrics: std::sync::OnceLock<Arc<dyn MoreMetrics>>,
+}
+
+/// A part of the process whose metrics `/metrics` appends to ingest's own: rendered
+/// at each scrape, so gauges that need a store read (outbox depth) are fresh.
+#[async_trait::async_trait]
+pub(crate) trait MoreMetrics: Send + Sync {
+    /// The part's exposition, ending with `# EOF`.
+    async fn render(&self) -> String;
 }
 
 impl Ingress {

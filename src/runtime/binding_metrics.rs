@@ -1,0 +1,127 @@
+//! The runtime's part of `/metrics`: the dispatcher's counters, then one set of gauges
+//! per binding, read at each scrape:
+//!
+//! - `switchboard_trigger_version{binding}`: the active version's number (0 while none
+//!   is active);
+//! - `switchboard_trigger_state{binding,state}`: 1 for the binding's state (`active`,
+//!   `draining`, `paused`, `terminated`), 0 for the others, so an alert can watch one
+//!   series;
+//! - `switchboard_outbox_depth{binding,state}`: rows `due`, `leased` and `scheduled`;
+//! - `switchboard_outbox_oldest_age_seconds{binding}`: how long the oldest row has waited.
+//!
+//! The depth gauges come from the store's stats (one grouped read per scrape), so a
+//! scrape shows what every process on the database has left, not only this one's.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::dispatch::metrics::DispatchMetrics;
+use crate::outbox::OutboxStore;
+use crate::store::now_ms;
+use crate::triggers::live::LiveTriggers;
+use crate::triggers::versions::VersionState;
+use crate::webhooks::state::MoreMetrics;
+
+/// The states `switchboard_trigger_state` has a series for.
+const STATES: [&str; 4] = ["active", "draining", "paused", "terminated"];
+
+/// Renders the dispatcher's metrics and the per-binding gauges.
+pub(crate) struct RuntimeMetrics {
+    pub(crate) dispatch: Arc<DispatchMetrics>,
+    pub(crate) triggers: Arc<LiveTriggers>,
+    pub(crate) store: Arc<dyn OutboxStore>,
+}
+
+/// A binding's state as one word: paused wins, then active, draining, terminated.
+pub(crate) fn state_word(paused: bool, active: bool, draining: bool) -> &'static str {
+    match (paused, active, draining) {
+        (true, _, _) => "paused",
+        (false, true, _) => "active",
+        (false, false, true) => "draining",
+        (false, false, false) => "terminated",
+    }
+}
+
+/// A label value, escaped as the text format asks.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[async_trait]
+impl MoreMetrics for RuntimeMetrics {
+    async fn render(&self) -> String {
+        let mut out = self.dispatch.render();
+        if let Some(cut) = out.rfind("# EOF") {
+            out.truncate(cut);
+        }
+        let view = self.triggers.current().view();
+        let _ = writeln!(out, "# TYPE switchboard_trigger_version gauge");
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_trigger_version The active version's number (0: none active)."
+        );
+        for b in &view {
+            let _ = writeln!(
+                out,
+                "switchboard_trigger_version{{binding=\"{}\"}} {}",
+                label(&b.id),
+                b.active.unwrap_or(0)
+            );
+        }
+        let _ = writeln!(out, "# TYPE switchboard_trigger_state gauge");
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_trigger_state 1 for the binding's state, 0 for the others."
+        );
+        for b in &view {
+            let draining = b.versions.iter().any(|v| v.state == VersionState::Draining);
+            let now = state_word(b.paused, b.active.is_some(), draining);
+            for s in STATES {
+                let _ = writeln!(
+                    out,
+                    "switchboard_trigger_state{{binding=\"{}\",state=\"{s}\"}} {}",
+                    label(&b.id),
+                    u8::from(s == now)
+                );
+            }
+        }
+        match self.store.stats(now_ms()).await {
+            Ok(stats) => {
+                let _ = writeln!(out, "# TYPE switchboard_outbox_depth gauge");
+                let _ = writeln!(out, "# HELP switchboard_outbox_depth Outbox rows per binding: due, leased, scheduled.");
+                for (id, d) in &stats.by_binding {
+                    for (state, n) in [
+                        ("due", d.due),
+                        ("leased", d.leased),
+                        ("scheduled", d.scheduled),
+                    ] {
+                        let _ = writeln!(
+                            out,
+                            "switchboard_outbox_depth{{binding=\"{}\",state=\"{state}\"}} {n}",
+                            label(id)
+                        );
+                    }
+                }
+                let _ = writeln!(out, "# TYPE switchboard_outbox_oldest_age_seconds gauge");
+                let _ = writeln!(out, "# HELP switchboard_outbox_oldest_age_seconds How long the binding's oldest row has waited.");
+                for (id, d) in &stats.by_binding {
+                    let age = d.oldest_age_ms.unwrap_or(0).max(0) as f64 / 1000.0;
+                    let _ = writeln!(
+                        out,
+                        "switchboard_outbox_oldest_age_seconds{{binding=\"{}\"}} {age}",
+                        label(id)
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "/metrics: could not read the outbox depth");
+            }
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+}
