@@ -46,6 +46,24 @@ pub const CONTEXT_DEPTH: &str = "switchboard.depth";
 /// Context key: for a dead-letter handler's delivery, the dead letter's id.
 pub const CONTEXT_DEAD_LETTER_ID: &str = "switchboard.dead_letter_id";
 
+/// Context key, for a dead-letter handler's delivery: the binding whose attempts ran out.
+pub const CONTEXT_DEAD_LETTER_BINDING: &str = "switchboard.dead_letter.binding";
+/// Context key, for a dead-letter handler's delivery: the attempts the row made.
+pub const CONTEXT_DEAD_LETTER_ATTEMPTS: &str = "switchboard.dead_letter.attempts";
+/// Context key, for a dead-letter handler's delivery: the last attempt's error message.
+pub const CONTEXT_DEAD_LETTER_LAST_ERROR: &str = "switchboard.dead_letter.last_error";
+/// Context key, for a dead-letter handler's delivery: the last error's kind
+/// (`handler`, `timeout`, `stranded`, …).
+pub const CONTEXT_DEAD_LETTER_LAST_ERROR_KIND: &str = "switchboard.dead_letter.last_error_kind";
+/// Context key, for a dead-letter handler's delivery: how many errors its history holds.
+pub const CONTEXT_DEAD_LETTER_ERRORS: &str = "switchboard.dead_letter.errors";
+/// Context key, for a dead-letter handler's delivery: when the first failed attempt
+/// ended (unix ms).
+pub const CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS: &str = "switchboard.dead_letter.first_attempt_ms";
+/// Context key, for a dead-letter handler's delivery: when the last attempt ended
+/// (unix ms).
+pub const CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS: &str = "switchboard.dead_letter.last_attempt_ms";
+
 /// Context keys an [`ExecuteContext::invoke`](crate::ExecuteContext::invoke) carries
 /// over from the execute it is made in: the delivery's trace id and its hop depth.
 pub(crate) const PROPAGATED_KEYS: &[&str] = &[CONTEXT_TRACE_ID, CONTEXT_DEPTH];

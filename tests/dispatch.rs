@@ -150,6 +150,30 @@ async fn exhausted_rows_are_dead_lettered_fanned_out_and_a_failing_dl_handler_on
     );
     let dl_id = report.payload["dead_letter"]["id"].as_i64().unwrap();
     assert_eq!(report.ctx("switchboard.dead_letter_id"), dl_id.to_string());
+    // The dead letter's facts are in the context, not only its id.
+    let errors = report.payload["dead_letter"]["errors"].as_array().unwrap();
+    assert_eq!(report.ctx("switchboard.dead_letter.binding"), "flaky");
+    assert_eq!(report.ctx("switchboard.dead_letter.attempts"), "2");
+    assert_eq!(report.ctx("switchboard.dead_letter.errors"), "2");
+    assert_eq!(
+        report.ctx("switchboard.dead_letter.last_error_kind"),
+        "handler"
+    );
+    assert!(
+        report
+            .ctx("switchboard.dead_letter.last_error")
+            .contains("recorder told to fail"),
+        "{:?}",
+        report.context
+    );
+    assert_eq!(
+        report.ctx("switchboard.dead_letter.first_attempt_ms"),
+        errors[0]["at_ms"].to_string()
+    );
+    assert_eq!(
+        report.ctx("switchboard.dead_letter.last_attempt_ms"),
+        errors[1]["at_ms"].to_string()
+    );
     // dl-bad's failures annotate the dead letter; they never make another one.
     eventually("the annotation", || async {
         let d = rt.get(&format!("/api/v1/dead-letters/{dl_id}")).await;

@@ -18,11 +18,14 @@ use async_trait::async_trait;
 use crate::connector::InvokeOptions;
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ID,
-    CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
+    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ATTEMPTS,
+    CONTEXT_DEAD_LETTER_BINDING, CONTEXT_DEAD_LETTER_ERRORS, CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS,
+    CONTEXT_DEAD_LETTER_ID, CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_LAST_ERROR,
+    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
 };
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::RegistrationHandle;
+use crate::outbox::model::DeadLetter;
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::proto::PayloadEncoding;
 use crate::triggers::binding::{Binding, Handler};
@@ -44,6 +47,10 @@ pub struct AttemptInput<'a> {
     pub dead_letter_id: Option<i64>,
     /// The payload bytes (the event's body, or the row's own payload).
     pub payload: &'a [u8],
+    /// For a dead-letter handler's delivery: the dead letter, whose facts (the
+    /// attempts, the last error, the history's length, the first and last attempt
+    /// times) go into the context, so the handler needs no lookup.
+    pub dead_letter: Option<&'a DeadLetter>,
 }
 
 impl AttemptInput<'_> {
@@ -63,6 +70,38 @@ impl AttemptInput<'_> {
         values.insert(CONTEXT_DEPTH.to_owned(), self.depth.to_string());
         if let Some(id) = self.dead_letter_id {
             values.insert(CONTEXT_DEAD_LETTER_ID.to_owned(), id.to_string());
+        }
+        if let Some(dl) = self.dead_letter {
+            let last = dl.errors.last();
+            let facts = [
+                (CONTEXT_DEAD_LETTER_BINDING, Some(dl.binding_id.clone())),
+                (CONTEXT_DEAD_LETTER_ATTEMPTS, Some(dl.attempts.to_string())),
+                (
+                    CONTEXT_DEAD_LETTER_ERRORS,
+                    Some(dl.errors.len().to_string()),
+                ),
+                (
+                    CONTEXT_DEAD_LETTER_LAST_ERROR,
+                    last.map(|e| e.message.clone()),
+                ),
+                (
+                    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND,
+                    last.map(|e| e.kind.clone()),
+                ),
+                (
+                    CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS,
+                    dl.errors.first().map(|e| e.at_ms.to_string()),
+                ),
+                (
+                    CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS,
+                    last.map(|e| e.at_ms.to_string()),
+                ),
+            ];
+            for (key, value) in facts {
+                if let Some(v) = value {
+                    values.insert(key.to_owned(), v);
+                }
+            }
         }
         values
     }

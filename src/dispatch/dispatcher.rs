@@ -615,6 +615,15 @@ async fn attempt(
         .metrics
         .started(&binding.id, (started - became_due) as f64 / 1000.0);
     let t0 = tokio::time::Instant::now();
+    // A dead-letter handler's row: its dead letter's facts go into the context. A
+    // failed read only leaves them out (the id is there, and the payload holds them).
+    let dead_letter = match row.dead_letter_id {
+        Some(id) => inner.store.dead_letter(id).await.unwrap_or_else(|e| {
+            tracing::warn!(dead_letter = id, error = %e, "could not read the dead letter for its handler's context");
+            None
+        }),
+        None => None,
+    };
     let input = AttemptInput {
         binding: &binding,
         event_id: &row.event_id,
@@ -623,6 +632,7 @@ async fn attempt(
         depth: row.depth,
         dead_letter_id: row.dead_letter_id,
         payload: &row.payload,
+        dead_letter: dead_letter.as_ref(),
     };
     let result = tokio::select! {
         r = tokio::time::timeout(binding.timeout, inner.deliver.deliver(input)) => match r {

@@ -397,6 +397,7 @@ impl DeliverOps {
                 depth,
                 dead_letter_id: None,
                 payload: &event.body,
+                dead_letter: None,
             };
             let result = match tokio::time::timeout(binding.timeout, deliver.deliver(input)).await {
                 Ok(r) => r,
