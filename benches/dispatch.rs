@@ -33,14 +33,22 @@
 //! allows as many attempts as the process (`max_concurrent = 256`), so the process
 //! limit, not the binding's gate, bounds the dispatcher.
 //!
+//! - **lifecycle**: the runtime (its lifecycle control task included) with a no-op
+//!   handler over 1 binding, 50 bindings, and 50 bindings reloaded every second, each
+//!   beside the plain dispatcher's no-op figure of the same run; the lifecycle's cost
+//!   is the reloading run against the same 50 bindings without reloads
+//!   (`dispatch/lifecycle.rs`).
+//!
 //! Options (after `--`): `--rows N` (default 50,000; or `SWITCHBOARD_BENCH_ROWS`),
 //! `--samples N` (default 300; or `SWITCHBOARD_BENCH_SAMPLES`), and, to profile one
-//! part, `--store sqlite,postgres` and `--only floor,noop,gateway,latency`
+//! part, `--store sqlite,postgres` and `--only floor,noop,gateway,lifecycle,latency`
 //! (`SWITCHBOARD_BENCH_PERF_CTL` names a `perf record --control` fifo that is enabled
 //! only while the no-op dispatcher runs).
 //!
 //! `cargo bench --bench dispatch --all-features`
 
+#[path = "dispatch/lifecycle.rs"]
+mod lifecycle;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -205,19 +213,36 @@ fn event(n: usize, tag: u32) -> TriggerEvent {
     )
 }
 
+/// A row of [`BINDING`], under its definition's fingerprint: a row runs under the
+/// version its fingerprint names, so the fingerprint must be the binding's.
 fn row() -> Enqueue {
-    Enqueue::dispatch(BINDING, "fp-bench")
+    static FINGERPRINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Enqueue::dispatch(
+        BINDING,
+        FINGERPRINT.get_or_init(|| registry().bindings()[0].fingerprint.clone()),
+    )
 }
 
-/// Appends `rows` events with one row each through the group commit; returns the
-/// appends per second.
+/// Appends `rows` events with one row of [`BINDING`] each through the group commit;
+/// returns the appends per second.
 async fn prefill(store: &Store, rows: usize) -> f64 {
+    prefill_rows(store, rows, &|_| row()).await
+}
+
+/// Appends `rows` events with the row `row_for(n)` each through the group commit;
+/// returns the appends per second.
+async fn prefill_rows(
+    store: &Store,
+    rows: usize,
+    row_for: &(dyn Fn(usize) -> Enqueue + Sync),
+) -> f64 {
+    let row_for: Arc<Vec<Enqueue>> = Arc::new((0..rows).map(row_for).collect());
     let next = Arc::new(AtomicU64::new(0));
     let tag = rand::random::<u32>();
     let started = Instant::now();
     let tasks: Vec<_> = (0..PREFILL_CONCURRENCY)
         .map(|_| {
-            let (store, next) = (store.clone(), next.clone());
+            let (store, next, rows_for) = (store.clone(), next.clone(), row_for.clone());
             tokio::spawn(async move {
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed) as usize;
@@ -225,7 +250,7 @@ async fn prefill(store: &Store, rows: usize) -> f64 {
                         return;
                     }
                     store
-                        .append_enqueue(event(n, tag), i64::MAX / 2, vec![row()])
+                        .append_enqueue(event(n, tag), i64::MAX / 2, vec![rows_for[n].clone()])
                         .await
                         .expect("prefill append");
                 }
@@ -308,7 +333,7 @@ fn start_dispatcher(
 ) -> Dispatcher {
     let registry = registry();
     let options = DispatcherOptions::default();
-    let permits = Permits::new(&registry, |_| true, options.max_in_flight);
+    let permits = Permits::new(|_| true, options.max_in_flight);
     Dispatcher::start(backend, registry, deliver, permits, metrics, options)
 }
 
@@ -447,12 +472,6 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
     let gateway = TestGateway::start().await;
     let (runner, run) =
         support::echo_runner(&gateway.ws_url(), "bench", ["echo-0".into()], 1024).await;
-    let prefill_per_s = {
-        let (_backend, store) = open(url).await;
-        let rate = prefill(&store, rows).await;
-        drop(store);
-        rate
-    };
     let text = format!(
         "listen = \"127.0.0.1:0\"\nstore = \"{url}\"\n\
          [gateway]\nurl = \"{}\"\ntenant = \"bench\"\ninstance_id = \"runtime\"\n\
@@ -464,6 +483,14 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
         .unwrap()
         .resolve_with(|_| None)
         .unwrap();
+    let fingerprint = config.triggers.bindings()[0].fingerprint.clone();
+    let gateway_row = move || Enqueue::dispatch(BINDING, fingerprint.clone());
+    let prefill_per_s = {
+        let (_backend, store) = open(url).await;
+        let rate = prefill_rows(&store, rows, &|_| gateway_row()).await;
+        drop(store);
+        rate
+    };
     let rt = Runtime::start(config).await.expect("runtime");
     let deadline = Instant::now() + DEADLINE;
     while rt.registration().and_then(|r| r.arn()).is_none() {
@@ -474,7 +501,11 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
     // one more row (its commit wakes it) starts the clock.
     let started = Instant::now();
     rt.store()
-        .append_enqueue(event(rows, rand::random()), i64::MAX / 2, vec![row()])
+        .append_enqueue(
+            event(rows, rand::random()),
+            i64::MAX / 2,
+            vec![gateway_row()],
+        )
         .await
         .unwrap();
     while outbox_rows(rt.store().backend()).await > 0 {
@@ -674,8 +705,10 @@ async fn main() {
             println!("| {name} | {label} | {floor:.0} | {floor:.0} | 1.00 | - | - |");
             prefills.push((name, rate.prefill_per_s));
         }
+        let mut noop_floor = None;
         if selected("--only", "noop") {
             let noop = noop_run(&stores.url(kind).await, rows).await;
+            noop_floor = Some(noop.rows_per_s);
             let ratio = noop.rows_per_s / floor;
             println!(
                 "| {name} | dispatcher, no-op handler | {:.0} | {floor:.0} | {ratio:.2} | ≥ {target:.0} rows/s, ≥ {TARGET_FLOOR_RATIO} × floor | {} |",
@@ -683,6 +716,39 @@ async fn main() {
                 met(noop.rows_per_s >= target && ratio >= TARGET_FLOOR_RATIO)
             );
             prefills.push((name, noop.prefill_per_s));
+        }
+        if selected("--only", "lifecycle") {
+            let base = match noop_floor {
+                Some(r) => r,
+                None => noop_run(&stores.url(kind).await, rows).await.rows_per_s,
+            };
+            let mut fifty = f64::NAN;
+            for (label, bindings, reload) in [
+                ("runtime, no-op, 1 binding", 1, false),
+                ("runtime, no-op, 50 bindings", 50, false),
+                ("runtime, no-op, 50 bindings, reload every 1 s", 50, true),
+            ] {
+                let url = stores.url(kind).await;
+                let r = lifecycle::run(&url, stores.dir.path(), rows, bindings, reload).await;
+                if bindings == 50 && !reload {
+                    fifty = r.rows_per_s;
+                }
+                let note = if reload {
+                    format!(
+                        "{} reloads; {:.2} × the 50 bindings without reloads (target ≥ 0.90: {})",
+                        r.reloads,
+                        r.rows_per_s / fifty,
+                        met(r.rows_per_s / fifty >= 0.90)
+                    )
+                } else {
+                    "-".into()
+                };
+                println!(
+                    "| {name} | {label} | {:.0} | {floor:.0} | {:.2} × plain no-op dispatcher ({base:.0}) | - | {note} |",
+                    r.rows_per_s,
+                    r.rows_per_s / base
+                );
+            }
         }
         if selected("--only", "gateway") {
             let gw = gateway_run(&stores.url(kind).await, rows).await;
