@@ -856,3 +856,123 @@ async fn the_admin_cli_reads_stats_and_dead_letters_of_a_running_process() {
     );
     drop(serve);
 }
+
+const LIFECYCLE_V1: &str = r#"
+[[triggers]]
+id = "life"
+sources = ["hook"]
+handler = { invoke = "acme.recorder.rec", capability = "record" }
+"#;
+
+const LIFECYCLE_V2: &str = r#"
+[[triggers]]
+id = "life"
+sources = ["hook"]
+handler = { invoke = "acme.recorder.rec", capability = "record" }
+max_concurrent = 3
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_and_the_triggers_cli_lists_pauses_resumes_drains_and_shows_history() {
+    let rec = Recorder::new(Duration::ZERO);
+    let (gw, _runner) = gateway_with(&rec).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let store = format!("sqlite:{}", dir.path().join("events.db").display());
+    let serve = Serve::started(
+        dir.path(),
+        "serve",
+        port,
+        &config(port, &store, &gw, "runtime-life", "", LIFECYCLE_V1),
+    )
+    .await;
+    let url = serve.base.as_str();
+
+    // SIGHUP re-reads the file.
+    std::fs::write(
+        dir.path().join("serve.toml"),
+        config(port, &store, &gw, "runtime-life", "", LIFECYCLE_V2),
+    )
+    .unwrap();
+    let pid = serve.child.as_ref().unwrap().id().to_string();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    eventually("SIGHUP to activate life@v2", || async {
+        serve.get("/api/v1/triggers").await["triggers"][0]["active"] == 2
+    })
+    .await;
+    assert!(
+        serve.log().contains("SIGHUP: configuration reloaded"),
+        "{}",
+        serve.log()
+    );
+    eventually("life@v1 to terminate", || async {
+        serve.get("/api/v1/triggers/life/history").await["history"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|e| e["event"] == "terminated"))
+    })
+    .await;
+
+    let (ok, out, err) = cli(&["triggers", "list", "--url", url]).await;
+    assert!(ok, "triggers list failed: {err}");
+    let mut lines = out.lines();
+    let header = lines.next().unwrap_or_default();
+    for column in ["binding", "version", "state", "origin", "dispatched"] {
+        assert!(header.contains(column), "no {column:?} column: {out}");
+    }
+    let row = lines.next().unwrap_or_default();
+    assert!(
+        row.contains("life")
+            && row.contains("v2")
+            && row.contains("active")
+            && row.contains("manifest"),
+        "{out}"
+    );
+
+    let (ok, out, err) = cli(&["triggers", "pause", "life", "--url", url]).await;
+    assert!(
+        ok && out.contains("life@v2") && out.contains("paused"),
+        "{out}{err}"
+    );
+    let (ok, out, _) = cli(&["triggers", "list", "--url", url]).await;
+    assert!(ok && out.contains("paused"), "{out}");
+    let (ok, out, err) = cli(&["triggers", "resume", "life", "--url", url]).await;
+    assert!(ok && out.contains("resumed"), "{out}{err}");
+    let (ok, out, err) = cli(&["triggers", "reload", "--url", url]).await;
+    assert!(ok && out.contains("nothing changed"), "{out}{err}");
+    let (ok, out, err) = cli(&["triggers", "drain", "life", "--url", url]).await;
+    assert!(ok && out.contains("draining"), "{out}{err}");
+    let (ok, out, err) = cli(&["triggers", "pause", "nobody", "--url", url]).await;
+    assert!(!ok && err.contains("not_found"), "{out}{err}");
+
+    let (ok, out, err) = cli(&["triggers", "history", "life", "--url", url]).await;
+    assert!(ok, "history failed: {err}");
+    let events: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(
+        &events[..8],
+        [
+            "registering",
+            "active",
+            "draining",
+            "registering",
+            "active",
+            "terminated",
+            "paused",
+            "resumed"
+        ],
+        "{out}"
+    );
+    assert!(events[8..].starts_with(&["draining"]), "{out}");
+    let (ok, out, _) = cli(&["triggers", "history", "life", "--url", url, "--json"]).await;
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).expect("--json prints JSON");
+    assert_eq!(v["binding"], "life");
+    drop(serve);
+}
