@@ -87,6 +87,8 @@ pub struct EventQuery {
     pub limit: usize,
     /// Only events whose sequence number is below this one.
     pub before_seq: Option<i64>,
+    /// Only the event with this id (replays look an event up by it).
+    pub event_id: Option<String>,
 }
 
 /// A stored event with its sequence number (the paging cursor).

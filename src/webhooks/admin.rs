@@ -247,6 +247,7 @@ async fn events(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -> Ap
         source: page.source().map(str::to_owned),
         limit,
         before_seq,
+        event_id: None,
     };
     let rows = app.store.backend().events(&q).await?;
     let next = if rows.len() == limit {

@@ -74,6 +74,7 @@ const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, 
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, body, signature FROM events
     WHERE ($1::TEXT IS NULL OR source = $1) AND ($2::BIGINT IS NULL OR seq < $2)
+        AND ($4::TEXT IS NULL OR id = $4)
     ORDER BY seq DESC LIMIT $3";
 
 fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
@@ -303,7 +304,12 @@ impl Backend for PostgresBackend {
         let rows = client
             .query(
                 SELECT_EVENTS,
-                &[&query.source, &query.before_seq, &(query.limit as i64)],
+                &[
+                    &query.source,
+                    &query.before_seq,
+                    &(query.limit as i64),
+                    &query.event_id,
+                ],
             )
             .await
             .map_err(pg_err("read events"))?;

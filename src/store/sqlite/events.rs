@@ -25,7 +25,7 @@ const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, 
     headers, body_len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events
-    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR seq < ?2)
+    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR seq < ?2) AND (?4 IS NULL OR id = ?4)
     ORDER BY seq DESC LIMIT ?3";
 
 /// Applies a batch; returns each write's result and how many outbox rows and queue
@@ -162,7 +162,7 @@ impl Backend for SqliteBackend {
                 .map_err(sql_err("read events"))?;
             let rows = stmt
                 .query_map(
-                    params![q.source, q.before_seq, q.limit as i64],
+                    params![q.source, q.before_seq, q.limit as i64, q.event_id],
                     row_to_event,
                 )
                 .map_err(sql_err("read events"))?;
