@@ -352,8 +352,11 @@ async fn replay_enqueues_the_dead_letter_again_from_attempt_one(kind: StoreKind)
     let f = Fixture::open(&kind).await;
     let event_id = stored(f.append("d-1", vec![keyed("K")]).await);
     let id = dead_letter_the_row(&f).await;
-    assert_eq!(f.backend.replay(id + 1_000, T + 50).await.unwrap(), None);
-    let new_id = f.backend.replay(id, T + 50).await.unwrap().unwrap();
+    assert_eq!(
+        f.backend.replay(id + 1_000, T + 50, None).await.unwrap(),
+        None
+    );
+    let new_id = f.backend.replay(id, T + 50, None).await.unwrap().unwrap();
 
     let again = f.claim(T + 50, 5, 10).await;
     assert_eq!(again.len(), 1);
@@ -506,7 +509,11 @@ async fn a_message_past_its_max_receives_becomes_a_dead_letter_and_replays_to_it
     let stats = f.backend.stats(T + 2_000).await.unwrap();
     assert_eq!(stats.queues["q"].dead_letters, 1);
 
-    f.backend.replay(dl.id, T + 3_000).await.unwrap().unwrap();
+    f.backend
+        .replay(dl.id, T + 3_000, None)
+        .await
+        .unwrap()
+        .unwrap();
     let back = f
         .backend
         .receive(&receive("q", T + 3_000, 2))

@@ -572,3 +572,152 @@ async fn each_binding_reports_version_state_counts_and_outbox_depth_in_the_api_a
     eventually("both deliveries", || async { rec.count() == 2 }).await;
     rt.stop().await;
 }
+
+/// The ids of `rec`'s deliveries with their versions, for payload `n`.
+fn runs_of(rec: &Recorder, n: u64) -> Vec<String> {
+    rec.seen()
+        .iter()
+        .filter(|s| s.payload["n"] == n)
+        .map(|s| s.ctx("switchboard.binding_version").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_replayed_event_runs_under_the_version_in_force_when_it_arrived_or_a_pinned_one() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    let old = rt.enqueue("audit", json!({"n": 1})).await;
+    eventually("the first delivery", || async { rec.count() == 1 }).await;
+    rt.write_config(V2);
+    let (status, _) = rt.post("/api/v1/triggers/reload", json!({})).await;
+    assert_eq!(status, 200);
+
+    // Replayed as of its arrival: v1, although v2 is active now.
+    let (status, v) = rt
+        .post(
+            &format!("/api/v1/events/{old}/replay?binding=audit"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["replayed"][0]["version"], "audit@v1", "{v}");
+    assert_eq!(v["notes"], json!([]));
+    eventually("the replay", || async { rec.count() == 2 }).await;
+    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1"]);
+
+    // Pinned to v2.
+    let (status, v) = rt
+        .post(
+            &format!("/api/v1/events/{old}/replay?binding=audit&version=2"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    eventually("the pinned replay", || async { rec.count() == 3 }).await;
+    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1", "audit@v2"]);
+
+    // Without ?binding=, every binding whose version then took the event.
+    let (status, v) = rt
+        .post(&format!("/api/v1/events/{old}/replay"), json!({}))
+        .await;
+    assert_eq!(
+        (status, v["replayed"][0]["version"].as_str()),
+        (200, Some("audit@v1")),
+        "{v}"
+    );
+    eventually("the unnamed replay", || async { rec.count() == 4 }).await;
+
+    let (status, v) = rt.post("/api/v1/events/evt_nope/replay", json!({})).await;
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = rt
+        .post(
+            &format!("/api/v1/events/{old}/replay?binding=audit&version=9"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn a_replay_whose_version_was_collected_falls_back_to_the_live_one_and_says_so() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    let old = rt.enqueue("audit", json!({"n": 1})).await;
+    eventually("the first delivery", || async { rec.count() == 1 }).await;
+    for n in 2..=4 {
+        let text = format!(
+            "[[triggers]]\nid = \"audit\"\nhandler = {{ local = \"rec\", capability = \"record\" }}\nmax_concurrent = {n}\n"
+        );
+        rt.write_config(&text);
+        rt.post("/api/v1/triggers/reload", json!({})).await;
+        let gone = format!("audit@v{} terminated", n - 1);
+        eventually(&gone, || async {
+            rt.history("audit").await.contains(&gone)
+        })
+        .await;
+    }
+    // v1 left memory (v2 and v3 are the newest terminated ones).
+    let (status, v) = rt
+        .post(
+            &format!("/api/v1/events/{old}/replay?binding=audit"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["replayed"][0]["version"], "audit@v4", "{v}");
+    let note = v["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("audit@v1") && note.contains("collected") && note.contains("audit@v4"),
+        "{note}"
+    );
+    eventually("the fallback replay", || async { rec.count() == 2 }).await;
+    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v4"]);
+    rt.stop().await;
+}
+
+const FLAKY: &str = r#"
+[[triggers]]
+id = "flaky"
+handler = { local = "flaky", capability = "x" }
+retry = { max_attempts = 1 }
+"#;
+
+#[tokio::test]
+async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
+    let flaky = Recorder::failing(1);
+    let mut rt = Rt::sqlite_file(FLAKY, &[("flaky", flaky.clone())]).await;
+    rt.enqueue("flaky", json!({"n": 1})).await;
+    eventually("the dead letter", || async {
+        rt.get("/api/v1/dead-letters").await["dead_letters"]
+            .as_array()
+            .is_some_and(|l| l.len() == 1)
+    })
+    .await;
+    let dl = rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"].clone();
+    rt.write_config(&FLAKY.replace("max_attempts = 1", "max_attempts = 2"));
+    rt.post("/api/v1/triggers/reload", json!({})).await;
+    let (status, v) = rt
+        .post(&format!("/api/v1/dead-letters/{dl}/replay"), json!({}))
+        .await;
+    assert_eq!(
+        (status, v["version"].as_str()),
+        (200, Some("flaky@v1")),
+        "{v}"
+    );
+    eventually("the replay", || async { flaky.count() == 2 }).await;
+    let (status, v) = rt
+        .post(
+            &format!("/api/v1/dead-letters/{dl}/replay?version=2"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (status, v["version"].as_str()),
+        (200, Some("flaky@v2")),
+        "{v}"
+    );
+    eventually("the pinned replay", || async { flaky.count() == 3 }).await;
+    assert_eq!(runs_of(&flaky, 1), ["flaky@v1", "flaky@v1", "flaky@v2"]);
+    rt.stop().await;
+}

@@ -5,7 +5,8 @@
 //!   narrow [`crate::outbox::OutboxStore`] (it needs nothing else of a backend);
 //! - [`deliver`]: running one attempt (invoke through the gateway, or a local
 //!   connector);
-//! - [`metrics`]: its Prometheus metrics.
+//! - [`metrics`]: its Prometheus metrics;
+//! - [`throttle`]: a binding's starts-per-period window, a decision core.
 //!
 //! It exists apart from `outbox` so that the outbox stays models and decisions without
 //! I/O, below both this module and the store that implements its trait: the dispatcher
@@ -14,3 +15,4 @@
 pub(crate) mod deliver;
 pub(crate) mod dispatcher;
 pub(crate) mod metrics;
+pub(crate) mod throttle;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::model::{
-    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Expired, Finish, OutboxStats,
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, Expired, Finish, OutboxStats,
     ReceiveRequest, Received, RunRecord,
 };
 use crate::error::Result;
@@ -59,9 +59,15 @@ pub trait OutboxStore: Send + Sync + 'static {
     async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>>;
 
     /// Enqueues the dead letter's row again (attempts from zero, due at `now_ms`; a
-    /// queue message goes back to its queue) and counts the replay. Returns the new
-    /// row or message id, or `None` for an unknown dead letter.
-    async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>>;
+    /// queue message goes back to its queue) and counts the replay. `fingerprint`
+    /// replaces the row's (a replay under another version of its binding). Returns the
+    /// new row or message id, or `None` for an unknown dead letter.
+    async fn replay(&self, id: i64, now_ms: i64, fingerprint: Option<&str>) -> Result<Option<i64>>;
+
+    /// Enqueues `rows` for the stored event `event_id` (an event replay), in one
+    /// transaction, due at `now_ms` (or their `not_before_ms`). Returns how many went
+    /// in; 0 and nothing written when no such event is stored.
+    async fn enqueue_rows(&self, event_id: &str, rows: Vec<Enqueue>, now_ms: i64) -> Result<u64>;
 
     /// Hands out up to `req.max` visible messages of a queue, each invisible for the
     /// visibility timeout under a new receipt; messages already received

@@ -29,7 +29,11 @@
 //! - `GET /api/v1/outbox/stats`: due, leased, scheduled, oldest age, per binding and
 //!   queue, dead letters, depth drops.
 //! - `GET /api/v1/dead-letters?binding=&limit=&before=`, `GET /api/v1/dead-letters/{id}`,
-//!   `POST /api/v1/dead-letters/{id}/replay`.
+//!   `POST /api/v1/dead-letters/{id}/replay?version=`: a dead letter again, under the
+//!   version it ran under (or version N; the live one, with a note, when its own left
+//!   memory).
+//! - `POST /api/v1/events/{id}/replay?binding=&version=`: a stored event again, to each
+//!   binding as it was when the event arrived (see `replay_ops`).
 //! - `POST /api/v1/queues/{name}/receive?max=&visibility_ms=`,
 //!   `POST /api/v1/queues/{name}/messages/{id}/ack?receipt=`,
 //!   `POST /api/v1/queues/{name}/messages/{id}/nack?receipt=&delay_ms=`: the queue
@@ -68,6 +72,7 @@ pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
         .route("/api/v1/dead-letters", get(dead_letters))
         .route("/api/v1/dead-letters/{id}", get(dead_letter))
         .route("/api/v1/dead-letters/{id}/replay", post(replay))
+        .route("/api/v1/events/{id}/replay", post(replay_event))
         .route("/api/v1/queues/{name}/receive", post(receive))
         .route("/api/v1/queues/{name}/messages/{id}/ack", post(ack))
         .route("/api/v1/queues/{name}/messages/{id}/nack", post(nack))
@@ -233,11 +238,25 @@ async fn dead_letter(State(ops): Ops, Path(id): Path<i64>) -> Response {
     }
 }
 
-async fn replay(State(ops): Ops, Path(id): Path<i64>) -> Response {
-    match ops.replay(id).await {
-        Ok(row) => Json(json!({"replayed": id, "row_id": row})).into_response(),
-        Err(e) => error(e),
-    }
+#[derive(Deserialize)]
+struct ReplayQuery {
+    binding: Option<String>,
+    version: Option<u32>,
+}
+
+async fn replay(State(ops): Ops, Path(id): Path<i64>, Query(q): Query<ReplayQuery>) -> Response {
+    answer(StatusCode::OK, ops.replay_dead_letter(id, q.version).await)
+}
+
+async fn replay_event(
+    State(ops): Ops,
+    Path(id): Path<String>,
+    Query(q): Query<ReplayQuery>,
+) -> Response {
+    answer(
+        StatusCode::OK,
+        ops.replay_event(&id, q.binding.as_deref(), q.version).await,
+    )
 }
 
 #[derive(Deserialize)]

@@ -117,6 +117,9 @@ struct ListInput {
 #[serde(deny_unknown_fields)]
 struct ReplayInput {
     id: i64,
+    /// Replay under this version of the binding instead of the one it ran under.
+    #[serde(default)]
+    version: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -243,8 +246,7 @@ impl BaseConnector for RuntimeConnector {
             }
             "dead_letters.replay" => {
                 let i: ReplayInput = input(&payload, cap)?;
-                let row = op(ops.replay(i.id).await)?;
-                ok(json!({ "replayed": i.id, "row_id": row }))
+                ok(op(ops.replay_dead_letter(i.id, i.version).await)?)
             }
             "outbox.stats" => ok(op(ops.stats().await)?),
             other => Err(Error::NotFound(format!(

@@ -18,6 +18,7 @@ mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
+mod replay_ops;
 mod sweeper;
 pub(crate) mod trigger_control;
 mod trigger_ops;

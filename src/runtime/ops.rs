@@ -495,15 +495,6 @@ impl DeliverOps {
         Ok(self.store.backend().dead_letters(&query).await?)
     }
 
-    /// Replays a dead letter; the new row's (or message's) id.
-    pub async fn replay(&self, id: i64) -> Result<i64, OpError> {
-        self.store
-            .backend()
-            .replay(id, now_ms())
-            .await?
-            .ok_or_else(|| OpError::NotFound(format!("no dead letter {id}")))
-    }
-
     /// Outbox totals, per binding and queue, plus the depth drops.
     pub async fn stats(&self) -> Result<Value, OpError> {
         let stats = self.store.backend().stats(now_ms()).await?;

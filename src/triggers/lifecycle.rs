@@ -93,24 +93,18 @@ impl Entry {
     }
 }
 
-/// What as-of resolution found.
-#[derive(Debug, Clone)]
+/// What as-of resolution found (the live version is [`Lifecycle::active`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AsOf {
-    /// The version active at that instant, still in memory.
-    Version(Arc<Binding>, u32),
-    /// That version (`number`) was collected from memory; here is the live one.
+    /// The version (its number) active at that instant, still in memory.
+    Version(u32),
+    /// That version (`number`) was collected from memory.
     Collected {
         /// The collected version's number.
         number: u32,
-        /// The active version now, if any.
-        live: Option<(Arc<Binding>, u32)>,
     },
-    /// No version was active then (before the first, or while removed); here is the
-    /// live one.
-    NoneThen {
-        /// The active version now, if any.
-        live: Option<(Arc<Binding>, u32)>,
-    },
+    /// No version was active then (before the first, or while removed).
+    NoneThen,
 }
 
 /// One binding as an operator sees it.
@@ -257,6 +251,15 @@ impl Lifecycle {
             .map(|v| &v.binding)
     }
 
+    /// Version `number` of `id`, if in memory (pinned versions always are).
+    pub(crate) fn version(&self, id: &str, number: u32) -> Option<&Arc<Binding>> {
+        self.entries
+            .get(id)?
+            .versions
+            .get(&number)
+            .map(|v| &v.binding)
+    }
+
     /// The number of `id`'s version with `fingerprint`, if it was ever recorded.
     pub(crate) fn number(&self, id: &str, fingerprint: &str) -> Option<u32> {
         self.entries.get(id)?.numbers.get(fingerprint).copied()
@@ -320,23 +323,17 @@ impl Lifecycle {
     /// The version of `id` that was active at `at_ms` (when an event was received).
     pub(crate) fn as_of(&self, id: &str, at_ms: i64) -> AsOf {
         let Some(e) = self.entries.get(id) else {
-            return AsOf::NoneThen { live: None };
+            return AsOf::NoneThen;
         };
-        let live = e.active().map(|v| (v.binding.clone(), v.record.version));
         let span = e
             .spans
             .iter()
             .rev()
             .find(|s| s.from_ms <= at_ms && s.to_ms.is_none_or(|to| at_ms < to));
         match span {
-            None => AsOf::NoneThen { live },
-            Some(s) => match e.versions.get(&s.number) {
-                Some(v) => AsOf::Version(v.binding.clone(), s.number),
-                None => AsOf::Collected {
-                    number: s.number,
-                    live,
-                },
-            },
+            None => AsOf::NoneThen,
+            Some(s) if e.versions.contains_key(&s.number) => AsOf::Version(s.number),
+            Some(s) => AsOf::Collected { number: s.number },
         }
     }
 

@@ -13,11 +13,13 @@
 //! imports the other's state),
 //! `listener` (connections, with the header and body timeouts), `notion` (bounded
 //! token re-checks),
-//! [`metrics`], `binding_match` (which trigger bindings an accepted event goes to). The
+//! [`metrics`], `binding_match` (which trigger bindings an accepted event goes to),
+//! `breaker` (a binding's filter circuit breaker, a decision core). The
 //! runtime (`crate::runtime`, the layer above) wires them to the store.
 
 pub(crate) mod admin;
 pub(crate) mod binding_match;
+pub(crate) mod breaker;
 pub(crate) mod classify;
 pub(crate) mod cron;
 pub(crate) mod ingest;

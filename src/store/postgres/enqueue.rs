@@ -98,3 +98,35 @@ impl<'a> EnqueueColumns<'a> {
         self.push(row);
     }
 }
+
+/// Inserts `rows`, each for the event it names, with `insert` ([`INSERT_ROWS`],
+/// prepared) on `client` (a transaction), due at the commit's clock `now_ms`.
+pub(super) async fn insert_rows(
+    client: &tokio_postgres::Transaction<'_>,
+    insert: &tokio_postgres::Statement,
+    rows: &[(String, Enqueue)],
+    now_ms: i64,
+) -> Result<(), tokio_postgres::Error> {
+    let mut c = EnqueueColumns::default();
+    for (event_id, row) in rows {
+        c.push_for_event(event_id, row);
+    }
+    client
+        .query_one(
+            insert,
+            &[
+                &c.event_ids,
+                &c.binding_ids,
+                &c.fingerprints,
+                &c.ordering_keys,
+                &c.depths,
+                &c.queues,
+                &c.not_before,
+                &c.payloads,
+                &c.dead_letter_ids,
+                &now_ms,
+            ],
+        )
+        .await?;
+    Ok(())
+}

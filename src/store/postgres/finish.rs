@@ -6,7 +6,7 @@
 use futures_util::future::{try_join4, try_join_all};
 use tokio_postgres::Row;
 
-use super::enqueue::{EnqueueColumns, INSERT_ROWS};
+use super::enqueue::{insert_rows, INSERT_ROWS};
 use super::pg_err;
 use crate::error::Result;
 use crate::outbox::model::{DeadLetter, Enqueue, Finish};
@@ -209,27 +209,9 @@ pub(super) async fn finish(
         fanout.extend(ready.into_iter().map(|r| (dl.event_id.clone(), r)));
     }
     if !fanout.is_empty() {
-        let mut c = EnqueueColumns::default();
-        for (event_id, row) in &fanout {
-            c.push_for_event(event_id, row);
-        }
-        tx.query_one(
-            &insert,
-            &[
-                &c.event_ids,
-                &c.binding_ids,
-                &c.fingerprints,
-                &c.ordering_keys,
-                &c.depths,
-                &c.queues,
-                &c.not_before,
-                &c.payloads,
-                &c.dead_letter_ids,
-                &now_ms,
-            ],
-        )
-        .await
-        .map_err(pg_err("enqueue dead-letter handlers"))?;
+        insert_rows(tx, &insert, &fanout, now_ms)
+            .await
+            .map_err(pg_err("enqueue dead-letter handlers"))?;
     }
     owned_tx.commit().await.map_err(pg_err("commit finish"))?;
     Ok(applied)

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use futures_util::future::try_join;
 use tokio_postgres::Row;
 
+use super::enqueue::{insert_rows, INSERT_ROWS};
 use super::finish::{self, row_to_dead_letter, DEAD_LETTER_COLUMNS};
 use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
 use crate::outbox::model::{
-    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Expired, Finish, OutboxStats,
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, Expired, Finish, OutboxStats,
     QueueMessage, ReceiveRequest, Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
@@ -89,7 +90,8 @@ const REPLAY: &str = "WITH dl AS (
     ), dispatched AS (
         INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
             next_attempt_at, enqueued_at, due_at, payload)
-        SELECT binding_id, fingerprint, event_id, ordering_key, depth, $2, $2, $2, payload
+        SELECT binding_id, COALESCE($3::TEXT, fingerprint), event_id, ordering_key, depth,
+            $2, $2, $2, payload
         FROM dl WHERE queue IS NULL
         RETURNING id
     ), queued AS (
@@ -261,14 +263,39 @@ impl OutboxStore for PostgresBackend {
         Ok(found.as_ref().map(row_to_dead_letter))
     }
 
-    async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>> {
+    async fn replay(&self, id: i64, now_ms: i64, fingerprint: Option<&str>) -> Result<Option<i64>> {
         let client = self.client().await?;
         let stmt = prepared(&client, REPLAY).await?;
         let row = client
-            .query_one(&stmt, &[&id, &now_ms])
+            .query_one(&stmt, &[&id, &now_ms, &fingerprint])
             .await
             .map_err(pg_err("replay a dead letter"))?;
         Ok(row.get(0))
+    }
+
+    async fn enqueue_rows(&self, event_id: &str, rows: Vec<Enqueue>, now_ms: i64) -> Result<u64> {
+        let mut client = self.client().await?;
+        let insert = prepared(&client, INSERT_ROWS).await?;
+        let bad = pg_err("enqueue rows for an event");
+        let tx = client.transaction().await.map_err(&bad)?;
+        let stored: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE id = $1)",
+                &[&event_id],
+            )
+            .await
+            .map_err(&bad)?
+            .get(0);
+        if !stored {
+            return Ok(0);
+        }
+        let rows: Vec<(String, Enqueue)> =
+            rows.into_iter().map(|r| (event_id.to_owned(), r)).collect();
+        insert_rows(&tx, &insert, &rows, now_ms)
+            .await
+            .map_err(&bad)?;
+        tx.commit().await.map_err(&bad)?;
+        Ok(rows.len() as u64)
     }
 
     /// One receipt per receive (as one token per claim): it fences this receiver's

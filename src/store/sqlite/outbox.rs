@@ -48,7 +48,37 @@ fn row_to_dead_letter(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
     })
 }
 
-fn replay(c: &mut Connection, id: i64, now_ms: i64) -> rusqlite::Result<Option<i64>> {
+/// Enqueues `rows` for the stored event `event_id`; 0 when it is not stored.
+fn enqueue_rows(
+    c: &mut Connection,
+    event_id: &str,
+    rows: &[Enqueue],
+    now_ms: i64,
+) -> rusqlite::Result<u64> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let stored: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE id = ?1)",
+        params![event_id],
+        |r| r.get(0),
+    )?;
+    if !stored {
+        return Ok(0);
+    }
+    let created = {
+        let mut enqueuer = Enqueuer::new(&tx)?;
+        enqueuer.insert(event_id, rows, now_ms)?;
+        enqueuer.created
+    };
+    tx.commit()?;
+    Ok(created as u64)
+}
+
+fn replay(
+    c: &mut Connection,
+    id: i64,
+    now_ms: i64,
+    fingerprint: Option<&str>,
+) -> rusqlite::Result<Option<i64>> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found = tx
         .query_row(
@@ -75,9 +105,12 @@ fn replay(c: &mut Connection, id: i64, now_ms: i64) -> rusqlite::Result<Option<i
             },
         )
         .optional()?;
-    let Some((row, event_id)) = found else {
+    let Some((mut row, event_id)) = found else {
         return Ok(None);
     };
+    if let Some(fp) = fingerprint {
+        row.fingerprint = fp.to_owned();
+    }
     Enqueuer::new(&tx)?.insert(&event_id, std::slice::from_ref(&row), now_ms)?;
     let new_id = tx.last_insert_rowid();
     tx.execute(
@@ -233,15 +266,28 @@ impl OutboxStore for SqliteBackend {
         .await
     }
 
-    async fn replay(&self, id: i64, now_ms: i64) -> Result<Option<i64>> {
+    async fn replay(&self, id: i64, now_ms: i64, fingerprint: Option<&str>) -> Result<Option<i64>> {
+        let fingerprint = fingerprint.map(str::to_owned);
         let new_id = Self::with(&self.writer, move |c| {
-            replay(c, id, now_ms).map_err(sql_err("replay a dead letter"))
+            replay(c, id, now_ms, fingerprint.as_deref()).map_err(sql_err("replay a dead letter"))
         })
         .await?;
         if new_id.is_some() {
             self.wake.notify_one();
         }
         Ok(new_id)
+    }
+
+    async fn enqueue_rows(&self, event_id: &str, rows: Vec<Enqueue>, now_ms: i64) -> Result<u64> {
+        let event_id = event_id.to_owned();
+        let created = Self::with(&self.writer, move |c| {
+            enqueue_rows(c, &event_id, &rows, now_ms).map_err(sql_err("enqueue rows for an event"))
+        })
+        .await?;
+        if created > 0 {
+            self.wake.notify_one();
+        }
+        Ok(created)
     }
 
     async fn receive(&self, req: &ReceiveRequest) -> Result<Received> {

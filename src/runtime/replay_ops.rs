@@ -1,0 +1,234 @@
+//! Replays under the version that was in force: `POST /api/v1/events/{id}/replay`
+//! (optionally `?binding=`, `?version=`) and `POST /api/v1/dead-letters/{id}/replay`
+//! (optionally `?version=`).
+//!
+//! An event is replayed against each binding as it was when the event was received:
+//! the version active at that instant ([`Lifecycle::as_of`]), its sources, kinds and
+//! filter deciding whether it takes the event (a binding named with `?binding=` takes
+//! it regardless, as `outbox.enqueue` does). A dead letter is replayed under the version
+//! it ran under. `?version=N` pins the replay to version N instead, which must be in
+//! memory (the newest two terminated versions and pinned ones are). When the version
+//! in force then was collected from memory, the replay falls back to the live version
+//! and the answer's `notes` say so.
+
+use serde_json::{json, Value};
+
+use super::ops::{DeliverOps, OpError};
+use crate::outbox::model::Enqueue;
+use crate::store::{now_ms, EventQuery};
+use crate::triggers::binding::Binding;
+use crate::triggers::filter::EventContext;
+use crate::triggers::lifecycle::{label, AsOf, Lifecycle};
+use crate::triggers::TriggerEvent;
+
+/// The version a replay runs under, and why, if not the one in force at the time.
+struct Chosen<'a> {
+    binding: &'a Binding,
+    note: Option<String>,
+}
+
+/// Picks the version of `id` for an event received at `at_ms`; `None` when the
+/// binding had no version then and was not named.
+fn choose<'a>(
+    current: &'a Lifecycle,
+    id: &str,
+    at_ms: i64,
+    pinned: Option<u32>,
+    named: bool,
+) -> Result<Option<Chosen<'a>>, OpError> {
+    if let Some(n) = pinned {
+        let b = current.version(id, n).ok_or_else(|| {
+            OpError::NotFound(format!(
+                "{} is not in memory (collected, or never recorded); pin a version to keep it resolvable",
+                label(id, n)
+            ))
+        })?;
+        return Ok(Some(Chosen {
+            binding: b,
+            note: None,
+        }));
+    }
+    let live_or = |note: String| -> Result<Option<Chosen<'a>>, OpError> {
+        match current.active(id) {
+            Some(b) => Ok(Some(Chosen {
+                binding: b,
+                note: Some(format!(
+                    "{note}; replayed under the live {}",
+                    label(id, b.version)
+                )),
+            })),
+            None => Err(OpError::Invalid(format!(
+                "{note}, and binding {id:?} has no active version to fall back to"
+            ))),
+        }
+    };
+    match current.as_of(id, at_ms) {
+        AsOf::Version(n) => Ok(current.version(id, n).map(|b| Chosen {
+            binding: b,
+            note: None,
+        })),
+        AsOf::Collected { number } => live_or(format!(
+            "{} (in force when the event arrived) was collected from memory",
+            label(id, number)
+        )),
+        AsOf::NoneThen { .. } if named => live_or(format!(
+            "binding {id:?} had no active version when the event arrived"
+        )),
+        AsOf::NoneThen => Ok(None),
+    }
+}
+
+impl DeliverOps {
+    async fn stored_event(&self, event_id: &str) -> Result<TriggerEvent, OpError> {
+        let found = self
+            .store
+            .backend()
+            .events(&EventQuery {
+                limit: 1,
+                event_id: Some(event_id.to_owned()),
+                ..EventQuery::default()
+            })
+            .await?;
+        found.into_iter().next().map(|e| e.event).ok_or_else(|| {
+            OpError::NotFound(format!("no event {event_id:?} (expired, or never stored)"))
+        })
+    }
+
+    /// Replays a stored event: to `binding` if named, else to every binding whose
+    /// version in force at the event's arrival takes it; under that version, or
+    /// `version` if given. Answers with the rows enqueued and any notes.
+    pub async fn replay_event(
+        &self,
+        event_id: &str,
+        binding: Option<&str>,
+        version: Option<u32>,
+    ) -> Result<Value, OpError> {
+        if version.is_some() && binding.is_none() {
+            return Err(OpError::Invalid(
+                "?version= pins one binding's version: name the binding with ?binding=".into(),
+            ));
+        }
+        let event = self.stored_event(event_id).await?;
+        let current = self.triggers.current();
+        let ids: Vec<String> = match binding {
+            Some(b) => {
+                if current.view().iter().all(|v| v.id != b) {
+                    return Err(OpError::NotFound(format!("no trigger binding {b:?}")));
+                }
+                vec![b.to_owned()]
+            }
+            None => current.view().into_iter().map(|v| v.id).collect(),
+        };
+        let ctx = EventContext::new(&event);
+        let mut rows: Vec<Enqueue> = Vec::new();
+        let mut notes = Vec::new();
+        let mut labels = Vec::new();
+        for id in &ids {
+            let Some(chosen) = choose(
+                &current,
+                id,
+                event.received_at_ms,
+                version,
+                binding.is_some(),
+            )?
+            else {
+                continue;
+            };
+            let b = chosen.binding;
+            if b.is_dead_letter_handler() {
+                if binding.is_some() {
+                    return Err(OpError::Invalid(format!(
+                        "binding {id:?} is a dead-letter handler; it takes dead letters only"
+                    )));
+                }
+                continue;
+            }
+            if binding.is_none() {
+                let takes = b.takes(&event.source, &event.kind)
+                    && b.filter
+                        .as_ref()
+                        .is_none_or(|f| f.eval_bool_in(&ctx).unwrap_or(false));
+                if !takes {
+                    continue;
+                }
+            }
+            let row = current
+                .routing()
+                .enqueue_for(b, &event, 0)
+                .map_err(|e| OpError::Invalid(format!("binding {id:?}: ordering_key: {e}")))?;
+            rows.push(row);
+            labels.push(label(id, b.version));
+            notes.extend(chosen.note);
+        }
+        if !rows.is_empty() {
+            let stored = self
+                .store
+                .backend()
+                .enqueue_rows(&event.id, rows, now_ms())
+                .await?;
+            if stored == 0 {
+                return Err(OpError::NotFound(format!(
+                    "event {event_id:?} expired while it was being replayed"
+                )));
+            }
+        }
+        let replayed: Vec<Value> = labels.iter().map(|l| json!({"version": l})).collect();
+        Ok(json!({"event_id": event.id, "replayed": replayed, "notes": notes}))
+    }
+
+    /// Replays a dead letter under the version it ran under, or `version` if given;
+    /// the live version, with a note, when its own was collected.
+    pub async fn replay_dead_letter(
+        &self,
+        id: i64,
+        version: Option<u32>,
+    ) -> Result<Value, OpError> {
+        let backend = self.store.backend();
+        let dl = backend
+            .dead_letter(id)
+            .await?
+            .ok_or_else(|| OpError::NotFound(format!("no dead letter {id}")))?;
+        let current = self.triggers.current();
+        let mut note = None;
+        let fingerprint = if dl.queue.is_some() {
+            None
+        } else if let Some(n) = version {
+            let chosen = choose(&current, &dl.binding_id, 0, Some(n), true)?.expect("pinned");
+            Some(chosen.binding.fingerprint.clone())
+        } else if current.resolve(&dl.binding_id, &dl.fingerprint).is_some() {
+            None
+        } else {
+            let was = current.number(&dl.binding_id, &dl.fingerprint).map_or_else(
+                || "its version (never recorded)".to_owned(),
+                |n| label(&dl.binding_id, n),
+            );
+            match current.active(&dl.binding_id) {
+                Some(live) => {
+                    note = Some(format!(
+                        "{was} was collected from memory; replayed under the live {}",
+                        label(&dl.binding_id, live.version)
+                    ));
+                    Some(live.fingerprint.clone())
+                }
+                None => {
+                    return Err(OpError::Invalid(format!(
+                        "{was} is not in memory and binding {:?} has no active version; pin a version to replay under it",
+                        dl.binding_id
+                    )))
+                }
+            }
+        };
+        let row = backend
+            .replay(id, now_ms(), fingerprint.as_deref())
+            .await?
+            .ok_or_else(|| OpError::NotFound(format!("no dead letter {id}")))?;
+        let version = fingerprint
+            .as_deref()
+            .or(Some(dl.fingerprint.as_str()))
+            .and_then(|fp| current.number(&dl.binding_id, fp))
+            .map(|n| label(&dl.binding_id, n));
+        Ok(
+            json!({"replayed": id, "row_id": row, "version": version, "notes": note.into_iter().collect::<Vec<_>>()}),
+        )
+    }
+}

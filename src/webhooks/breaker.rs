@@ -1,0 +1,111 @@
+//! A binding's `breaker = { errors = N, cool_off = "1m" }` as a decision core: when its
+//! filter (or ordering key) fails to evaluate on N events in a row (errors, not `false`
+//! results), the breaker opens for the cool-off: the binding is skipped for every event
+//! meanwhile (counted as skipped, not evaluated), and it closes when the cool-off ends,
+//! its error count reset. One good evaluation resets the count too.
+//!
+//! Why: a filter that errors on every event (a field renamed upstream) would otherwise
+//! log and count an error per event at full ingest rate; the breaker turns that into
+//! one log line per cool-off and a metric an alert can watch, while the events are
+//! still stored (a replay after the fix reaches the binding).
+
+/// What a recorded evaluation did to the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Nothing to report.
+    None,
+    /// The breaker opened until the given instant (ms).
+    Opened(i64),
+}
+
+/// One binding's breaker.
+#[derive(Debug, Clone)]
+pub(crate) struct FilterBreaker {
+    errors: u32,
+    cool_off_ms: i64,
+    in_a_row: u32,
+    open_until: Option<i64>,
+}
+
+impl FilterBreaker {
+    /// Opens after `errors` failures in a row (at least 1), for `cool_off_ms`.
+    pub(crate) fn new(errors: u32, cool_off_ms: i64) -> FilterBreaker {
+        FilterBreaker {
+            errors: errors.max(1),
+            cool_off_ms: cool_off_ms.max(1),
+            in_a_row: 0,
+            open_until: None,
+        }
+    }
+
+    /// Whether the breaker is open at `now_ms` (the binding is skipped). Closes it,
+    /// with its count reset, once the cool-off has ended; `true` in the second value
+    /// when that just happened.
+    pub(crate) fn is_open(&mut self, now_ms: i64) -> (bool, bool) {
+        match self.open_until {
+            Some(until) if now_ms < until => (true, false),
+            Some(_) => {
+                self.open_until = None;
+                self.in_a_row = 0;
+                (false, true)
+            }
+            None => (false, false),
+        }
+    }
+
+    /// Records one evaluation at `now_ms`: `failed` when it errored.
+    pub(crate) fn record(&mut self, failed: bool, now_ms: i64) -> Change {
+        if !failed {
+            self.in_a_row = 0;
+            return Change::None;
+        }
+        self.in_a_row += 1;
+        if self.in_a_row >= self.errors && self.open_until.is_none() {
+            let until = now_ms + self.cool_off_ms;
+            self.open_until = Some(until);
+            return Change::Opened(until);
+        }
+        Change::None
+    }
+
+    /// Whether the breaker was made for these settings.
+    pub(crate) fn is(&self, errors: u32, cool_off_ms: i64) -> bool {
+        self.errors == errors.max(1) && self.cool_off_ms == cool_off_ms.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_opens_after_n_errors_in_a_row_and_closes_after_the_cool_off() {
+        let mut b = FilterBreaker::new(3, 1_000);
+        assert_eq!(b.record(true, 0), Change::None);
+        assert_eq!(b.record(true, 1), Change::None);
+        assert_eq!(b.is_open(2), (false, false));
+        assert_eq!(b.record(true, 2), Change::Opened(1_002));
+        assert_eq!(b.is_open(3), (true, false));
+        assert_eq!(b.is_open(1_001), (true, false));
+        assert_eq!(
+            b.is_open(1_002),
+            (false, true),
+            "closes as the cool-off ends"
+        );
+        assert_eq!(b.is_open(1_003), (false, false));
+        // Its count was reset: two more errors do not reopen it.
+        assert_eq!(b.record(true, 1_004), Change::None);
+        assert_eq!(b.record(true, 1_005), Change::None);
+        assert_eq!(b.record(true, 1_006), Change::Opened(2_006));
+    }
+
+    #[test]
+    fn a_good_evaluation_resets_the_count() {
+        let mut b = FilterBreaker::new(2, 10);
+        b.record(true, 0);
+        b.record(false, 1);
+        assert_eq!(b.record(true, 2), Change::None);
+        assert_eq!(b.record(true, 3), Change::Opened(13));
+        assert!(b.is(2, 10) && !b.is(3, 10));
+    }
+}
