@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
+use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
 use crate::outbox::outcome::{decide, AttemptFailure, DeadLetterTarget, FailureKind};
@@ -164,6 +165,8 @@ struct Inner {
     capacity: Notify,
     /// Ends attempts that outlive the shutdown grace.
     abandon: CancellationToken,
+    /// The start windows of throttled bindings, by binding id (across its versions).
+    throttles: Mutex<HashMap<String, StartWindow>>,
 }
 
 /// A running dispatcher.
@@ -236,6 +239,7 @@ impl Dispatcher {
             clock: Clock::start(),
             permits,
             unknown_version,
+            throttles: Mutex::default(),
             held: Mutex::default(),
             capacity: Notify::new(),
             abandon: CancellationToken::new(),
@@ -402,6 +406,36 @@ impl Inner {
         (self.options.batch.min(self.options.max_in_flight) / 2).max(1)
     }
 
+    /// Runs `f` on `binding`'s start window, made (or remade, after a reload changed
+    /// its settings) on first use; `None` for a binding without a throttle.
+    fn with_window<T>(&self, binding: &Binding, f: impl FnOnce(&mut StartWindow) -> T) -> Option<T> {
+        let t = binding.throttle.as_ref()?;
+        let per_ms = t.per.as_millis() as i64;
+        let mut windows = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
+        let w = windows
+            .entry(binding.id.clone())
+            .or_insert_with(|| StartWindow::new(t.starts, per_ms));
+        if !w.is(t.starts, per_ms) {
+            *w = StartWindow::new(t.starts, per_ms);
+        }
+        Some(f(w))
+    }
+
+    /// How many of `binding`'s rows may start at `now_ms` (unbounded without a throttle).
+    fn throttle_room(&self, binding: &Binding, now_ms: i64) -> usize {
+        self.with_window(binding, |w| w.room(now_ms))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The earliest instant a full start window among `bindings` has room again.
+    fn next_throttle_room(&self, bindings: &[Arc<Binding>], now_ms: i64) -> Option<i64> {
+        bindings
+            .iter()
+            .filter_map(|b| self.with_window(b, |w| w.next_room_at(now_ms)))
+            .filter(|&at| at > now_ms)
+            .min()
+    }
+
     /// The ids of the claimable versions this process can deliver now.
     fn served(&self) -> Vec<String> {
         let current = self.triggers.current();
@@ -469,16 +503,24 @@ async fn claim_loop(
         // The `now` of this pass's claim, if one ran: rows due after it were not seen.
         let mut claimed_at = None;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
+            let now = inner.clock.now_ms();
+            let mut room = 0usize;
             let mut bindings: Vec<String> = current
                 .claimable()
                 .filter(|b| inner.permits.has_room(b) && inner.deliver.ready(b))
+                .filter(|b| {
+                    let r = inner.throttle_room(b, now);
+                    room = room.saturating_add(r);
+                    r > 0
+                })
                 .map(|b| b.id.clone())
                 .collect();
             bindings.dedup();
             if !bindings.is_empty() {
-                let now = inner.clock.now_ms();
                 claimed_at = Some(now);
-                let limit = inner.options.batch.min(free);
+                // A throttled binding's rows beyond its window's room would only be
+                // given back: claim no more than can start.
+                let limit = inner.options.batch.min(free).min(room);
                 let req = ClaimRequest {
                     now_ms: now,
                     lease_until_ms: now + inner.options.lease.as_millis() as i64,
@@ -510,6 +552,8 @@ async fn claim_loop(
         }
         let poll = inner.options.poll_interval;
         let now = inner.clock.now_ms();
+        let throttled: Vec<Arc<Binding>> = current.claimable().cloned().collect();
+        let room_at = inner.next_throttle_room(&throttled, now);
         let until = match inner.store.next_due_ms(&served).await {
             Ok(Some(due)) if due > now => inner
                 .clock
@@ -522,6 +566,8 @@ async fn claim_loop(
             // ordering key or a permit, and a finish or a freed permit wakes us.
             _ => tokio::time::Instant::now() + poll,
         };
+        // A full start window wakes the loop when it has room again.
+        let until = room_at.map_or(until, |at| until.min(inner.clock.instant_at(at)));
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = wake.notified() => {}
@@ -560,6 +606,14 @@ async fn admit(
             release.push((row.id, row.token));
             continue;
         };
+        let now = inner.clock.now_ms();
+        if inner.with_window(&binding, |w| w.try_start(now)) == Some(false) {
+            // Its start window is full: the row waits, due, for the window's room.
+            drop(permits);
+            inner.metrics.throttled(&binding.id);
+            release.push((row.id, row.token));
+            continue;
+        }
         inner.held().insert(row.id, row.token);
         attempts.spawn(attempt(
             inner.clone(),

@@ -3,7 +3,8 @@
 //! Names (prefix `switchboard_dispatch_`), per `binding`: `dispatched_total` (attempts
 //! that succeeded), `failed_total{kind}` (attempts that failed, by failure kind),
 //! `retried_total`, `dead_lettered_total`, `annotated_total` (dead-letter handlers that
-//! gave up), `in_flight` (attempts running now), `enqueue_to_start_seconds` (from when
+//! gave up), `throttled_total` (rows given back because the binding's `throttle`
+//! window was full), `in_flight` (attempts running now), `enqueue_to_start_seconds` (from when
 //! a row became due to when its attempt started) and `handler_seconds`. Process-wide:
 //! `released_total` (claimed rows given back for want of a permit),
 //! `stale_finishes_total` (finishes that found their lease taken over),
@@ -40,6 +41,7 @@ pub struct DispatchMetrics {
     retried: Family<Labels, Counter>,
     dead_lettered: Family<Labels, Counter>,
     annotated: Family<Labels, Counter>,
+    throttled: Family<Labels, Counter>,
     in_flight: Family<Labels, Gauge>,
     enqueue_to_start: Family<Labels, Histogram, Buckets>,
     handler: Family<Labels, Histogram, Buckets>,
@@ -90,6 +92,7 @@ impl DispatchMetrics {
             retried: Family::default(),
             dead_lettered: Family::default(),
             annotated: Family::default(),
+            throttled: Family::default(),
             in_flight: Family::default(),
             enqueue_to_start: Family::new_with_constructor(Buckets),
             handler: Family::new_with_constructor(Buckets),
@@ -115,6 +118,11 @@ impl DispatchMetrics {
             "annotated",
             "Dead-letter handler deliveries that gave up (annotated, not dead-lettered)",
             m.annotated.clone(),
+        );
+        registry.register(
+            "throttled",
+            "Rows given back because the binding's throttle window was full",
+            m.throttled.clone(),
         );
         registry.register("in_flight", "Attempts running", m.in_flight.clone());
         registry.register(
@@ -180,6 +188,10 @@ impl DispatchMetrics {
 
     pub(crate) fn annotated(&self, binding_id: &str) {
         self.annotated.get_or_create(&binding(binding_id)).inc();
+    }
+
+    pub(crate) fn throttled(&self, binding_id: &str) {
+        self.throttled.get_or_create(&binding(binding_id)).inc();
     }
 
     pub(crate) fn released(&self, n: u64) {

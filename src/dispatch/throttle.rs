@@ -44,10 +44,10 @@ impl StartWindow {
         }
     }
 
-    /// Whether a start at `now_ms` would fit (nothing is counted).
-    pub(crate) fn has_room(&mut self, now_ms: i64) -> bool {
+    /// How many starts fit at `now_ms`.
+    pub(crate) fn room(&mut self, now_ms: i64) -> usize {
         self.forget(now_ms);
-        self.log.len() < self.starts as usize
+        (self.starts as usize).saturating_sub(self.log.len())
     }
 
     /// When the window next has room: `now_ms` if it has room now, else when its
@@ -77,7 +77,8 @@ mod tests {
         let mut w = StartWindow::new(3, 1_000);
         assert!(w.try_start(0) && w.try_start(10) && w.try_start(20));
         assert!(!w.try_start(30));
-        assert!(!w.has_room(999));
+        assert_eq!(w.room(999), 0);
+        assert_eq!(w.room(1_000), 1);
         assert_eq!(w.next_room_at(500), 1_000);
         // At 1 000 the start at 0 has left the window (it covers (0, 1 000]).
         assert!(w.try_start(1_000));

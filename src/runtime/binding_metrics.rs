@@ -4,8 +4,8 @@
 //! - `switchboard_trigger_version{binding}`: the active version's number (0 while none
 //!   is active);
 //! - `switchboard_trigger_state{binding,state}`: 1 for the binding's state (`active`,
-//!   `draining`, `paused`, `terminated`), 0 for the others, so an alert can watch one
-//!   series;
+//!   `draining`, `paused`, `breaker_open`, `terminated`), 0 for the others, so an alert
+//!   can watch one series;
 //! - `switchboard_outbox_depth{binding,state}`: rows `due`, `leased` and `scheduled`;
 //! - `switchboard_outbox_oldest_age_seconds{binding}`: how long the oldest row has waited.
 //!
@@ -22,25 +22,29 @@ use crate::outbox::OutboxStore;
 use crate::store::now_ms;
 use crate::triggers::live::LiveTriggers;
 use crate::triggers::versions::VersionState;
+use crate::webhooks::breaker::Breakers;
 use crate::webhooks::state::MoreMetrics;
 
 /// The states `switchboard_trigger_state` has a series for.
-const STATES: [&str; 4] = ["active", "draining", "paused", "terminated"];
+const STATES: [&str; 5] = ["active", "draining", "paused", "breaker_open", "terminated"];
 
 /// Renders the dispatcher's metrics and the per-binding gauges.
 pub(crate) struct RuntimeMetrics {
     pub(crate) dispatch: Arc<DispatchMetrics>,
     pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) breakers: Arc<Breakers>,
 }
 
-/// A binding's state as one word: paused wins, then active, draining, terminated.
-pub(crate) fn state_word(paused: bool, active: bool, draining: bool) -> &'static str {
-    match (paused, active, draining) {
-        (true, _, _) => "paused",
-        (false, true, _) => "active",
-        (false, false, true) => "draining",
-        (false, false, false) => "terminated",
+/// A binding's state as one word: paused wins, then an open filter breaker, then
+/// active, draining, terminated.
+pub(crate) fn state_word(paused: bool, breaker_open: bool, active: bool, draining: bool) -> &'static str {
+    match (paused, breaker_open, active, draining) {
+        (true, _, _, _) => "paused",
+        (false, true, true, _) => "breaker_open",
+        (false, _, true, _) => "active",
+        (false, _, false, true) => "draining",
+        (false, _, false, false) => "terminated",
     }
 }
 
@@ -79,7 +83,12 @@ impl MoreMetrics for RuntimeMetrics {
         );
         for b in &view {
             let draining = b.versions.iter().any(|v| v.state == VersionState::Draining);
-            let now = state_word(b.paused, b.active.is_some(), draining);
+            let now = state_word(
+                b.paused,
+                self.breakers.is_open(&b.id),
+                b.active.is_some(),
+                draining,
+            );
             for s in STATES {
                 let _ = writeln!(
                     out,

@@ -232,6 +232,7 @@ impl RuntimeBuilder {
             triggers: live.clone(),
             control: control.clone(),
             ingest: Some(ingress.metrics.clone()),
+            breakers: Some(ingress.router.breakers().clone()),
             deliver: deliver.clone(),
             permits: permits.clone(),
             metrics: metrics.clone(),
@@ -309,6 +310,7 @@ impl RuntimeBuilder {
                 dispatch: metrics,
                 triggers: control.live().clone(),
                 store: backend,
+                breakers: ingress.router.breakers().clone(),
             }));
         let limits = config.limits;
         let app = router(

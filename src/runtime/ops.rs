@@ -210,6 +210,8 @@ pub struct DeliverOps {
     pub(crate) control: Arc<super::trigger_control::TriggerControl>,
     /// Ingest's per-binding counts (received, matched, last received).
     pub(crate) ingest: Option<Arc<crate::webhooks::metrics::IngressMetrics>>,
+    /// Ingest's filter breakers (a binding's `breaker_open` state).
+    pub(crate) breakers: Option<Arc<crate::webhooks::breaker::Breakers>>,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,
@@ -521,8 +523,10 @@ impl DeliverOps {
                     .versions
                     .iter()
                     .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
+                let breaker_open = self.breakers.as_ref().is_some_and(|b| b.is_open(&view.id));
                 v["state"] = json!(super::binding_metrics::state_word(
                     view.paused,
+                    breaker_open,
                     view.active.is_some(),
                     draining
                 ));

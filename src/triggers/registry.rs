@@ -106,10 +106,22 @@ impl TriggerRegistry {
     /// is true. The event's variables are converted for CEL once, on the first
     /// expression that needs them, and shared by every binding.
     pub fn route(&self, event: &TriggerEvent, depth: u32) -> Routed {
+        self.route_skipping(event, depth, &|_| false)
+    }
+
+    /// [`TriggerRegistry::route`], skipping the bindings `skip` names (an open filter
+    /// breaker): they are neither evaluated nor counted as received.
+    pub(crate) fn route_skipping(
+        &self,
+        event: &TriggerEvent,
+        depth: u32,
+        skip: &dyn Fn(&str) -> bool,
+    ) -> Routed {
         let ctx = EventContext::new(event);
         let mut routed = Routed::default();
         for b in &self.bindings {
-            if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) {
+            if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) || skip(&b.id)
+            {
                 continue;
             }
             routed.received.push(b.id.clone());

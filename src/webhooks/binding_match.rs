@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::breaker::{Breakers, Change};
 use super::metrics::IngressMetrics;
 use crate::outbox::model::Enqueue;
 use crate::triggers::live::LiveTriggers;
@@ -20,18 +21,59 @@ use crate::triggers::TriggerEvent;
 pub(crate) struct BindingMatcher {
     triggers: Arc<LiveTriggers>,
     metrics: Arc<IngressMetrics>,
+    breakers: Arc<Breakers>,
 }
 
 impl BindingMatcher {
     /// A router over the bindings in force (the active version of each, as of each
     /// event), counting failures in `metrics`.
     pub(crate) fn new(triggers: Arc<LiveTriggers>, metrics: Arc<IngressMetrics>) -> Self {
-        BindingMatcher { triggers, metrics }
+        BindingMatcher {
+            triggers,
+            metrics,
+            breakers: Arc::default(),
+        }
+    }
+
+    /// The bindings' filter breakers (their state is reported by the admin API).
+    pub(crate) fn breakers(&self) -> &Arc<Breakers> {
+        &self.breakers
     }
 
     /// The rows for `event`, which came from outside (a webhook or a tick: depth 0).
     pub(crate) fn route(&self, event: &TriggerEvent) -> Vec<Enqueue> {
-        let routed = self.triggers.routing().route(event, 0);
+        let registry = self.triggers.routing();
+        let now = self.breakers.now_ms();
+        // Bindings whose filter breaker is open are skipped, not evaluated.
+        let mut open = Vec::new();
+        for b in registry.bindings() {
+            let Some(breaker) = &b.breaker else { continue };
+            let cool_off = breaker.cool_off.as_millis() as i64;
+            let (is_open, closed) = self.breakers.check(&b.id, breaker.errors, cool_off, now);
+            if closed {
+                tracing::info!(binding = %b.id, "trigger filter breaker closed; the binding takes events again");
+            }
+            if is_open && b.takes(&event.source, &event.kind) {
+                self.metrics.trigger_breaker_skipped(&b.id);
+                open.push(b.id.as_str());
+            }
+        }
+        let routed = registry.route_skipping(event, 0, &|id| open.contains(&id));
+        for id in &routed.received {
+            let Some(b) = registry.get(id) else { continue };
+            if b.breaker.is_none() {
+                continue;
+            }
+            let failed = routed.errors.iter().any(|(e, _)| e == id);
+            if let Change::Opened(until) = self.breakers.record(id, failed, now) {
+                self.metrics.trigger_breaker_opened(id);
+                tracing::warn!(
+                    binding = %id,
+                    cool_off_ms = until - now,
+                    "trigger filter keeps failing; its breaker is open: the binding's events are skipped (counted) for the cool-off"
+                );
+            }
+        }
         let now_s = crate::clock::now_ms() as f64 / 1000.0;
         for binding in &routed.received {
             self.metrics.trigger_received(binding, now_s);
@@ -62,6 +104,45 @@ mod tests {
     use crate::triggers::binding::{Binding, Handler};
     use crate::triggers::filter::Expression;
     use crate::triggers::registry::TriggerRegistry;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_filter_that_keeps_failing_opens_its_breaker_for_the_cool_off() {
+        let mut b = Binding::new("fragile", Handler::Queue { queue: "q".into() });
+        // `payload.n > 1` fails on a string `n` (an error, not `false`).
+        b.filter = Some(Expression::compile("fragile", "filter", "payload.n > 1").unwrap());
+        b.breaker = Some(crate::triggers::flow::Breaker {
+            errors: 3,
+            cool_off: std::time::Duration::from_secs(60),
+        });
+        b.fingerprint = b.definition_fingerprint();
+        let metrics = Arc::new(IngressMetrics::new());
+        let router = BindingMatcher::new(
+            Arc::new(LiveTriggers::fixed(&TriggerRegistry::new(vec![b]).unwrap())),
+            metrics.clone(),
+        );
+        let bad = crate::triggers::testing::event("gh", "push", json!({"n": "x"}));
+        let good = crate::triggers::testing::event("gh", "push", json!({"n": 2}));
+        assert_eq!(router.route(&good).len(), 1);
+        for _ in 0..3 {
+            assert!(router.route(&bad).is_empty());
+        }
+        assert!(router.breakers().is_open("fragile"));
+        // Open: even a good event is skipped, and counted as skipped.
+        assert!(router.route(&good).is_empty());
+        tokio::time::advance(std::time::Duration::from_secs(59)).await;
+        assert!(router.route(&good).is_empty());
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        assert_eq!(router.route(&good).len(), 1, "closed after the cool-off");
+        assert!(!router.breakers().is_open("fragile"));
+        let text = metrics.render(Default::default());
+        for line in [
+            "switchboard_ingress_trigger_breaker_opened_total{binding=\"fragile\"} 1",
+            "switchboard_ingress_trigger_breaker_skipped_total{binding=\"fragile\"} 2",
+            "switchboard_ingress_trigger_filter_errors_total{binding=\"fragile\"} 3",
+        ] {
+            assert!(text.contains(line), "no {line} in {text}");
+        }
+    }
 
     #[test]
     fn a_failing_filter_is_counted_per_binding_and_the_rest_still_route() {

@@ -74,6 +74,63 @@ impl FilterBreaker {
     }
 }
 
+/// Every binding's breaker, keyed by binding id, on a monotonic clock that tokio's
+/// paused time drives (so cool-offs are testable in virtual time). Shared by ingest,
+/// the cron sources and whoever reports the state.
+#[derive(Debug)]
+pub(crate) struct Breakers {
+    map: std::sync::Mutex<std::collections::HashMap<String, FilterBreaker>>,
+    base: tokio::time::Instant,
+}
+
+impl Default for Breakers {
+    fn default() -> Self {
+        Breakers {
+            map: std::sync::Mutex::default(),
+            base: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Breakers {
+    /// Milliseconds on the breakers' clock.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.base.elapsed().as_millis() as i64
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, FilterBreaker>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `binding`'s breaker (with these settings) is open now; `Some(true)` in
+    /// the second value when it just closed.
+    pub(crate) fn check(&self, binding: &str, errors: u32, cool_off_ms: i64, now_ms: i64) -> (bool, bool) {
+        let mut map = self.map();
+        let b = map
+            .entry(binding.to_owned())
+            .or_insert_with(|| FilterBreaker::new(errors, cool_off_ms));
+        if !b.is(errors, cool_off_ms) {
+            *b = FilterBreaker::new(errors, cool_off_ms);
+        }
+        b.is_open(now_ms)
+    }
+
+    /// Records an evaluation of `binding`'s filter.
+    pub(crate) fn record(&self, binding: &str, failed: bool, now_ms: i64) -> Change {
+        self.map()
+            .get_mut(binding)
+            .map_or(Change::None, |b| b.record(failed, now_ms))
+    }
+
+    /// Whether `binding`'s breaker is open (for the admin API and `/metrics`).
+    pub(crate) fn is_open(&self, binding: &str) -> bool {
+        let now = self.now_ms();
+        self.map()
+            .get(binding)
+            .is_some_and(|b| b.open_until.is_some_and(|until| now < until))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

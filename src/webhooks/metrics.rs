@@ -13,6 +13,8 @@
 //! (events whose source and kind the binding takes), `trigger_matched_total{binding}`
 //! (rows it enqueued: its filter passed) and
 //! `trigger_last_received_timestamp_seconds{binding}`;
+//! `trigger_breaker_opened_total{binding}` and `trigger_breaker_skipped_total{binding}`
+//! (a binding's filter breaker opening, and the events it skipped while open);
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
 //! commit included); and the group commit's `store_batches_total`,
 //! `store_batched_writes_total` and `store_dropped_audit_total`.
@@ -38,6 +40,8 @@ pub(crate) struct IngressMetrics {
     trigger_filter_errors: Family<Labels, Counter>,
     trigger_received: Family<Labels, Counter>,
     trigger_matched: Family<Labels, Counter>,
+    trigger_breaker_opened: Family<Labels, Counter>,
+    trigger_breaker_skipped: Family<Labels, Counter>,
     trigger_last_received: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     notion_rechecks: Family<Labels, Counter>,
     duration: Histogram,
@@ -63,6 +67,8 @@ impl IngressMetrics {
         let notion_rechecks = Family::<Labels, Counter>::default();
         let trigger_received = Family::<Labels, Counter>::default();
         let trigger_matched = Family::<Labels, Counter>::default();
+        let trigger_breaker_opened = Family::<Labels, Counter>::default();
+        let trigger_breaker_skipped = Family::<Labels, Counter>::default();
         let trigger_last_received = Family::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -99,6 +105,16 @@ impl IngressMetrics {
             "trigger_matched",
             "Rows a trigger binding enqueued (its filter passed)",
             trigger_matched.clone(),
+        );
+        registry.register(
+            "trigger_breaker_opened",
+            "Times a trigger binding's filter breaker opened (its filter kept failing)",
+            trigger_breaker_opened.clone(),
+        );
+        registry.register(
+            "trigger_breaker_skipped",
+            "Events a trigger binding skipped while its filter breaker was open",
+            trigger_breaker_skipped.clone(),
         );
         registry.register(
             "trigger_last_received_timestamp_seconds",
@@ -138,6 +154,8 @@ impl IngressMetrics {
             trigger_filter_errors,
             trigger_received,
             trigger_matched,
+            trigger_breaker_opened,
+            trigger_breaker_skipped,
             trigger_last_received,
             notion_rechecks,
             duration,
@@ -193,6 +211,20 @@ impl IngressMetrics {
     /// Counts a row `binding` enqueued.
     pub(crate) fn trigger_matched(&self, binding: &str) {
         self.trigger_matched
+            .get_or_create(&vec![("binding", binding.to_owned())])
+            .inc();
+    }
+
+    /// Counts a binding's filter breaker opening.
+    pub(crate) fn trigger_breaker_opened(&self, binding: &str) {
+        self.trigger_breaker_opened
+            .get_or_create(&vec![("binding", binding.to_owned())])
+            .inc();
+    }
+
+    /// Counts an event a binding skipped because its filter breaker was open.
+    pub(crate) fn trigger_breaker_skipped(&self, binding: &str) {
+        self.trigger_breaker_skipped
             .get_or_create(&vec![("binding", binding.to_owned())])
             .inc();
     }
