@@ -226,6 +226,7 @@ pub(super) async fn finish(
                 &c.payloads,
                 &c.dead_letter_ids,
                 &now_ms,
+                &c.priorities,
             ],
         )
         .await
