@@ -612,28 +612,4 @@ impl QueueConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodings_are_the_lower_case_names_switchboard_can_encode() {
-        for (name, expected) in [
-            ("json", Ok(PayloadEncoding::Json)),
-            ("bytes", Ok(PayloadEncoding::RawBytes)),
-            ("raw_bytes", Ok(PayloadEncoding::RawBytes)),
-            ("json_lines", Ok(PayloadEncoding::JsonLines)),
-        ] {
-            assert_eq!(parse_encoding(name), expected);
-        }
-        for (name, reason) in [
-            ("JSON", "lower case"),
-            ("msgpack", "not one switchboard can encode"),
-            ("parquet", "not one switchboard can encode"),
-            ("yaml", "unknown"),
-            ("payload_encoding_unspecified", "unknown"),
-        ] {
-            let e = parse_encoding(name).unwrap_err();
-            assert!(e.contains(reason), "{name}: {e}");
-        }
-    }
-}
+mod tests;
