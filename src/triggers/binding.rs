@@ -287,35 +287,37 @@ mod tests {
     #[test]
     fn each_flow_control_option_changes_the_fingerprint() {
         let base = pinned().definition_fingerprint();
-        let key = |option| Expression::compile("pinned", option, "payload.id").unwrap();
-        let second = Duration::from_secs(1);
-        let variants: [Box<dyn Fn(&mut Binding)>; 6] = [
-            Box::new(|b| b.priority = 5),
-            Box::new(|b| b.priority = -5),
-            Box::new(|b| {
+        fn key(option: &str) -> Expression {
+            Expression::compile("pinned", option, "payload.id").unwrap()
+        }
+        const SECOND: Duration = Duration::from_secs(1);
+        let variants: [fn(&mut Binding); 6] = [
+            |b| b.priority = 5,
+            |b| b.priority = -5,
+            |b| {
                 b.debounce = Some(Debounce {
                     key: key("debounce"),
-                    window: second,
+                    window: SECOND,
                 })
-            }),
-            Box::new(|b| {
+            },
+            |b| {
                 b.dedupe = Some(DedupeRule {
                     key: key("dedupe_key"),
-                    retention: second,
+                    retention: SECOND,
                 })
-            }),
-            Box::new(|b| {
+            },
+            |b| {
                 b.throttle = Some(Throttle {
                     starts: 3,
-                    per: second,
+                    per: SECOND,
                 })
-            }),
-            Box::new(|b| {
+            },
+            |b| {
                 b.breaker = Some(Breaker {
                     errors: 3,
-                    cool_off: second,
+                    cool_off: SECOND,
                 })
-            }),
+            },
         ];
         let mut seen = std::collections::HashSet::from([base]);
         for (i, change) in variants.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! `Backend::write_batch` with a commit clock of the test's own, since "due at commit
 //! plus window" and "seen within the retention" are about that clock.
 
-use switchboard::__private::outbox::model::Enqueue;
+use switchboard::__private::outbox::model::{Destination, Enqueue};
 use switchboard::__private::store::{append_write, Appended, Write};
 
 use super::fixture::{event, keyed, row, Fixture, B, LEASE, T};
@@ -262,10 +262,19 @@ async fn a_binding_dedupe_key_enqueues_nothing_within_its_retention_and_again_af
         [first[0].clone(), repeat[0].clone()]
     );
 
+    // A queue handler's messages are deduplicated the same way.
+    let to_queue = || Enqueue {
+        destination: Destination::Queue("q".into()),
+        ..deduped("to-q", "Z", keep)
+    };
+    commit(&f, vec![write("q-1", vec![to_queue()])], t0).await;
+    commit(&f, vec![write("q-2", vec![to_queue()])], t0 + 1).await;
+    assert_eq!(f.backend.stats(T).await.unwrap().queues["q"].due, 1);
+
     // The claims are dedupe claims like the sources': the sweep takes the expired ones.
     let swept = f.backend.sweep(t0 + 3 * keep, 0).await.unwrap();
     assert_eq!(
-        swept.claims, 3,
-        "X of B, X of c, Y of B; the events' claims live on"
+        swept.claims, 4,
+        "X of B, X of c, Y of B, Z of to-q; the events' claims live on"
     );
 }
