@@ -13,8 +13,27 @@ pub use crate::clock::now_ms;
 #[cfg(feature = "runtime")]
 pub mod store {
     pub use crate::store::{
-        now_ms, open_backend, redact_url, Appended, Backend, EventQuery, Store, StoreOptions,
+        now_ms, open_backend, redact_url, Appended, Backend, EventQuery, Store, StoreOptions, Write,
     };
+
+    /// An append of `event` with `enqueue`, its body prepared uncompressed, for tests
+    /// that hand [`Backend::write_batch`] a commit clock of their own.
+    pub fn append_write(
+        mut event: crate::triggers::TriggerEvent,
+        claim_expires_at_ms: i64,
+        enqueue: Vec<crate::outbox::model::Enqueue>,
+    ) -> Write {
+        let prepared = crate::store::body_codec::Prepared::take(
+            &mut event,
+            crate::store::body_codec::BodyCompression::None,
+        );
+        Write::Append {
+            event: Box::new(event),
+            claim_expires_at_ms,
+            enqueue,
+            prepared,
+        }
+    }
 }
 
 #[cfg(feature = "runtime")]

@@ -12,6 +12,8 @@
 mod support;
 #[path = "outbox/fixture.rs"]
 mod fixture;
+#[path = "outbox/flow.rs"]
+mod flow;
 
 use std::collections::HashSet;
 

@@ -40,10 +40,27 @@ pub struct Enqueue {
     /// For a dead-letter handler's row: the dead letter it reports. Such a row's own
     /// exhaustion annotates that dead letter instead of dead-lettering again.
     pub dead_letter_id: Option<i64>,
+    /// The binding's priority: among due rows, higher is claimed first. Queue messages
+    /// ignore it.
+    pub priority: i32,
+    /// The debounce key the binding's `debounce` expression gave, if any: writing this
+    /// row deletes every not-yet-started outbox row of the binding with the same key
+    /// (recording each as superseded), so of a burst only the last runs.
+    pub debounce_key: Option<String>,
+    /// With a debounce key: the window (ms). The row is first due at the commit time
+    /// plus the window (or at `not_before_ms`, if later), so that a later row of its
+    /// key can still supersede it. The commit time, not the routing time, because
+    /// under group commit only the transaction knows when the row is written.
+    pub debounce_window_ms: Option<i64>,
+    /// The binding's dedupe key and its retention (ms): if the binding claimed that key
+    /// within the retention, the row is not written; otherwise the claim is taken
+    /// (until the commit time plus the retention) in the row's transaction.
+    pub dedupe: Option<(String, i64)>,
 }
 
 impl Enqueue {
-    /// A dispatch row for `binding_id` due at once, with no ordering key, depth 0.
+    /// A dispatch row for `binding_id` due at once, with no ordering key, depth 0,
+    /// priority 0 and no debounce or dedupe.
     pub fn dispatch(binding_id: impl Into<String>, fingerprint: impl Into<String>) -> Enqueue {
         Enqueue {
             binding_id: binding_id.into(),
@@ -54,7 +71,17 @@ impl Enqueue {
             not_before_ms: None,
             payload: None,
             dead_letter_id: None,
+            priority: 0,
+            debounce_key: None,
+            debounce_window_ms: None,
+            dedupe: None,
         }
+    }
+
+    /// Whether writing this row does more than an insert (a dedupe check, a debounce):
+    /// such rows are written one by one, in order, where a backend would batch.
+    pub fn has_flow_control(&self) -> bool {
+        self.debounce_key.is_some() || self.dedupe.is_some()
     }
 }
 
@@ -239,6 +266,10 @@ pub struct BindingDepth {
     pub oldest_age_ms: Option<i64>,
     /// Dead letters kept for it.
     pub dead_letters: u64,
+    /// Its rows superseded by a later row of their debounce key (records kept for the
+    /// event retention).
+    #[serde(default)]
+    pub superseded: u64,
 }
 
 /// Outbox totals and per-binding counts, as `GET /api/v1/outbox/stats` shows them.
@@ -254,6 +285,10 @@ pub struct OutboxStats {
     pub oldest_age_ms: Option<i64>,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Rows superseded by a later row of their debounce key (records kept for the
+    /// event retention).
+    #[serde(default)]
+    pub superseded: u64,
     /// Per binding id.
     pub by_binding: BTreeMap<String, BindingDepth>,
     /// Per queue name: `due` = visible, `leased` = received and not yet acked.
@@ -323,6 +358,8 @@ pub struct Expired {
     pub dead_letters: u64,
     /// Sync invocation records older than the retention.
     pub runs: u64,
+    /// Records of debounced rows superseded before the retention.
+    pub superseded: u64,
 }
 
 /// One synchronous invocation (`triggers.invoke`, `POST /api/v1/triggers/{id}/invoke`),

@@ -154,14 +154,9 @@ pub(crate) fn decide(
                 fanout: dead_letter_handlers
                     .iter()
                     .map(|h| Enqueue {
-                        binding_id: h.binding_id.clone(),
-                        fingerprint: h.fingerprint.clone(),
-                        ordering_key: None,
                         depth: row.depth,
                         destination: h.destination.clone(),
-                        not_before_ms: None,
-                        payload: None,
-                        dead_letter_id: None,
+                        ..Enqueue::dispatch(h.binding_id.clone(), h.fingerprint.clone())
                     })
                     .collect(),
             },

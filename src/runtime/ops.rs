@@ -328,9 +328,7 @@ impl DeliverOps {
                 current
                     .routing()
                     .enqueue_for(binding, &event, req.depth)
-                    .map_err(|e| {
-                        OpError::Invalid(format!("binding {:?}: ordering_key: {e}", binding.id))
-                    })?
+                    .map_err(|e| OpError::Invalid(format!("binding {:?}: {e}", binding.id)))?
             }
         };
         let event_id = event.id.clone();

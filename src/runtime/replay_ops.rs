@@ -9,7 +9,8 @@
 //! it ran under. `?version=N` pins the replay to version N instead, which must be in
 //! memory (the newest two terminated versions and pinned ones are). When the version
 //! in force then was collected from memory, the replay falls back to the live version
-//! and the answer's `notes` say so.
+//! and the answer's `notes` say so. A replay is asked for explicitly, so a binding's
+//! `dedupe_key` and `debounce` do not apply to it.
 
 use serde_json::{json, Value};
 
@@ -152,10 +153,14 @@ impl DeliverOps {
                     continue;
                 }
             }
-            let row = current
+            let mut row = current
                 .routing()
                 .enqueue_for(b, &event, 0)
-                .map_err(|e| OpError::Invalid(format!("binding {id:?}: ordering_key: {e}")))?;
+                .map_err(|e| OpError::Invalid(format!("binding {id:?}: {e}")))?;
+            // A replay is asked for: never deduplicated or debounced away.
+            row.dedupe = None;
+            row.debounce_key = None;
+            row.debounce_window_ms = None;
             rows.push(row);
             labels.push(label(id, b.version));
             notes.extend(chosen.note);

@@ -31,7 +31,7 @@ mod testing;
 mod version_rows;
 
 pub(crate) use backend::Rejected;
-pub use backend::{Appended, Backend, EventQuery};
+pub use backend::{Appended, Backend, EventQuery, Write};
 pub(crate) use group_commit::GroupCommitStats;
 pub use group_commit::Store;
 pub use open::open_backend;

@@ -105,9 +105,20 @@ pub(crate) fn queue_of(row: &Enqueue) -> Option<&str> {
     }
 }
 
-/// A row's first due time: its `not_before_ms`, or the commit's clock.
+/// A row's first due time: its `not_before_ms`, or the commit's clock; for a
+/// debounced row, no earlier than the commit's clock plus its window.
 pub(crate) fn due_at(row: &Enqueue, now_ms: i64) -> i64 {
-    row.not_before_ms.unwrap_or(now_ms)
+    let due = row.not_before_ms.unwrap_or(now_ms);
+    match (&row.debounce_key, row.debounce_window_ms) {
+        (Some(_), Some(window)) => due.max(now_ms.saturating_add(window)),
+        _ => due,
+    }
+}
+
+/// The `dedupe_claims` source under which a binding's own dedupe keys are claimed:
+/// `binding:<id>`, which no source id can be (they have no `:`).
+pub(crate) fn binding_dedupe_source(binding_id: &str) -> String {
+    format!("binding:{binding_id}")
 }
 
 /// A depth or attempt counter as the databases store it (`INT`), saturating.
@@ -124,15 +135,17 @@ pub(crate) fn to_u32(n: i64) -> u32 {
 /// enqueue time).
 pub(crate) type DepthRow = (String, i64, i64, i64, Option<i64>);
 
-/// Builds [`OutboxStats`] from the per-binding outbox counts, the per-queue counts and
-/// the dead-letter counts per (binding, queue). Totals cover the outbox rows only (the
-/// queues have their own entries); `dead_letters` counts every dead letter, and a
-/// queue's dead letters are counted under the queue, not the binding.
+/// Builds [`OutboxStats`] from the per-binding outbox counts, the per-queue counts,
+/// the dead-letter counts per (binding, queue) and the superseded rows per binding.
+/// Totals cover the outbox rows only (the queues have their own entries);
+/// `dead_letters` counts every dead letter, and a queue's dead letters are counted
+/// under the queue, not the binding.
 pub(crate) fn assemble_stats(
     now_ms: i64,
     outbox: Vec<DepthRow>,
     queues: Vec<DepthRow>,
     dead: Vec<(String, Option<String>, i64)>,
+    superseded: Vec<(String, i64)>,
 ) -> OutboxStats {
     let depth = |(_, due, leased, scheduled, oldest): &DepthRow| BindingDepth {
         due: due.max(&0).unsigned_abs(),
@@ -140,6 +153,7 @@ pub(crate) fn assemble_stats(
         scheduled: scheduled.max(&0).unsigned_abs(),
         oldest_age_ms: oldest.map(|t| (now_ms - t).max(0)),
         dead_letters: 0,
+        superseded: 0,
     };
     let mut stats = OutboxStats::default();
     for row in &outbox {
@@ -159,6 +173,11 @@ pub(crate) fn assemble_stats(
             None => stats.by_binding.entry(binding),
         };
         entry.or_default().dead_letters += n;
+    }
+    for (binding, n) in superseded {
+        let n = n.max(0).unsigned_abs();
+        stats.superseded += n;
+        stats.by_binding.entry(binding).or_default().superseded += n;
     }
     stats
 }
@@ -220,6 +239,7 @@ mod tests {
             ],
             vec![("q".into(), 5, 1, 0, Some(50))],
             vec![("a".into(), None, 2), ("c".into(), Some("q".into()), 1)],
+            vec![("b".into(), 4)],
         );
         assert_eq!((s.due, s.leased, s.scheduled), (5, 2, 3));
         assert_eq!(s.oldest_age_ms, Some(60));
@@ -228,6 +248,7 @@ mod tests {
         assert_eq!(s.queues["q"].dead_letters, 1);
         assert_eq!(s.queues["q"].due, 5);
         assert!(!s.by_binding.contains_key("c"));
+        assert_eq!((s.superseded, s.by_binding["b"].superseded), (4, 4));
     }
 
     #[test]

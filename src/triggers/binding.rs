@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::filter::Expression;
+use super::flow::{Breaker, Debounce, DedupeRule, Throttle};
 use crate::outbox::retry::RetryPolicy;
 use crate::proto::PayloadEncoding;
 
@@ -102,6 +103,18 @@ pub struct Binding {
     /// Whether (and for which bindings) it handles dead letters. A dead-letter handler
     /// binding takes no events from ingest, only dead letters.
     pub dead_letter_for: DeadLetterScope,
+    /// Among due rows, those of a higher priority are claimed first (default 0).
+    pub priority: i32,
+    /// Rows with equal debounce keys arriving within its window collapse to the last.
+    pub debounce: Option<Debounce>,
+    /// An event whose dedupe key this binding saw within the retention enqueues nothing
+    /// for it.
+    pub dedupe: Option<DedupeRule>,
+    /// At most so many attempts start per period (applied by the dispatcher).
+    pub throttle: Option<Throttle>,
+    /// After so many failures in a row, no attempt starts for a while (applied by the
+    /// dispatcher).
+    pub breaker: Option<Breaker>,
     /// A digest of the definition (everything above but the id; see
     /// [`Binding::definition_fingerprint`]), recorded in each outbox row.
     pub fingerprint: String,
@@ -118,7 +131,7 @@ impl Binding {
     /// A binding of `id` delivering to `handler` with every other option at its
     /// default: all sources, all kinds, no filter, the default retry policy, no
     /// ordering key, [`DEFAULT_MAX_CONCURRENT`], [`DEFAULT_TIMEOUT`], not a dead-letter
-    /// handler. Its fingerprint is computed; whoever changes a field afterwards
+    /// handler, priority 0 and no other flow control. Its fingerprint is computed; whoever changes a field afterwards
     /// recomputes it with [`Binding::definition_fingerprint`].
     pub fn new(id: impl Into<String>, handler: Handler) -> Binding {
         let mut b = Binding {
@@ -132,6 +145,11 @@ impl Binding {
             max_concurrent: DEFAULT_MAX_CONCURRENT,
             timeout: DEFAULT_TIMEOUT,
             dead_letter_for: DeadLetterScope::None,
+            priority: 0,
+            debounce: None,
+            dedupe: None,
+            throttle: None,
+            breaker: None,
             fingerprint: String::new(),
             version: 0,
         };
@@ -155,7 +173,10 @@ impl Binding {
     /// expressions by their source text. Outbox rows record it, so a row enqueued under
     /// an older definition is recognisable after a reload; two loads of the same text
     /// give the same digest, and any change of meaning gives another. SHA-256 over a
-    /// versioned JSON rendering with a fixed field order, as 64 hex digits.
+    /// versioned JSON rendering with a fixed field order, as 64 hex digits. The
+    /// flow-control options are left out of the rendering while unset (`priority`
+    /// while 0), so a binding that sets none of them has the digest it had before they
+    /// existed.
     pub fn definition_fingerprint(&self) -> String {
         use sha2::Digest as _;
         #[derive(Serialize)]
@@ -169,6 +190,19 @@ impl Binding {
             max_concurrent: usize,
             timeout_ms: u64,
             dead_letter_for: &'a DeadLetterScope,
+            #[serde(skip_serializing_if = "is_zero")]
+            priority: i32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            debounce: Option<&'a Debounce>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            dedupe: Option<&'a DedupeRule>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            throttle: Option<&'a Throttle>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            breaker: Option<&'a Breaker>,
+        }
+        fn is_zero(n: &i32) -> bool {
+            *n == 0
         }
         let definition = Definition {
             sources: &self.sources,
@@ -180,6 +214,11 @@ impl Binding {
             max_concurrent: self.max_concurrent,
             timeout_ms: self.timeout.as_millis() as u64,
             dead_letter_for: &self.dead_letter_for,
+            priority: self.priority,
+            debounce: self.debounce.as_ref(),
+            dedupe: self.dedupe.as_ref(),
+            throttle: self.throttle.as_ref(),
+            breaker: self.breaker.as_ref(),
         };
         let json = serde_json::to_vec(&definition).expect("plain data serialises");
         let mut hasher = sha2::Sha256::new();
@@ -204,5 +243,87 @@ pub(crate) fn kind_matches(pattern: &str, kind: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => kind.starts_with(prefix),
         None => pattern == kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A binding setting most of today's options, as written before the flow-control
+    /// options existed.
+    fn pinned() -> Binding {
+        let mut b = Binding::new(
+            "pinned",
+            Handler::Local {
+                connector: "audit".into(),
+                capability: "record".into(),
+            },
+        );
+        b.sources = vec!["github-main".into()];
+        b.events = vec!["issues.*".into()];
+        b.filter = Some(Expression::compile("pinned", "filter", "kind == \"push\"").unwrap());
+        b.ordering_key = Some(Expression::compile("pinned", "ordering_key", "source").unwrap());
+        b.max_concurrent = 4;
+        b
+    }
+
+    /// Digests computed before the flow-control options existed: outbox rows and
+    /// stored versions record them, so a binding that sets none of the new options
+    /// must keep them.
+    #[test]
+    fn a_binding_without_flow_control_keeps_its_fingerprint() {
+        assert_eq!(
+            pinned().definition_fingerprint(),
+            "4b9a582e52e77be355afa4a199573457d3f96cc582acaec55abf91d1f8b689fe"
+        );
+        let plain = Binding::new("x", Handler::Queue { queue: "q".into() });
+        assert_eq!(
+            plain.fingerprint,
+            "dfd67a72a5a535f2818fe372f892b8382ddf2a9e2b21d2497b43ea20019aa079"
+        );
+    }
+
+    #[test]
+    fn each_flow_control_option_changes_the_fingerprint() {
+        let base = pinned().definition_fingerprint();
+        fn key(option: &str) -> Expression {
+            Expression::compile("pinned", option, "payload.id").unwrap()
+        }
+        const SECOND: Duration = Duration::from_secs(1);
+        let variants: [fn(&mut Binding); 6] = [
+            |b| b.priority = 5,
+            |b| b.priority = -5,
+            |b| {
+                b.debounce = Some(Debounce {
+                    key: key("debounce"),
+                    window: SECOND,
+                })
+            },
+            |b| {
+                b.dedupe = Some(DedupeRule {
+                    key: key("dedupe_key"),
+                    retention: SECOND,
+                })
+            },
+            |b| {
+                b.throttle = Some(Throttle {
+                    starts: 3,
+                    per: SECOND,
+                })
+            },
+            |b| {
+                b.breaker = Some(Breaker {
+                    errors: 3,
+                    cool_off: SECOND,
+                })
+            },
+        ];
+        let mut seen = std::collections::HashSet::from([base]);
+        for (i, change) in variants.iter().enumerate() {
+            let mut b = pinned();
+            change(&mut b);
+            assert!(seen.insert(b.definition_fingerprint()), "variant {i}");
+        }
     }
 }

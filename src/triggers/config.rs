@@ -21,6 +21,12 @@
 //! ordering_key = 'payload.repository.full_name'
 //! max_concurrent = 16
 //! timeout = "30s"
+//! priority = 10                      # -1000..=1000, default 0: due rows of higher priority go first
+//! debounce = { key = 'payload.issue.id', window = "5s" }   # equal keys within 5 s: only the last runs
+//! dedupe_key = 'payload.issue.id'    # a key seen within dedupe_retention enqueues nothing
+//! dedupe_retention = "24h"           # default 24h
+//! throttle = { starts = 10, per = "1s" }      # at most 10 attempts start per second
+//! breaker = { errors = 5, cool_off = "1m" }   # 5 failures in a row: no attempt for a minute
 //!
 //! [[triggers]]
 //! id = "failures"
@@ -35,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::binding::{Binding, DeadLetterScope, Handler, DEFAULT_MAX_CONCURRENT, DEFAULT_TIMEOUT};
 use super::filter::Expression;
+use super::flow::{self, BreakerConfig, DebounceConfig, ThrottleConfig};
 use super::registry::TriggerRegistry;
 use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
@@ -75,6 +82,24 @@ pub struct TriggerConfig {
     pub timeout: Option<DurationSetting>,
     /// `"*"` or a list of trigger ids: makes this a dead-letter handler.
     pub dead_letter_for: Option<DeadLetterFor>,
+    /// Claim priority among due rows, in -1000..=1000. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// Collapse rows with equal keys arriving within a window to the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<DebounceConfig>,
+    /// CEL key of the per-binding dedupe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
+    /// How long a dedupe key is remembered. Default 24 hours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_retention: Option<DurationSetting>,
+    /// Attempts started per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleConfig>,
+    /// Pause after consecutive failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerConfig>,
 }
 
 /// `handler = { … }` as written: exactly one of `invoke`, `local`, `queue`.
@@ -290,6 +315,17 @@ impl TriggerConfig {
                 DeadLetterScope::All => Some(DeadLetterFor::All("*".into())),
                 DeadLetterScope::Bindings(ids) => Some(DeadLetterFor::Bindings(ids.clone())),
             },
+            // Unset options stay unwritten, so the stored definition of a binding
+            // without flow control reads as it did before the options existed.
+            priority: (binding.priority != 0).then_some(binding.priority.into()),
+            debounce: binding.debounce.as_ref().map(DebounceConfig::of),
+            dedupe_key: binding.dedupe.as_ref().map(|d| d.key.source().to_owned()),
+            dedupe_retention: binding
+                .dedupe
+                .as_ref()
+                .map(|d| flow::ms_setting(d.retention)),
+            throttle: binding.throttle.as_ref().map(ThrottleConfig::of),
+            breaker: binding.breaker.as_ref().map(BreakerConfig::of),
         }
     }
 
@@ -346,6 +382,8 @@ impl TriggerConfig {
                 ("sources", !self.sources.is_empty()),
                 ("events", !self.events.is_empty()),
                 ("filter", self.filter.is_some()),
+                ("debounce", self.debounce.is_some()),
+                ("dedupe_key", self.dedupe_key.is_some()),
             ];
             if let Some((option, _)) = ingest_only.iter().find(|(_, set)| *set) {
                 return Err(bad(
@@ -363,12 +401,27 @@ impl TriggerConfig {
             Some(0) => return Err(bad("max_concurrent", "must be at least 1".into())),
             n => n.unwrap_or(DEFAULT_MAX_CONCURRENT),
         };
+        let handler = self.handler.resolve(known).map_err(|e| bad("handler", e))?;
+        if let Handler::Queue { .. } = handler {
+            let dispatch_only = [
+                ("priority", self.priority.is_some()),
+                ("debounce", self.debounce.is_some()),
+                ("throttle", self.throttle.is_some()),
+                ("breaker", self.breaker.is_some()),
+            ];
+            if let Some((option, _)) = dispatch_only.iter().find(|(_, set)| *set) {
+                return Err(bad(
+                    option,
+                    "applies to invoke and local handlers only; a queue handler's consumers pull at their own pace".into(),
+                ));
+            }
+        }
         let mut binding = Binding {
             id: id.clone(),
             sources: self.sources.clone(),
             events: self.events.clone(),
             filter: compile("filter", &self.filter)?,
-            handler: self.handler.resolve(known).map_err(|e| bad("handler", e))?,
+            handler,
             retry: self
                 .retry
                 .clone()
@@ -380,6 +433,25 @@ impl TriggerConfig {
             timeout: duration_or(self.timeout.as_ref(), DEFAULT_TIMEOUT, true)
                 .map_err(|e| bad("timeout", e))?,
             dead_letter_for,
+            priority: flow::resolve_priority(self.priority).map_err(|e| bad("priority", e))?,
+            debounce: self.debounce.as_ref().map(|d| d.resolve(id)).transpose()?,
+            dedupe: flow::resolve_dedupe(
+                id,
+                self.dedupe_key.as_deref(),
+                self.dedupe_retention.as_ref(),
+            )?,
+            throttle: self
+                .throttle
+                .as_ref()
+                .map(ThrottleConfig::resolve)
+                .transpose()
+                .map_err(|e| bad("throttle", e))?,
+            breaker: self
+                .breaker
+                .as_ref()
+                .map(BreakerConfig::resolve)
+                .transpose()
+                .map_err(|e| bad("breaker", e))?,
             fingerprint: String::new(),
             version: 0,
         };
@@ -540,28 +612,4 @@ impl QueueConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodings_are_the_lower_case_names_switchboard_can_encode() {
-        for (name, expected) in [
-            ("json", Ok(PayloadEncoding::Json)),
-            ("bytes", Ok(PayloadEncoding::RawBytes)),
-            ("raw_bytes", Ok(PayloadEncoding::RawBytes)),
-            ("json_lines", Ok(PayloadEncoding::JsonLines)),
-        ] {
-            assert_eq!(parse_encoding(name), expected);
-        }
-        for (name, reason) in [
-            ("JSON", "lower case"),
-            ("msgpack", "not one switchboard can encode"),
-            ("parquet", "not one switchboard can encode"),
-            ("yaml", "unknown"),
-            ("payload_encoding_unspecified", "unknown"),
-        ] {
-            let e = parse_encoding(name).unwrap_err();
-            assert!(e.contains(reason), "{name}: {e}");
-        }
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@ pub(crate) mod binding;
 pub(crate) mod config;
 mod event;
 pub(crate) mod filter;
+pub(crate) mod flow;
 pub(crate) mod lifecycle;
 pub(crate) mod live;
 pub(crate) mod registry;

@@ -3,9 +3,9 @@
 //! Routing is a plain function of the bindings and the event, no I/O and no clock:
 //! ingress and the cron ticker call [`TriggerRegistry::route`] before the store write,
 //! and the rows it returns go into the same transaction as the event's dedupe claim.
-//! A binding whose filter or ordering key fails on one event is skipped for that
-//! event and reported in [`Routed::errors`]; it never stops the other bindings from
-//! matching, and it never matches by accident.
+//! A binding whose filter, ordering key, debounce key or dedupe key fails on one event
+//! is skipped for that event and reported in [`Routed::errors`]; it never stops the
+//! other bindings from matching, and it never matches by accident.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +21,8 @@ use crate::outbox::model::{Destination, Enqueue};
 pub struct Routed {
     /// One row per matching binding, in binding order.
     pub enqueue: Vec<Enqueue>,
-    /// Bindings whose filter or ordering key failed to evaluate on this event, with the
+    /// Bindings whose filter or a key (ordering, debounce, dedupe) failed to evaluate on
+    /// this event, with the
     /// error: each is counted and skipped for this event; the others still match.
     pub errors: Vec<(String, String)>,
     /// Bindings whose sources and event kinds took the event (before their filter):
@@ -139,10 +140,9 @@ impl TriggerRegistry {
         routed
     }
 
-    /// The row for `binding` and `event` (its ordering key evaluated), whether or not
-    /// the binding's sources, events and filter match: for `outbox.enqueue`, replays
-    /// and dead-letter fan-out, which name the binding. `Err` is the ordering key's
-    /// evaluation error.
+    /// The row for `binding` and `event` (its keys evaluated), whether or not the
+    /// binding's sources, events and filter match: for `outbox.enqueue`, replays and
+    /// dead-letter fan-out, which name the binding. `Err` is a key's evaluation error.
     pub fn enqueue_for(
         &self,
         binding: &Binding,
@@ -163,7 +163,14 @@ impl TriggerRegistry {
     }
 }
 
-/// The row of `binding` for the event behind `ctx`.
+/// A duration in whole milliseconds, as rows carry them.
+fn ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The row of `binding` for the event behind `ctx`: its ordering, debounce and dedupe
+/// keys evaluated (a `null` key means none), its priority copied. `Err` names the
+/// option whose key failed to evaluate.
 fn row_for(
     binding: &Binding,
     ctx: &EventContext<'_>,
@@ -175,6 +182,21 @@ fn row_for(
         row.ordering_key = key
             .eval_key_in(ctx)
             .map_err(|e| format!("ordering_key: {e}"))?;
+    }
+    row.priority = binding.priority;
+    if let Some(debounce) = &binding.debounce {
+        row.debounce_key = debounce
+            .key
+            .eval_key_in(ctx)
+            .map_err(|e| format!("debounce: {e}"))?;
+        row.debounce_window_ms = row.debounce_key.as_ref().map(|_| ms(debounce.window));
+    }
+    if let Some(dedupe) = &binding.dedupe {
+        let key = dedupe
+            .key
+            .eval_key_in(ctx)
+            .map_err(|e| format!("dedupe_key: {e}"))?;
+        row.dedupe = key.map(|k| (k, ms(dedupe.retention)));
     }
     if let Handler::Queue { queue } = &binding.handler {
         row.destination = Destination::Queue(queue.clone());

@@ -10,9 +10,10 @@
 use async_trait::async_trait;
 use futures_util::future::try_join_all;
 
-use super::enqueue::{insert_enqueued, EnqueueColumns};
+use super::enqueue::{insert_enqueued, write_flow_row, EnqueueColumns, FLOW_ROW};
 use super::{pg_err, PostgresBackend};
 use crate::error::{Error, Result};
+use crate::outbox::model::Enqueue;
 use crate::store::backend::{Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write};
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
@@ -24,12 +25,18 @@ use crate::triggers::{SignatureStatus, TriggerEvent};
 /// repeats within a batch itself.
 ///
 /// The same statement creates the outbox rows and queue messages of the stored events
-/// (`$15…$23`, one array entry per row, `$15` naming its event's position in the input
+/// (`$15…$24`, one array entry per row, `$15` naming its event's position in the input
 /// arrays), with the CTEs the fan-out uses too ([`insert_enqueued`]): they are joined
 /// to `inserted`, so a duplicate enqueues nothing, and they add no statement and no
 /// round trip to the batch (empty arrays when nothing is enqueued). If any row went
 /// in, it notifies `switchboard_outbox` once; PostgreSQL delivers the notification at
 /// commit.
+///
+/// Except when a row of the batch has a debounce or dedupe key: then the statement gets
+/// no rows, and every row of the batch's stored events is written after it, one
+/// [`FLOW_ROW`] each, in batch order, so each sees what the ones before wrote (two rows
+/// of one key in one batch supersede or deduplicate each other as if committed one
+/// after the other) and ids keep the batch's order.
 pub(super) const APPEND_BATCH: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
@@ -54,9 +61,9 @@ pub(super) const APPEND_BATCH: &str = concat!(
     ), enq AS (
         SELECT q.*, i.id AS event_id, $14::BIGINT AS enqueued_at
         FROM unnest($15::BIGINT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::INT[],
-            $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[])
+            $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[], $24::INT[])
             WITH ORDINALITY AS q(event_ord, binding_id, fingerprint, ordering_key, depth,
-                queue, not_before, payload, dead_letter_id, n)
+                queue, not_before, payload, dead_letter_id, priority, n)
         JOIN input i ON i.ord = q.event_ord
         WHERE i.id IN (SELECT id FROM inserted)
     ), ",
@@ -127,8 +134,12 @@ struct Columns<'a> {
     /// (position, position of the first write with the same key).
     repeats: Vec<(usize, usize)>,
     rejections: Vec<&'a Rejected>,
-    /// The rows to enqueue with the events, keyed by array position (1-based).
+    /// The rows to enqueue with the events, keyed by array position (1-based); empty
+    /// when `flow` holds them.
     enqueue: EnqueueColumns<'a>,
+    /// Whether a row has a debounce or dedupe key, so that the rows are written one by
+    /// one after the events ([`FLOW_ROW`]).
+    flow: bool,
 }
 
 impl<'a> Columns<'a> {
@@ -151,6 +162,10 @@ impl<'a> Columns<'a> {
             repeats: vec![],
             rejections: vec![],
             enqueue: Default::default(),
+            flow: writes.iter().any(|w| match w {
+                Write::Append { enqueue, .. } => enqueue.iter().any(Enqueue::has_flow_control),
+                Write::Reject(_) => false,
+            }),
         };
         let mut first = std::collections::HashMap::new();
         for (at, w) in writes.iter().enumerate() {
@@ -185,7 +200,9 @@ impl<'a> Columns<'a> {
             c.signatures.push(e.signature.as_str());
             c.expires.push(expires);
             c.index.push(at);
-            c.enqueue.push_for_ordinal(c.index.len() as i64, enqueue);
+            if !c.flow {
+                c.enqueue.push_for_ordinal(c.index.len() as i64, enqueue);
+            }
         }
         c
     }
@@ -256,13 +273,32 @@ impl Backend for PostgresBackend {
                     &q.not_before,
                     &q.payloads,
                     &q.dead_letter_ids,
+                    &q.priorities,
                 ],
             )
             .await
         };
-        let (rows, _) = futures_util::future::try_join(appends, rejections)
+        let (mut rows, _) = futures_util::future::try_join(appends, rejections)
             .await
             .map_err(pg_err("write"))?;
+        if batch.flow {
+            rows.sort_by_key(|row| row.get::<_, i64>(0));
+            let flow_row = tx
+                .prepare_cached(FLOW_ROW)
+                .await
+                .map_err(pg_err("prepare"))?;
+            for row in rows.iter().filter(|row| row.get::<_, bool>(1)) {
+                let at = batch.index[(row.get::<_, i64>(0) - 1) as usize];
+                let Write::Append { event, enqueue, .. } = &writes[at] else {
+                    continue;
+                };
+                for r in enqueue {
+                    write_flow_row(&tx, &flow_row, &event.id, r, now_ms)
+                        .await
+                        .map_err(pg_err("write"))?;
+                }
+            }
+        }
         let mut out: Vec<Option<Appended>> = vec![None; writes.len()];
         for row in rows {
             let ord: i64 = row.get(0);

@@ -28,14 +28,15 @@ use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
 
 /// Picks due head-of-line rows of the bindings, skipping rows another claimer holds
-/// locked, and leases them. Returns the pre-claim due time last, for ordering.
+/// locked, and leases them. Returns the pre-claim due time and the priority last, for
+/// ordering.
 const CLAIM: &str = "WITH picked AS (
         SELECT o.id, o.event_id, o.next_attempt_at AS was_due FROM outbox o
         WHERE o.next_attempt_at <= $1 AND o.binding_id = ANY($2::TEXT[])
             AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
                 WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
                     AND p.id < o.id))
-        ORDER BY o.next_attempt_at, o.id
+        ORDER BY o.priority DESC, o.next_attempt_at, o.id
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     )
@@ -45,7 +46,8 @@ const CLAIM: &str = "WITH picked AS (
     RETURNING o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
         COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''), o.attempts,
         o.depth, o.ordering_key, o.enqueued_at, o.due_at,
-        COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due";
+        COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
+        o.priority";
 
 const RELEASE: &str = "WITH released AS (
         UPDATE outbox o SET next_attempt_at = $3, lease_token = NULL,
@@ -82,6 +84,7 @@ const STATS_QUEUES: &str = "SELECT queue, count(*) FILTER (WHERE visible_at <= $
     FROM queue_messages GROUP BY queue";
 const STATS_DEAD: &str =
     "SELECT binding_id, queue, count(*) FROM dead_letters GROUP BY binding_id, queue";
+const STATS_SUPERSEDED: &str = "SELECT binding_id, count(*) FROM superseded GROUP BY binding_id";
 
 /// Counts the replay, and enqueues the dead letter's row (or queue message) again.
 const REPLAY: &str = "WITH dl AS (
@@ -105,7 +108,7 @@ const REPLAY: &str = "WITH dl AS (
     )
     SELECT COALESCE((SELECT id FROM dispatched), (SELECT id FROM queued)),
         (SELECT count(*) FROM notified)";
-fn claimed_row(r: &Row, token: i64) -> (i64, ClaimedRow) {
+fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRow) {
     let row = ClaimedRow {
         id: r.get(0),
         token,
@@ -125,7 +128,7 @@ fn claimed_row(r: &Row, token: i64) -> (i64, ClaimedRow) {
         dead_letter_id: r.get(14),
         errors: rows::parse_errors(r.get(15)),
     };
-    (r.get(16), row)
+    ((std::cmp::Reverse(r.get(17)), r.get(16)), row)
 }
 
 /// Splits (id, token) pairs into the two arrays the statements take.
@@ -154,10 +157,9 @@ impl OutboxStore for PostgresBackend {
             )
             .await
             .map_err(pg_err("claim outbox rows"))?;
-        let mut claimed: Vec<(i64, ClaimedRow)> =
-            found.iter().map(|r| claimed_row(r, req.token)).collect();
-        // RETURNING has no order; the contract's is (due, id).
-        claimed.sort_by_key(|(was_due, row)| (*was_due, row.id));
+        let mut claimed: Vec<_> = found.iter().map(|r| claimed_row(r, req.token)).collect();
+        // RETURNING has no order; the contract's is (priority descending, due, id).
+        claimed.sort_by_key(|((priority, was_due), row)| (*priority, *was_due, row.id));
         Ok(claimed.into_iter().map(|(_, row)| row).collect())
     }
 
@@ -228,11 +230,19 @@ impl OutboxStore for PostgresBackend {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
+        let superseded = client
+            .query(STATS_SUPERSEDED, &[])
+            .await
+            .map_err(pg_err("read outbox stats"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
         Ok(rows::assemble_stats(
             now_ms,
             depth(outbox),
             depth(queues),
             dead,
+            superseded,
         ))
     }
 
@@ -419,6 +429,7 @@ impl OutboxStore for PostgresBackend {
         for (table, column, count) in [
             ("dead_letters", "dead_at", &mut expired.dead_letters),
             ("trigger_runs", "started_at", &mut expired.runs),
+            ("superseded", "at", &mut expired.superseded),
         ] {
             let sql = format!(
                 "DELETE FROM {table} WHERE id IN
@@ -467,6 +478,7 @@ mod tests {
             events::APPEND_BATCH,
             RELEASE,
             enqueue::INSERT_ROWS,
+            enqueue::FLOW_ROW,
             REPLAY,
             queues::NACK,
         ] {

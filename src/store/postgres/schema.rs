@@ -10,6 +10,15 @@
 //! (how event bodies are stored) PostgreSQL has no use for: a number then means the
 //! same schema on both, and the migrator applies whatever is above the stored
 //! version, so the gap costs nothing (and 3 must never be added here).
+//!
+//! Migration 5 ([`FLOW_CONTROL`]) adds `outbox.priority`, `outbox.debounce_key` and the
+//! `superseded` records, with the same indexes as on SQLite, whose schema module says
+//! why the claim gets its own index, `outbox_by_claim (priority DESC, next_attempt_at,
+//! id)`, rather than sorting the due rows `outbox_by_due` finds: walked in order with
+//! the claim's `LIMIT`, it reads about as many entries as it hands out however large
+//! the backlog, where the sort would read every due row on each claim. PostgreSQL
+//! picks the index by cost; with the `ORDER BY … LIMIT` matching it, the walk wins
+//! whenever more rows are due than a claim takes.
 
 use crate::error::{Error, Result};
 use crate::store::backend::store_err;
@@ -64,6 +73,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (2, OUTBOX),
     (4, VERSIONS),
+    (5, FLOW_CONTROL),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -169,6 +179,24 @@ const VERSIONS: &str = "CREATE TABLE trigger_versions (
         paused_at BIGINT NOT NULL
     );
     ALTER TABLE trigger_runs ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';";
+
+/// Migration 5: priority, debounce and the superseded rows' records (the module doc
+/// says why this index).
+const FLOW_CONTROL: &str = "ALTER TABLE outbox ADD COLUMN priority INT NOT NULL DEFAULT 0;
+    ALTER TABLE outbox ADD COLUMN debounce_key TEXT;
+    CREATE INDEX outbox_by_claim ON outbox (priority DESC, next_attempt_at, id);
+    CREATE INDEX outbox_by_debounce ON outbox (binding_id, debounce_key)
+        WHERE debounce_key IS NOT NULL;
+    CREATE TABLE superseded (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        superseded_by_event_id TEXT NOT NULL,
+        debounce_key TEXT NOT NULL,
+        at BIGINT NOT NULL
+    );
+    CREATE INDEX superseded_by_time ON superseded (at);";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

@@ -20,10 +20,10 @@ fn claim_select() -> String {
             COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''),
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
             COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id, o.errors
-        FROM outbox o LEFT JOIN events e ON e.id = o.event_id
+        FROM outbox o INDEXED BY outbox_by_claim LEFT JOIN events e ON e.id = o.event_id
         WHERE o.next_attempt_at <= ?1 AND o.binding_id IN (SELECT value FROM json_each(?2))
             AND {IS_HEAD}
-        ORDER BY o.next_attempt_at, o.id LIMIT ?3"
+        ORDER BY o.priority DESC, o.next_attempt_at, o.id LIMIT ?3"
     )
 }
 

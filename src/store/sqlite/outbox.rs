@@ -88,17 +88,14 @@ fn replay(
             |r| {
                 Ok((
                     Enqueue {
-                        binding_id: r.get(0)?,
-                        fingerprint: r.get(1)?,
                         ordering_key: r.get(3)?,
                         depth: to_u32(r.get(4)?),
                         destination: match r.get::<_, Option<String>>(6)? {
                             Some(q) => Destination::Queue(q),
                             None => Destination::Dispatch,
                         },
-                        not_before_ms: None,
                         payload: r.get(5)?,
-                        dead_letter_id: None,
+                        ..Enqueue::dispatch(r.get::<_, String>(0)?, r.get::<_, String>(1)?)
                     },
                     r.get::<_, String>(2)?,
                 ))
@@ -149,7 +146,13 @@ fn stats(c: &mut Connection, now_ms: i64) -> rusqlite::Result<OutboxStats> {
         )?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows::assemble_stats(now_ms, outbox, queues, dead))
+    let superseded = c
+        .prepare_cached("SELECT binding_id, count(*) FROM superseded GROUP BY binding_id")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows::assemble_stats(
+        now_ms, outbox, queues, dead, superseded,
+    ))
 }
 
 #[async_trait::async_trait]
@@ -395,11 +398,13 @@ impl OutboxStore for SqliteBackend {
             queues::expire_older(self, "dead_letters", "dead_at", before_ms, chunk).await?;
         let runs =
             queues::expire_older(self, "trigger_runs", "started_at", before_ms, chunk).await?;
+        let superseded = queues::expire_older(self, "superseded", "at", before_ms, chunk).await?;
         let events = queues::expire_events(self, before_ms, chunk).await?;
         Ok(Expired {
             events,
             dead_letters,
             runs,
+            superseded,
         })
     }
 

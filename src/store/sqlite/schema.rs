@@ -40,6 +40,32 @@
 //! - `trigger_runs.fingerprint`: the version a synchronous run used (`''` for runs
 //!   recorded before this migration).
 //!
+//! Migration 5 ([`FLOW_CONTROL`]) adds the per-binding flow control
+//! ([`crate::triggers::flow`]):
+//! - `outbox.priority`: claims take due rows by `priority DESC, next_attempt_at, id`.
+//!   They are served by a new index `outbox_by_claim (priority DESC, next_attempt_at,
+//!   id)`, walked in order: the first rows it yields are the highest priority's due
+//!   ones, so a claim of N rows out of a large backlog reads about N entries, as it
+//!   did with `outbox_by_due`. Keeping `outbox_by_due` alone would have the claim read
+//!   every due row and sort them to find the highest priorities: cheap when a few rows
+//!   are due, ruinous for a backlog of a hundred thousand, which is when claims
+//!   matter most. The price of the new index: within a priority its not-due rows
+//!   (leased, scheduled for a retry, waiting out a debounce) sit after the due ones, so
+//!   a claim that finds fewer due rows than it asks for steps over the not-due rows of
+//!   every priority on its way down (bounded by what is in flight or waiting, not by
+//!   the backlog). `outbox_by_due` stays, for the next-due time and the stats, which
+//!   range over `next_attempt_at` regardless of priority. The claim names the index
+//!   (`INDEXED BY`) so the planner, which has no statistics, cannot fall back to the
+//!   sort.
+//! - `outbox.debounce_key` with a partial index `outbox_by_debounce (binding_id,
+//!   debounce_key)`: a debounced row's write finds the earlier rows of its binding and
+//!   key it supersedes without scanning the binding's other rows.
+//! - `superseded`: one record per row a later row of its debounce key replaced
+//!   (which event, by which event, when), counted per binding in the stats and
+//!   expired with the events, by `at`.
+//! - A binding's own dedupe keys (`dedupe_key`) need no table: they are claims in
+//!   `dedupe_claims` under the source `binding:<id>`, expired by the same sweep.
+//!
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
@@ -99,6 +125,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         "ALTER TABLE events ADD COLUMN body_codec INTEGER NOT NULL DEFAULT 0;",
     ),
     (4, VERSIONS),
+    (5, FLOW_CONTROL),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -205,6 +232,24 @@ const VERSIONS: &str = "CREATE TABLE trigger_versions (
         paused_at INTEGER NOT NULL
     );
     ALTER TABLE trigger_runs ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';";
+
+/// Migration 5: priority, debounce and the superseded rows' records. See the module
+/// doc for the choice of index.
+const FLOW_CONTROL: &str = "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE outbox ADD COLUMN debounce_key TEXT;
+    CREATE INDEX outbox_by_claim ON outbox (priority DESC, next_attempt_at, id);
+    CREATE INDEX outbox_by_debounce ON outbox (binding_id, debounce_key)
+        WHERE debounce_key IS NOT NULL;
+    CREATE TABLE superseded (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        superseded_by_event_id TEXT NOT NULL,
+        debounce_key TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX superseded_by_time ON superseded (at);";
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     let bad = |e: rusqlite::Error| {

@@ -254,3 +254,65 @@ fn fingerprints_are_stable_and_change_with_the_definition_but_not_the_id() {
         assert_ne!(changed.fingerprint, a.fingerprint, "{changed:?}");
     }
 }
+
+#[test]
+fn rows_carry_priority_and_the_debounce_and_dedupe_keys_and_a_failing_key_skips_its_binding() {
+    use crate::triggers::flow::{Debounce, DedupeRule};
+    use std::time::Duration;
+    let debounce = |source: &str| Debounce {
+        key: expr("debounce", source).unwrap(),
+        window: Duration::from_secs(5),
+    };
+    let dedupe = |source: &str| DedupeRule {
+        key: expr("dedupe_key", source).unwrap(),
+        retention: Duration::from_secs(60),
+    };
+    let r = registry(vec![
+        binding("flow", |b| {
+            b.priority = 3;
+            b.debounce = Some(debounce("payload.action"));
+            b.dedupe = Some(dedupe("payload.n"));
+        }),
+        binding("null-keys", |b| {
+            b.debounce = Some(debounce("null"));
+            b.dedupe = Some(dedupe("null"));
+        }),
+        binding("bad-debounce", |b| {
+            b.debounce = Some(debounce("payload.missing"))
+        }),
+        binding("bad-dedupe", |b| b.dedupe = Some(dedupe("payload.labels"))),
+    ]);
+    let routed = r.route(
+        &event(
+            "gh",
+            "issues.opened",
+            json!({"action": "opened", "n": 7, "labels": ["a"]}),
+        ),
+        0,
+    );
+    let flow = &routed.enqueue[0];
+    assert_eq!(flow.binding_id, "flow");
+    assert_eq!(flow.priority, 3);
+    assert_eq!(
+        (flow.debounce_key.as_deref(), flow.debounce_window_ms),
+        (Some("opened"), Some(5_000))
+    );
+    assert_eq!(flow.dedupe, Some(("7".to_owned(), 60_000)));
+    let plain = &routed.enqueue[1];
+    assert_eq!(plain.binding_id, "null-keys");
+    assert_eq!(
+        (&plain.debounce_key, plain.debounce_window_ms, &plain.dedupe),
+        (&None, None, &None),
+        "a null key means no debounce and no dedupe"
+    );
+    assert_eq!(routed.enqueue.len(), 2);
+    let failed: Vec<_> = routed
+        .errors
+        .iter()
+        .map(|(b, e)| (b.as_str(), e.split(':').next().unwrap()))
+        .collect();
+    assert_eq!(
+        failed,
+        [("bad-debounce", "debounce"), ("bad-dedupe", "dedupe_key")]
+    );
+}
