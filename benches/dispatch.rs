@@ -37,7 +37,9 @@
 //!   handler over 1 binding, 50 bindings, and 50 bindings reloaded every second, each
 //!   beside the plain dispatcher's no-op figure of the same run; the lifecycle's cost
 //!   is the reloading run against the same 50 bindings without reloads
-//!   (`dispatch/lifecycle.rs`).
+//!   (`dispatch/lifecycle.rs`). These runs hold `--lifecycle-rows` rows (default
+//!   200,000; or `SWITCHBOARD_BENCH_LIFECYCLE_ROWS`), so a run lasts several seconds and
+//!   sees several reloads; each variant runs twice, interleaved, and keeps its best.
 //!
 //! Options (after `--`): `--rows N` (default 50,000; or `SWITCHBOARD_BENCH_ROWS`),
 //! `--samples N` (default 300; or `SWITCHBOARD_BENCH_SAMPLES`), and, to profile one
@@ -82,6 +84,9 @@ const FLOOR_BATCH: i64 = 100;
 const SAMPLE_GAP: Duration = Duration::from_millis(5);
 /// Upper bound for anything the bench waits on.
 const DEADLINE: Duration = Duration::from_secs(300);
+
+/// Rounds of the lifecycle runs (each variant once per round, best kept).
+const LIFECYCLE_ROUNDS: usize = 2;
 
 /// Targets from the issue.
 const TARGET_SQLITE: f64 = 50_000.0;
@@ -652,6 +657,11 @@ async fn main() {
     }
     let rows = arg("--rows", "SWITCHBOARD_BENCH_ROWS", 50_000);
     let samples = arg("--samples", "SWITCHBOARD_BENCH_SAMPLES", 300);
+    let lifecycle_rows = arg(
+        "--lifecycle-rows",
+        "SWITCHBOARD_BENCH_LIFECYCLE_ROWS",
+        200_000,
+    );
     let base = std::env::var("SWITCHBOARD_BENCH_POSTGRES_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -722,31 +732,40 @@ async fn main() {
                 Some(r) => r,
                 None => noop_run(&stores.url(kind).await, rows).await.rows_per_s,
             };
-            let mut fifty = f64::NAN;
-            for (label, bindings, reload) in [
+            let variants = [
                 ("runtime, no-op, 1 binding", 1, false),
                 ("runtime, no-op, 50 bindings", 50, false),
                 ("runtime, no-op, 50 bindings, reload every 1 s", 50, true),
-            ] {
-                let url = stores.url(kind).await;
-                let r = lifecycle::run(&url, stores.dir.path(), rows, bindings, reload).await;
-                if bindings == 50 && !reload {
-                    fifty = r.rows_per_s;
+            ];
+            // Interleaved rounds, best of each: the machine's load drifts between runs
+            // by more than the effect measured.
+            let mut best = [(0.0f64, 0u64); 3];
+            for _ in 0..LIFECYCLE_ROUNDS {
+                for (i, &(_, bindings, reload)) in variants.iter().enumerate() {
+                    let url = stores.url(kind).await;
+                    let r =
+                        lifecycle::run(&url, stores.dir.path(), lifecycle_rows, bindings, reload)
+                            .await;
+                    if r.rows_per_s > best[i].0 {
+                        best[i] = (r.rows_per_s, r.reloads);
+                    }
                 }
+            }
+            let fifty = best[1].0;
+            for (i, &(label, _, reload)) in variants.iter().enumerate() {
+                let (rate, reloads) = best[i];
                 let note = if reload {
                     format!(
-                        "{} reloads; {:.2} × the 50 bindings without reloads (target ≥ 0.90: {})",
-                        r.reloads,
-                        r.rows_per_s / fifty,
-                        met(r.rows_per_s / fifty >= 0.90)
+                        "{reloads} reloads; {:.2} × the 50 bindings without reloads (target ≥ 0.90: {})",
+                        rate / fifty,
+                        met(rate / fifty >= 0.90)
                     )
                 } else {
                     "-".into()
                 };
                 println!(
-                    "| {name} | {label} | {:.0} | {floor:.0} | {:.2} × plain no-op dispatcher ({base:.0}) | - | {note} |",
-                    r.rows_per_s,
-                    r.rows_per_s / base
+                    "| {name} | {label} ({lifecycle_rows} rows, best of {LIFECYCLE_ROUNDS}) | {rate:.0} | {floor:.0} | {:.2} × plain no-op dispatcher ({base:.0}) | - | {note} |",
+                    rate / base
                 );
             }
         }

@@ -408,7 +408,11 @@ impl Inner {
 
     /// Runs `f` on `binding`'s start window, made (or remade, after a reload changed
     /// its settings) on first use; `None` for a binding without a throttle.
-    fn with_window<T>(&self, binding: &Binding, f: impl FnOnce(&mut StartWindow) -> T) -> Option<T> {
+    fn with_window<T>(
+        &self,
+        binding: &Binding,
+        f: impl FnOnce(&mut StartWindow) -> T,
+    ) -> Option<T> {
         let t = binding.throttle.as_ref()?;
         let per_ms = t.per.as_millis() as i64;
         let mut windows = self.throttles.lock().unwrap_or_else(|p| p.into_inner());

@@ -38,7 +38,12 @@ pub(crate) struct RuntimeMetrics {
 
 /// A binding's state as one word: paused wins, then an open filter breaker, then
 /// active, draining, terminated.
-pub(crate) fn state_word(paused: bool, breaker_open: bool, active: bool, draining: bool) -> &'static str {
+pub(crate) fn state_word(
+    paused: bool,
+    breaker_open: bool,
+    active: bool,
+    draining: bool,
+) -> &'static str {
     match (paused, breaker_open, active, draining) {
         (true, _, _, _) => "paused",
         (false, true, true, _) => "breaker_open",

@@ -121,8 +121,7 @@ impl TriggerRegistry {
         let ctx = EventContext::new(event);
         let mut routed = Routed::default();
         for b in &self.bindings {
-            if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) || skip(&b.id)
-            {
+            if b.is_dead_letter_handler() || !b.takes(&event.source, &event.kind) || skip(&b.id) {
                 continue;
             }
             routed.received.push(b.id.clone());

@@ -104,7 +104,13 @@ impl Breakers {
 
     /// Whether `binding`'s breaker (with these settings) is open now; `Some(true)` in
     /// the second value when it just closed.
-    pub(crate) fn check(&self, binding: &str, errors: u32, cool_off_ms: i64, now_ms: i64) -> (bool, bool) {
+    pub(crate) fn check(
+        &self,
+        binding: &str,
+        errors: u32,
+        cool_off_ms: i64,
+        now_ms: i64,
+    ) -> (bool, bool) {
         let mut map = self.map();
         let b = map
             .entry(binding.to_owned())
