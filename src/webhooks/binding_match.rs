@@ -166,6 +166,13 @@ mod tests {
             text.contains("switchboard_ingress_trigger_filter_errors_total{binding=\"broken\"} 2"),
             "{text}"
         );
-        assert!(!text.contains("binding=\"fine\""), "{text}");
+        assert!(
+            !text.contains("trigger_filter_errors_total{binding=\"fine\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("switchboard_ingress_trigger_matched_total{binding=\"fine\"} 2"),
+            "{text}"
+        );
     }
 }
