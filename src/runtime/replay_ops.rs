@@ -72,7 +72,7 @@ fn choose<'a>(
             "{} (in force when the event arrived) was collected from memory",
             label(id, number)
         )),
-        AsOf::NoneThen { .. } if named => live_or(format!(
+        AsOf::NoneThen if named => live_or(format!(
             "binding {id:?} had no active version when the event arrived"
         )),
         AsOf::NoneThen => Ok(None),

@@ -197,10 +197,10 @@ impl Lifecycle {
                         to_ms: None,
                     });
                 }
-                LifecycleEvent::Draining | LifecycleEvent::Terminated => {
-                    if e.spans.last().is_some_and(|s| s.number == entry.version) {
-                        close_span(&mut e.spans, entry.at_ms);
-                    }
+                LifecycleEvent::Draining | LifecycleEvent::Terminated
+                    if e.spans.last().is_some_and(|s| s.number == entry.version) =>
+                {
+                    close_span(&mut e.spans, entry.at_ms);
                 }
                 _ => {}
             }
