@@ -42,7 +42,7 @@ pub enum Write {
         /// transaction, only if the claim is new: a duplicate enqueues nothing.
         enqueue: Vec<Enqueue>,
         /// The event's headers and body as the backend writes them, prepared in the
-        /// request's task ([`body_codec::Prepared::take`] has taken `event.body`).
+        /// request's task (`body_codec::Prepared::take` has taken `event.body`).
         prepared: body_codec::Prepared,
     },
     /// Record a refused delivery in the audit table.
