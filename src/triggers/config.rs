@@ -25,8 +25,8 @@
 //! debounce = { key = 'payload.issue.id', window = "5s" }   # equal keys within 5 s: only the last runs
 //! dedupe_key = 'payload.issue.id'    # a key seen within dedupe_retention enqueues nothing
 //! dedupe_retention = "24h"           # default 24h
-//! throttle = { starts = 10, per = "1s" }      # at most 10 attempts start per second
-//! breaker = { errors = 5, cool_off = "1m" }   # 5 failures in a row: no attempt for a minute
+//! throttle = { starts = 10, per = "1s" }      # at most 10 attempts start per second (per process)
+//! breaker = { errors = 5, cool_off = "1m" }   # filter errors on 5 events in a row: skip events for a minute
 //!
 //! [[triggers]]
 //! id = "failures"

@@ -50,8 +50,9 @@ pub struct DedupeRule {
     pub retention: Duration,
 }
 
-/// `throttle`, resolved: at most `starts` attempts of the binding start per `per`.
-/// Applied by the dispatcher.
+/// `throttle`, resolved: at most `starts` attempts of the binding start in any window
+/// of `per`, in each process; the rest wait, due. Applied by the dispatcher
+/// (`dispatch::throttle`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Throttle {
@@ -62,8 +63,9 @@ pub struct Throttle {
     pub per: Duration,
 }
 
-/// `breaker`, resolved: after `errors` failed attempts in a row the binding starts no
-/// attempt for `cool_off`. Applied by the dispatcher.
+/// `breaker`, resolved: when the binding's filter (or a key expression) fails to
+/// evaluate on `errors` events in a row, the binding skips events (counted, not
+/// evaluated) for `cool_off`. Applied at ingest (`webhooks::breaker`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Breaker {
