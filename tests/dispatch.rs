@@ -43,20 +43,6 @@ async fn an_enqueued_row_is_delivered_once_to_its_local_connector_with_its_conte
     assert_eq!(rec.count(), 1, "delivered exactly once");
 }
 
-/// Enqueues through the runtime's operations (no HTTP), for paused-time tests.
-async fn enqueue_direct(rt: &Rt, binding: &str, payload: serde_json::Value) -> String {
-    let done = rt
-        .rt()
-        .enqueue(switchboard::EnqueueRequest::to_binding(
-            binding,
-            serde_json::to_vec(&payload).unwrap(),
-        ))
-        .await
-        .unwrap();
-    assert!(!done.duplicate && !done.dropped);
-    done.event_id
-}
-
 #[tokio::test(start_paused = true)]
 async fn failed_attempts_are_retried_on_the_exponential_schedule_in_virtual_time() {
     let rec = Recorder::failing(3);
@@ -67,7 +53,7 @@ handler = { local = "rec", capability = "record" }
 retry = { max_attempts = 5, backoff = "exponential", base = "10s", cap = "30s", jitter = 0.0 }
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
-    enqueue_direct(&rt, "audit", json!({"n": 1})).await;
+    rt.enqueue_direct("audit", json!({"n": 1})).await;
     // Virtual time: the deadline is generous because waiting costs nothing.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
     while rec.count() < 4 {
@@ -727,7 +713,7 @@ id = "slow"
 handler = { local = "rec", capability = "x" }
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
-    enqueue_direct(&rt, "slow", json!({})).await;
+    rt.enqueue_direct("slow", json!({})).await;
     let ops = rt.rt().ops().clone();
     let in_flight = || ops.triggers()["triggers"][0]["counts"]["in_flight"].clone();
     eventually("the attempt to start", || async { in_flight() == 1 }).await;

@@ -347,17 +347,7 @@ async fn triggers_register_over_the_execute_channel_replaces_a_binding_while_its
     assert_eq!(enqueue(3).await.0, 200);
     gate.add_permits(10);
     eventually("three deliveries", || async { rec.count() == 3 }).await;
-    let mut ran: Vec<(u64, String)> = rec
-        .seen()
-        .iter()
-        .map(|s| {
-            (
-                s.payload["n"].as_u64().unwrap(),
-                s.ctx("switchboard.binding_version").to_owned(),
-            )
-        })
-        .collect();
-    ran.sort();
+    let ran = rec.versions_by_payload();
     assert_eq!(
         ran,
         [

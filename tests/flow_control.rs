@@ -17,21 +17,7 @@ use std::time::Duration;
 
 use common::eventually;
 use dsupport::{Recorder, Rt};
-use serde_json::{json, Value};
-
-/// Enqueues `payload` for `binding` through the runtime's operations (no HTTP, so
-/// virtual time stays virtual); the event is stored whether or not a row is.
-async fn enqueue(rt: &Rt, binding: &str, payload: Value) {
-    let done = rt
-        .rt()
-        .enqueue(switchboard::EnqueueRequest::to_binding(
-            binding,
-            serde_json::to_vec(&payload).unwrap(),
-        ))
-        .await
-        .unwrap();
-    assert!(!done.duplicate && !done.dropped);
-}
+use serde_json::json;
 
 /// The `n` of every payload `rec` was given, in delivery order.
 fn delivered(rec: &Recorder) -> Vec<i64> {
@@ -74,7 +60,7 @@ max_concurrent = 1
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
     // The first row takes the one slot and waits at the gate; the rest pile up, due.
-    enqueue(&rt, "low", json!({"n": 0})).await;
+    rt.enqueue_direct("low", json!({"n": 0})).await;
     let ops = rt.rt().ops().clone();
     let in_flight = || {
         ops.triggers()["triggers"]
@@ -93,7 +79,7 @@ max_concurrent = 1
         ("high", 5),
         ("normal", 6),
     ] {
-        enqueue(&rt, binding, json!({ "n": n })).await;
+        rt.enqueue_direct(binding, json!({ "n": n })).await;
     }
     // The dispatcher's clock is virtual and the commits' the wall clock: let it pass
     // them all, so every piled-up row is due when the slot frees.
@@ -120,9 +106,10 @@ debounce = { key = 'payload.doc', window = "5s" }
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
     let start = tokio::time::Instant::now();
     for n in 1..=3 {
-        enqueue(&rt, "sync", json!({"doc": "a", "n": n})).await;
+        rt.enqueue_direct("sync", json!({"doc": "a", "n": n})).await;
     }
-    enqueue(&rt, "sync", json!({"doc": "b", "n": 10})).await;
+    rt.enqueue_direct("sync", json!({"doc": "b", "n": 10}))
+        .await;
     eventually("the two survivors", || async { rec.count() == 2 }).await;
     settle(Duration::from_secs(30)).await;
     let mut got = delivered(&rec);
@@ -152,10 +139,13 @@ dedupe_key = 'payload.order'
 dedupe_retention = "1h"
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
-    enqueue(&rt, "once", json!({"order": "o-1", "n": 1})).await;
+    rt.enqueue_direct("once", json!({"order": "o-1", "n": 1}))
+        .await;
     eventually("the first delivery", || async { rec.count() == 1 }).await;
-    enqueue(&rt, "once", json!({"order": "o-1", "n": 2})).await;
-    enqueue(&rt, "once", json!({"order": "o-2", "n": 3})).await;
+    rt.enqueue_direct("once", json!({"order": "o-1", "n": 2}))
+        .await;
+    rt.enqueue_direct("once", json!({"order": "o-2", "n": 3}))
+        .await;
     eventually("the other order", || async { rec.count() == 2 }).await;
     settle(Duration::from_secs(30)).await;
     assert_eq!(delivered(&rec), [1, 3], "the repeat of o-1 was dropped");
@@ -173,7 +163,7 @@ throttle = { starts = 3, per = "1s" }
 "#;
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
     for n in 0..10 {
-        enqueue(&rt, "api", json!({"n": n})).await;
+        rt.enqueue_direct("api", json!({"n": n})).await;
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while rec.count() < 10 {

@@ -37,21 +37,6 @@ handler = { local = "rec", capability = "record" }
 max_concurrent = 2
 "#;
 
-fn versions_by_payload(rec: &Recorder) -> Vec<(u64, String)> {
-    let mut v: Vec<(u64, String)> = rec
-        .seen()
-        .iter()
-        .map(|s| {
-            (
-                s.payload["n"].as_u64().unwrap(),
-                s.ctx("switchboard.binding_version").to_owned(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 async fn in_flight(rt: &Rt, id: &str) -> u64 {
     rt.trigger(id).await["counts"]["in_flight"]
         .as_u64()
@@ -69,20 +54,19 @@ async fn send(rt: &Rt, method: reqwest::Method, path: &str, body: Option<Value>)
 }
 
 fn change_lines(v: &Value) -> Vec<String> {
-    v["changes"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| {
-            format!(
-                "{}@v{} {}",
-                e["binding_id"].as_str().unwrap(),
-                e["version"],
-                e["event"].as_str().unwrap()
-            )
-        })
-        .collect()
+    dsupport::lifecycle_lines(&v["changes"])
+}
+
+/// Rewrites the file with `audit` at `max_concurrent = n` (a new definition), reloads,
+/// and waits until the version it replaced has terminated.
+async fn reload_to(rt: &Rt, n: u32) {
+    rt.write_config(&format!(
+        "[[triggers]]\nid = \"audit\"\nhandler = {{ local = \"rec\", capability = \"record\" }}\nmax_concurrent = {n}\n"
+    ));
+    let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    let old = format!("audit@v{} terminated", n - 1);
+    eventually(&old, || async { rt.history("audit").await.contains(&old) }).await;
 }
 
 #[tokio::test]
@@ -120,7 +104,7 @@ async fn a_reload_lets_in_flight_and_due_rows_finish_on_the_old_version_and_new_
     gate.add_permits(10);
     eventually("three deliveries", || async { rec.count() == 3 }).await;
     assert_eq!(
-        versions_by_payload(&rec),
+        rec.versions_by_payload(),
         [
             (1, "audit@v1".to_owned()),
             (2, "audit@v1".to_owned()),
@@ -292,14 +276,7 @@ async fn after_five_changes_only_the_newest_two_terminated_versions_stay_in_memo
     let rec = Recorder::default();
     let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
     for n in 2..=6 {
-        let text = format!(
-            "[[triggers]]\nid = \"audit\"\nhandler = {{ local = \"rec\", capability = \"record\" }}\nmax_concurrent = {n}\n"
-        );
-        rt.write_config(&text);
-        let (status, v) = rt.post("/api/v1/triggers/reload", json!({})).await;
-        assert_eq!(status, 200, "{v}");
-        let old = format!("audit@v{} terminated", n - 1);
-        eventually(&old, || async { rt.history("audit").await.contains(&old) }).await;
+        reload_to(&rt, n).await;
     }
     let t = rt.trigger("audit").await;
     let kept: Vec<(u64, String)> = t["versions"]
@@ -646,16 +623,7 @@ async fn a_replay_whose_version_was_collected_falls_back_to_the_live_one_and_say
     let old = rt.enqueue("audit", json!({"n": 1})).await;
     eventually("the first delivery", || async { rec.count() == 1 }).await;
     for n in 2..=4 {
-        let text = format!(
-            "[[triggers]]\nid = \"audit\"\nhandler = {{ local = \"rec\", capability = \"record\" }}\nmax_concurrent = {n}\n"
-        );
-        rt.write_config(&text);
-        rt.post("/api/v1/triggers/reload", json!({})).await;
-        let gone = format!("audit@v{} terminated", n - 1);
-        eventually(&gone, || async {
-            rt.history("audit").await.contains(&gone)
-        })
-        .await;
+        reload_to(&rt, n).await;
     }
     // v1 left memory (v2 and v3 are the newest terminated ones).
     let (status, v) = rt

@@ -176,12 +176,7 @@ impl RuntimeBuilder {
         let control = Arc::new(
             TriggerControl::start(
                 backend.clone(),
-                config
-                    .triggers
-                    .bindings()
-                    .iter()
-                    .map(|b| (**b).clone())
-                    .collect(),
+                config.triggers.to_vec_except(None),
                 config_path,
                 scope,
             )

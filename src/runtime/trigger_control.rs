@@ -233,15 +233,7 @@ impl TriggerControl {
             ));
         };
         let config = crate::runtime::config::RuntimeConfig::from_file(path)?.resolve()?;
-        self.reload_with(
-            config
-                .triggers
-                .bindings()
-                .iter()
-                .map(|b| (**b).clone())
-                .collect(),
-        )
-        .await
+        self.reload_with(config.triggers.to_vec_except(None)).await
     }
 
     /// Applies `manifest` as the configuration's `[[triggers]]`.

@@ -404,13 +404,7 @@ impl Lifecycle {
                 )));
             }
         }
-        let mut next: Vec<Binding> = self
-            .routing
-            .bindings()
-            .iter()
-            .filter(|b| b.id != binding.id)
-            .map(|b| (**b).clone())
-            .collect();
+        let mut next = self.routing.to_vec_except(Some(&binding.id));
         next.push(binding.clone());
         TriggerRegistry::new(next)?;
         let e = self.entries.entry(binding.id.clone()).or_default();
@@ -567,13 +561,7 @@ impl Lifecycle {
 
     /// Refuses to stop `id` while another active binding names it in `dead_letter_for`.
     fn check_unreferenced(&self, id: &str) -> Result<()> {
-        let mut rest: Vec<Binding> = self
-            .routing
-            .bindings()
-            .iter()
-            .filter(|b| b.id != id)
-            .map(|b| (**b).clone())
-            .collect();
+        let mut rest = self.routing.to_vec_except(Some(id));
         rest.sort_by(|a, b| a.id.cmp(&b.id));
         TriggerRegistry::new(rest).map(drop)
     }

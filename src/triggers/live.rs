@@ -31,11 +31,8 @@ impl LiveTriggers {
     /// own unit tests): every binding active as version 1.
     pub(crate) fn fixed(registry: &TriggerRegistry) -> LiveTriggers {
         let mut l = Lifecycle::new("local");
-        l.reload(
-            registry.bindings().iter().map(|b| (**b).clone()).collect(),
-            0,
-        )
-        .expect("a built registry is a valid set");
+        l.reload(registry.to_vec_except(None), 0)
+            .expect("a built registry is a valid set");
         LiveTriggers::new(l)
     }
 

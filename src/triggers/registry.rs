@@ -97,6 +97,16 @@ impl TriggerRegistry {
         &self.bindings
     }
 
+    /// Copies of the bindings but `except` (none, for `None`), in order: the set a
+    /// change starts from.
+    pub(crate) fn to_vec_except(&self, except: Option<&str>) -> Vec<Binding> {
+        self.bindings
+            .iter()
+            .filter(|b| Some(b.id.as_str()) != except)
+            .map(|b| (**b).clone())
+            .collect()
+    }
+
     /// One binding by id.
     pub fn get(&self, id: &str) -> Option<&Arc<Binding>> {
         self.by_id.get(id).map(|&i| &self.bindings[i])

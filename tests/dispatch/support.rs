@@ -105,6 +105,42 @@ impl BaseConnector for Recorder {
     }
 }
 
+/// Lifecycle log entries (a history page's, or a change's) as `id@vN event` lines.
+pub fn lifecycle_lines(entries: &Value) -> Vec<String> {
+    entries
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}@v{} {}",
+                e["binding_id"].as_str().unwrap(),
+                e["version"],
+                e["event"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+impl Recorder {
+    /// Each delivery as (payload `n`, the binding version it ran under), sorted.
+    pub fn versions_by_payload(&self) -> Vec<(u64, String)> {
+        let mut v: Vec<(u64, String)> = self
+            .seen()
+            .iter()
+            .map(|s| {
+                (
+                    s.payload["n"].as_u64().unwrap(),
+                    s.ctx("switchboard.binding_version").to_owned(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 /// A binding's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -167,7 +203,7 @@ impl Rt {
         config: &str,
         setup: impl FnOnce(RuntimeBuilder) -> RuntimeBuilder,
     ) -> Rt {
-        let text = format!("listen = \"127.0.0.1:0\"\nstore = \"{store_url}\"\n{config}");
+        let text = Rt::full_text(&store_url, config);
         let resolved = RuntimeConfig::from_toml(&text)
             .unwrap()
             .resolve_with(env)
@@ -200,24 +236,19 @@ impl Rt {
         locals: &[(&str, Recorder)],
     ) -> Rt {
         let path = dir.path().join("switchboard.toml");
-        let text = Rt::full_text(&store_url, config);
-        std::fs::write(&path, &text).unwrap();
-        let resolved = RuntimeConfig::from_toml(&text)
-            .unwrap()
-            .resolve_with(env)
-            .unwrap();
-        let mut builder = Runtime::builder(resolved).config_path(&path);
-        for (name, r) in locals {
-            builder = builder.local_connector(*name, r.clone());
-        }
-        let runtime = builder.start().await.unwrap();
-        let base = format!("http://{}", runtime.local_addr());
-        Rt {
-            runtime: Some(runtime),
-            base,
-            dir,
-            store_url,
-        }
+        std::fs::write(&path, Rt::full_text(&store_url, config)).unwrap();
+        let locals: Vec<(String, Recorder)> = locals
+            .iter()
+            .map(|(n, r)| (n.to_string(), r.clone()))
+            .collect();
+        Rt::on_with(store_url, dir, config, move |mut b| {
+            b = b.config_path(&path);
+            for (name, r) in locals {
+                b = b.local_connector(name, r);
+            }
+            b
+        })
+        .await
     }
 
     fn full_text(store_url: &str, config: &str) -> String {
@@ -243,20 +274,22 @@ impl Rt {
 
     /// A binding's lifecycle log as `id@vN event` lines.
     pub async fn history(&self, id: &str) -> Vec<String> {
-        self.get(&format!("/api/v1/triggers/{id}/history")).await["history"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|e| {
-                format!(
-                    "{}@v{} {}",
-                    e["binding_id"].as_str().unwrap(),
-                    e["version"],
-                    e["event"].as_str().unwrap()
-                )
-            })
-            .collect()
+        lifecycle_lines(&self.get(&format!("/api/v1/triggers/{id}/history")).await["history"])
+    }
+
+    /// Enqueues `payload` for `binding` through the runtime's operations (no HTTP, so
+    /// a paused-time test's clock stays virtual); the event id.
+    pub async fn enqueue_direct(&self, binding: &str, payload: Value) -> String {
+        let done = self
+            .rt()
+            .enqueue(switchboard::EnqueueRequest::to_binding(
+                binding,
+                serde_json::to_vec(&payload).unwrap(),
+            ))
+            .await
+            .unwrap();
+        assert!(!done.duplicate && !done.dropped);
+        done.event_id
     }
 
     /// A binding's dispatcher counts, read without HTTP (for paused-time tests).
