@@ -56,8 +56,9 @@ pub mod dispatch {
     }
     pub mod dispatcher {
         pub use crate::dispatch::dispatcher::{
-            Dispatcher, DispatcherOptions, Permits, DEFAULT_MAX_IN_FLIGHT,
+            Dispatcher, DispatcherOptions, DEFAULT_MAX_IN_FLIGHT,
         };
+        pub use crate::dispatch::permits::Permits;
     }
     pub mod metrics {
         pub use crate::dispatch::metrics::DispatchMetrics;

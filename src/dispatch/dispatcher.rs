@@ -2,14 +2,19 @@
 //! gate, runs its attempt, and writes how it ended.
 //!
 //! Tasks (all ended by [`Dispatcher::shutdown`]):
-//! - the **claim loop** claims up to `batch` rows of the bindings that have a free
-//!   permit, when at least half a batch of process permits is free (so a busy
+//! - the **claim loop** claims up to `batch` rows of the binding versions that may
+//!   start rows (active or draining, not paused: [`LiveTriggers`], read at every pass,
+//!   so a reload or a pause is honoured at the next claim) and have a free permit and
+//!   room in their `throttle` window, when at least half a batch of process permits is free (so a busy
 //!   dispatcher claims in batches, not one row per completion). A row that cannot be
 //!   admitted (its binding's `max_concurrent` or the process's `max_in_flight` is
 //!   taken) is released at once, not held. It sleeps until the store's wake-up
 //!   (SQLite: in-process after a commit; PostgreSQL: `LISTEN/NOTIFY`), a freed permit,
 //!   the next row's due time, or `poll_interval`, whichever comes first;
-//! - one **attempt task** per admitted row, bounded by the binding's timeout; it
+//! - one **attempt task** per admitted row, run under the version the row's
+//!   fingerprint names (a row of a version this process has not loaded is given back
+//!   and its owner told, so it loads the versions another process recorded), bounded
+//!   by that version's timeout; it
 //!   decides the row's [`Finish`] ([`crate::outbox::outcome::decide`]) and queues it;
 //! - the **finisher** commits queued finishes in batches (hundreds of successes are
 //!   one `DELETE`), retrying with backoff while the store is down;
@@ -34,6 +39,7 @@ use tokio_util::task::TaskTracker;
 
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
+use super::permits::Permits;
 use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
@@ -305,93 +311,6 @@ impl Dispatcher {
                 }
             }
         }
-    }
-}
-
-/// The dispatcher's permit gates: one per binding version (its `max_concurrent`; a
-/// draining version and its successor each keep their own, so the old rows finish
-/// under the old limit) and one per process (`max_in_flight`). Cheap to clone.
-#[derive(Clone)]
-pub struct Permits {
-    size: usize,
-    global: Arc<Semaphore>,
-    gates: Arc<Mutex<HashMap<String, Arc<Semaphore>>>>,
-    can_deliver: Arc<dyn Fn(&Binding) -> bool + Send + Sync>,
-}
-
-impl std::fmt::Debug for Permits {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permits")
-            .field("size", &self.size)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Why no permit was given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoPermit {
-    /// This process does not deliver the binding.
-    NotServed,
-    /// The binding's `max_concurrent` or the process's `max_in_flight` is taken.
-    Busy,
-}
-
-impl Permits {
-    /// Gates for the bindings `can_deliver` accepts (queue bindings are pulled, never
-    /// dispatched), with `max_in_flight` process permits. A version's gate is made the
-    /// first time it is asked for.
-    pub fn new(
-        can_deliver: impl Fn(&Binding) -> bool + Send + Sync + 'static,
-        max_in_flight: usize,
-    ) -> Permits {
-        Permits {
-            size: max_in_flight.max(1),
-            global: Arc::new(Semaphore::new(max_in_flight.max(1))),
-            gates: Arc::default(),
-            can_deliver: Arc::new(can_deliver),
-        }
-    }
-
-    /// Whether this process delivers `binding`.
-    pub fn serves(&self, binding: &Binding) -> bool {
-        !matches!(binding.handler, Handler::Queue { .. }) && (self.can_deliver)(binding)
-    }
-
-    fn gate(&self, binding: &Binding) -> Option<Arc<Semaphore>> {
-        if !self.serves(binding) {
-            return None;
-        }
-        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        Some(
-            gates
-                .entry(binding.fingerprint.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(binding.max_concurrent.max(1))))
-                .clone(),
-        )
-    }
-
-    /// Whether `binding` is served and has a free permit of its own.
-    fn has_room(&self, binding: &Binding) -> bool {
-        self.gate(binding)
-            .is_some_and(|g| g.available_permits() > 0)
-    }
-
-    /// Forgets the gates of versions not in `keep` that nothing holds.
-    fn prune(&self, keep: &std::collections::HashSet<&str>) {
-        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        gates.retain(|fp, g| keep.contains(fp.as_str()) || Arc::strong_count(g) > 1);
-    }
-
-    /// Both permits for one attempt of `binding`, at once or not at all.
-    pub fn try_acquire(&self, binding: &Binding) -> Result<[OwnedSemaphorePermit; 2], NoPermit> {
-        let gate = self.gate(binding).ok_or(NoPermit::NotServed)?;
-        let g = self
-            .global
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| NoPermit::Busy)?;
-        let b = gate.try_acquire_owned().map_err(|_| NoPermit::Busy)?;
-        Ok([g, b])
     }
 }
 

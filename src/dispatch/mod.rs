@@ -6,6 +6,7 @@
 //! - [`deliver`]: running one attempt (invoke through the gateway, or a local
 //!   connector);
 //! - [`metrics`]: its Prometheus metrics;
+//! - [`permits`]: the per-version and per-process permit gates;
 //! - [`throttle`]: a binding's starts-per-period window, a decision core.
 //!
 //! It exists apart from `outbox` so that the outbox stays models and decisions without
@@ -15,4 +16,5 @@
 pub(crate) mod deliver;
 pub(crate) mod dispatcher;
 pub(crate) mod metrics;
+pub(crate) mod permits;
 pub(crate) mod throttle;

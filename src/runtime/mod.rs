@@ -32,8 +32,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connector::BaseConnector;
 use crate::dispatch::deliver::{Deliver, Handlers};
-use crate::dispatch::dispatcher::{Dispatcher, DispatcherOptions, Permits};
+use crate::dispatch::dispatcher::{Dispatcher, DispatcherOptions};
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::permits::Permits;
 use crate::error::{Error, Result};
 use crate::mux::{
     MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,

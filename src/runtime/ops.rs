@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::dispatch::deliver::{AttemptInput, Deliver};
-use crate::dispatch::dispatcher::{NoPermit, Permits};
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::permits::{NoPermit, Permits};
 use crate::encoding::Payload;
 use crate::error::Error;
 use crate::outbox::model::{
