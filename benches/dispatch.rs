@@ -35,9 +35,9 @@
 //!
 //! - **lifecycle**: the runtime (its lifecycle control task included) with a no-op
 //!   handler over 1 binding, 50 bindings, and 50 bindings reloaded every second, each
-//!   beside the plain dispatcher's no-op figure of the same run; the lifecycle's cost
-//!   is the reloading run against the same 50 bindings without reloads
-//!   (`dispatch/lifecycle.rs`). These runs hold `--lifecycle-rows` rows (default
+//!   beside the plain no-op dispatcher (today's figure: fixed bindings, no runtime)
+//!   on the same number of rows; the lifecycle's cost is the reloading run against
+//!   the same 50 bindings without reloads (`dispatch/lifecycle.rs`). These runs hold `--lifecycle-rows` rows (default
 //!   200,000; or `SWITCHBOARD_BENCH_LIFECYCLE_ROWS`), so a run lasts several seconds and
 //!   sees several reloads; each variant runs twice, interleaved, and keeps its best.
 //!
@@ -715,10 +715,8 @@ async fn main() {
             println!("| {name} | {label} | {floor:.0} | {floor:.0} | 1.00 | - | - |");
             prefills.push((name, rate.prefill_per_s));
         }
-        let mut noop_floor = None;
         if selected("--only", "noop") {
             let noop = noop_run(&stores.url(kind).await, rows).await;
-            noop_floor = Some(noop.rows_per_s);
             let ratio = noop.rows_per_s / floor;
             println!(
                 "| {name} | dispatcher, no-op handler | {:.0} | {floor:.0} | {ratio:.2} | ≥ {target:.0} rows/s, ≥ {TARGET_FLOOR_RATIO} × floor | {} |",
@@ -728,33 +726,46 @@ async fn main() {
             prefills.push((name, noop.prefill_per_s));
         }
         if selected("--only", "lifecycle") {
-            let base = match noop_floor {
-                Some(r) => r,
-                None => noop_run(&stores.url(kind).await, rows).await.rows_per_s,
-            };
-            let variants = [
-                ("runtime, no-op, 1 binding", 1, false),
-                ("runtime, no-op, 50 bindings", 50, false),
-                ("runtime, no-op, 50 bindings, reload every 1 s", 50, true),
+            // The plain dispatcher (no runtime, no lifecycle task, its bindings fixed)
+            // is today's figure: measured on the same number of rows, in the same
+            // interleaved rounds, best of each, as the machine's load drifts between
+            // runs by more than the effect measured.
+            let labels = [
+                "plain dispatcher, no-op, 1 binding",
+                "runtime, no-op, 1 binding",
+                "runtime, no-op, 50 bindings",
+                "runtime, no-op, 50 bindings, reload every 1 s",
             ];
-            // Interleaved rounds, best of each: the machine's load drifts between runs
-            // by more than the effect measured.
-            let mut best = [(0.0f64, 0u64); 3];
+            let mut best = [(0.0f64, 0u64); 4];
             for _ in 0..LIFECYCLE_ROUNDS {
-                for (i, &(_, bindings, reload)) in variants.iter().enumerate() {
+                for (i, slot) in best.iter_mut().enumerate() {
                     let url = stores.url(kind).await;
-                    let r =
-                        lifecycle::run(&url, stores.dir.path(), lifecycle_rows, bindings, reload)
-                            .await;
-                    if r.rows_per_s > best[i].0 {
-                        best[i] = (r.rows_per_s, r.reloads);
+                    let r = match i {
+                        0 => lifecycle::LifecycleRate {
+                            rows_per_s: noop_run(&url, lifecycle_rows).await.rows_per_s,
+                            reloads: 0,
+                        },
+                        _ => {
+                            let (bindings, reload) = [(1, false), (50, false), (50, true)][i - 1];
+                            lifecycle::run(
+                                &url,
+                                stores.dir.path(),
+                                lifecycle_rows,
+                                bindings,
+                                reload,
+                            )
+                            .await
+                        }
+                    };
+                    if r.rows_per_s > slot.0 {
+                        *slot = (r.rows_per_s, r.reloads);
                     }
                 }
             }
-            let fifty = best[1].0;
-            for (i, &(label, _, reload)) in variants.iter().enumerate() {
+            let (plain, fifty) = (best[0].0, best[2].0);
+            for (i, label) in labels.iter().enumerate() {
                 let (rate, reloads) = best[i];
-                let note = if reload {
+                let note = if i == 3 {
                     format!(
                         "{reloads} reloads; {:.2} × the 50 bindings without reloads (target ≥ 0.90: {})",
                         rate / fifty,
@@ -764,8 +775,8 @@ async fn main() {
                     "-".into()
                 };
                 println!(
-                    "| {name} | {label} ({lifecycle_rows} rows, best of {LIFECYCLE_ROUNDS}) | {rate:.0} | {floor:.0} | {:.2} × plain no-op dispatcher ({base:.0}) | - | {note} |",
-                    rate / base
+                    "| {name} | {label} ({lifecycle_rows} rows, best of {LIFECYCLE_ROUNDS}) | {rate:.0} | {floor:.0} | {:.2} × plain dispatcher | - | {note} |",
+                    rate / plain
                 );
             }
         }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use switchboard::__private::outbox::model::Enqueue;
 use switchboard::{Runtime, RuntimeConfig};
 
-use super::{open, outbox_rows, prefill_rows, Noop, DEADLINE};
+use super::{drained, open, prefill_rows, Noop};
 
 /// How often the reloading run reloads.
 pub(crate) const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -104,15 +104,7 @@ pub(crate) async fn run(
                 reloads.fetch_add(1, Ordering::Relaxed);
             }
         };
-        let drained = async {
-            let deadline = Instant::now() + DEADLINE;
-            while noop.calls.load(Ordering::Relaxed) < rows as u64
-                || outbox_rows(rt.store().backend()).await > 0
-            {
-                assert!(Instant::now() < deadline, "rows not delivered in time");
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        };
+        let drained = drained(rt.store().backend(), &noop.calls, rows as u64);
         if reload {
             tokio::select! {
                 _ = drained => {}
