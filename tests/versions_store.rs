@@ -1,6 +1,6 @@
 //! Binding versions through the public store API (`open_backend`, `VersionStore`):
 //! version records and their updates, conflicts that write nothing, the lifecycle log
-//! and its paging, pauses, outstanding rows per version, stranded rows dead-lettered,
+//! and its paging, pauses (the claim reads them), which versions still hold rows, stranded rows dead-lettered,
 //! the fingerprint of a run record, and the cross-process wake-up of a lifecycle
 //! commit. Every case runs on SQLite and, when `SWITCHBOARD_TEST_POSTGRES_URL` is set,
 //! on PostgreSQL (otherwise the PostgreSQL variants say they were skipped). The clock
@@ -27,8 +27,8 @@ on_both_stores!(
     a_recommitted_version_changes_its_state_pin_and_time_only,
     a_conflicting_version_fails_the_whole_commit_and_writes_nothing,
     history_is_oldest_first_per_binding_and_pages_after_a_seq,
-    pauses_are_set_once_and_cleared,
-    outstanding_counts_rows_per_binding_and_fingerprint_leased_or_not,
+    pauses_are_set_once_cleared_and_read_by_the_claim,
+    with_rows_names_the_versions_that_still_hold_a_row_leased_or_not,
     strand_dead_letters_rows_of_unknown_fingerprints_once_no_lease_holds_them,
     a_run_record_keeps_its_fingerprint,
     a_lifecycle_commit_wakes_other_processes,
@@ -220,7 +220,7 @@ async fn history_is_oldest_first_per_binding_and_pages_after_a_seq(kind: StoreKi
     assert_eq!(log[1].binding_id, "b");
 }
 
-async fn pauses_are_set_once_and_cleared(kind: StoreKind) {
+async fn pauses_are_set_once_cleared_and_read_by_the_claim(kind: StoreKind) {
     let f = Fixture::open(&kind).await;
     let pause = |list: &[(&str, bool)]| LifecycleCommit {
         pauses: list.iter().map(|(b, p)| (b.to_string(), *p)).collect(),
@@ -242,23 +242,50 @@ async fn pauses_are_set_once_and_cleared(kind: StoreKind) {
         .await
         .unwrap();
     assert_eq!(f.backend.pauses().await.unwrap(), ["b"]);
+
+    // The claim reads the pauses itself: b's rows wait, a's are claimed.
+    f.append("k1", vec![row("a"), row("b")]).await;
+    let claimed = f.claim_for(&["a", "b"], T, 1, 10).await;
+    let bindings: Vec<&str> = claimed.iter().map(|r| r.binding_id.as_str()).collect();
+    assert_eq!(bindings, ["a"]);
+    f.backend
+        .commit_lifecycle(&pause(&[("b", false)]))
+        .await
+        .unwrap();
+    let claimed = f.claim_for(&["a", "b"], T, 2, 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].binding_id, "b");
 }
 
-async fn outstanding_counts_rows_per_binding_and_fingerprint_leased_or_not(kind: StoreKind) {
+async fn with_rows_names_the_versions_that_still_hold_a_row_leased_or_not(kind: StoreKind) {
     let f = Fixture::open(&kind).await;
-    assert!(f.backend.outstanding().await.unwrap().is_empty());
+    let asked = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(b, fp)| (b.to_string(), fp.to_string()))
+            .collect()
+    };
+    let all = asked(&[("a", "fp-a"), ("a", "fp-new"), ("b", "fp-b"), ("c", "fp-c")]);
+    assert!(f.backend.with_rows(&all).await.unwrap().is_empty());
     f.append("k1", vec![row("a"), row("b")]).await;
     f.append("k2", vec![row("a"), Enqueue::dispatch("a", "fp-new")])
         .await;
+    // b's only row is leased: it still counts.
     assert_eq!(f.claim_for(&["b"], T, 1, 10).await.len(), 1);
-
-    let counts = f.backend.outstanding().await.unwrap();
-    let want = [("a", "fp-a", 2), ("a", "fp-new", 1), ("b", "fp-b", 1)];
-    let got: Vec<(&str, &str, u64)> = counts
-        .iter()
-        .map(|(b, fp, n)| (b.as_str(), fp.as_str(), *n))
-        .collect();
-    assert_eq!(got, want);
+    let mut found = f.backend.with_rows(&all).await.unwrap();
+    found.sort();
+    assert_eq!(
+        found,
+        asked(&[("a", "fp-a"), ("a", "fp-new"), ("b", "fp-b")])
+    );
+    // Only what was asked about is answered.
+    assert_eq!(
+        f.backend
+            .with_rows(&asked(&[("a", "fp-new")]))
+            .await
+            .unwrap(),
+        asked(&[("a", "fp-new")])
+    );
+    assert!(f.backend.with_rows(&[]).await.unwrap().is_empty());
 }
 
 async fn strand_dead_letters_rows_of_unknown_fingerprints_once_no_lease_holds_them(
@@ -286,13 +313,19 @@ async fn strand_dead_letters_rows_of_unknown_fingerprints_once_no_lease_holds_th
     // The row of fp-old and the scheduled one go; the known row and the one under a
     // live lease stay.
     assert_eq!(f.backend.strand(T).await.unwrap(), 2);
-    let left = f.backend.outstanding().await.unwrap();
+    let every: Vec<(String, String)> = [
+        ("a", "fp-a"),
+        ("a", "fp-old"),
+        ("a", "0123456789abcdef-later"),
+        ("c", "fp-c"),
+    ]
+    .iter()
+    .map(|(b, fp)| (b.to_string(), fp.to_string()))
+    .collect();
+    let left = f.backend.with_rows(&every).await.unwrap();
     assert_eq!(
         left,
-        [
-            ("a".into(), "fp-a".into(), 1),
-            ("c".into(), "fp-c".into(), 1)
-        ]
+        [("a".into(), "fp-a".into()), ("c".into(), "fp-c".into())]
     );
     let query = DeadLetterQuery {
         binding_id: None,
@@ -340,8 +373,8 @@ async fn strand_dead_letters_rows_of_unknown_fingerprints_once_no_lease_holds_th
         ("stranded", 1)
     );
     assert_eq!(
-        f.backend.outstanding().await.unwrap(),
-        [("a".into(), "fp-a".into(), 1)]
+        f.backend.with_rows(&every).await.unwrap(),
+        [("a".into(), "fp-a".into())]
     );
     assert_eq!(f.backend.strand(T * 4).await.unwrap(), 0);
 }

@@ -5,9 +5,11 @@
 //! group-commit transaction (an append write carries the rows to enqueue).
 //!
 //! Invariants every implementation keeps:
-//! - a row is claimable when `next_attempt_at <= now` and no earlier row (lower id) of
-//!   the same binding and ordering key exists; claims are ordered by
-//!   (`next_attempt_at`, id) and served by an index on exactly that;
+//! - a row is claimable when `next_attempt_at <= now`, no earlier row (lower id) of
+//!   the same binding and ordering key exists, and its binding is not paused
+//!   (`trigger_pauses`, read by the claim itself, so a pause holds in every process
+//!   from its commit); claims are ordered by (`priority` descending,
+//!   `next_attempt_at`, id) and served by an index on exactly that;
 //! - a claim moves `next_attempt_at` to the lease's end and stamps the claim token, so
 //!   the same column is both the schedule and the lease: a crashed claimer's rows are
 //!   simply due again when its lease ends, and no row is handed to two claimers within

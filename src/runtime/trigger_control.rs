@@ -8,9 +8,10 @@
 //!   not the one this process last saw (checked every [`TICK`], and at once on
 //!   PostgreSQL's `switchboard_triggers` notification or when the dispatcher claims a
 //!   row of a version it does not know), it rebuilds the lifecycle from the store;
-//! - it terminates draining versions once the store holds none of their rows;
-//! - after every change, and when the dispatcher meets an unknown version, it
-//!   dead-letters rows whose version has no record at all ([`VersionStore::strand`]):
+//! - it terminates draining versions once the store holds none of their rows (an
+//!   existence check per draining version, [`VersionStore::with_rows`]);
+//! - at start, and when the dispatcher meets an unknown version, it dead-letters rows
+//!   whose version has no record at all ([`VersionStore::strand`]):
 //!   rows enqueued before versions were recorded under a definition no longer
 //!   configured. Every other row keeps its version's record, so it is drained under
 //!   the definition it was enqueued for, whatever the configuration says now.
@@ -245,11 +246,10 @@ impl TriggerControl {
             .manifest_order
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = manifest.iter().map(|b| b.id.clone()).collect();
-        let commit = self
-            .change(|l, now| l.reload(manifest.clone(), now))
-            .await?;
-        self.strand().await;
-        Ok(commit)
+        // No stranded-row sweep here: a reload records versions and never deletes one,
+        // so it cannot strand a row (the sweep runs at start and when the dispatcher
+        // meets a version nobody recorded).
+        self.change(|l, now| l.reload(manifest.clone(), now)).await
     }
 
     /// Registers (or, with `replace`, replaces) a dynamic binding from its
@@ -304,20 +304,22 @@ impl TriggerControl {
 
     /// Terminates draining versions that are done.
     async fn settle(&self) -> Result<()> {
-        let draining = self.live.current().view().iter().any(|b| {
-            b.versions
-                .iter()
-                .any(|v| v.state == crate::triggers::versions::VersionState::Draining)
-        });
-        if !draining {
+        let draining: Vec<(String, String)> = self
+            .live
+            .current()
+            .versions()
+            .filter(|v| v.record.state == crate::triggers::versions::VersionState::Draining)
+            .map(|v| (v.record.binding_id.clone(), v.record.fingerprint.clone()))
+            .collect();
+        if draining.is_empty() {
             return Ok(());
         }
         let outstanding: HashMap<(String, String), u64> = self
             .store
-            .outstanding()
+            .with_rows(&draining)
             .await?
             .into_iter()
-            .map(|(id, fp, n)| ((id, fp), n))
+            .map(|version| (version, 1))
             .collect();
         self.change(|l, now| Ok(l.observe(&outstanding, now)))
             .await

@@ -226,9 +226,11 @@ pub trait VersionStore: Send + Sync + 'static {
     /// active intervals).
     async fn lifecycle(&self) -> Result<Vec<LifecycleEntry>>;
 
-    /// Outbox rows per (binding id, fingerprint), leased or not: a draining version
-    /// with none is done.
-    async fn outstanding(&self) -> Result<Vec<(String, String, u64)>>;
+    /// Which of `versions` (binding id, fingerprint) still have an outbox row, leased
+    /// or not: a draining version with none is done. An existence check per version,
+    /// not a count over the outbox, because it runs every second while anything drains
+    /// and the rows of a draining version are the oldest (found at once).
+    async fn with_rows(&self, versions: &[(String, String)]) -> Result<Vec<(String, String)>>;
 
     /// Moves every outbox row whose (binding id, fingerprint) has no version record to
     /// the dead letters, with an error of kind `stranded` saying so, and returns how

@@ -28,7 +28,9 @@ use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
 
 /// Picks due head-of-line rows of the bindings, skipping rows another claimer holds
-/// locked, and leases them. Returns the pre-claim due time and the priority last, for
+/// locked and rows of paused bindings (the claim reads `trigger_pauses` itself, so a
+/// pause on one process holds in every process from its commit, not from its
+/// notification), and leases them. Returns the pre-claim due time and the priority last, for
 /// ordering.
 const CLAIM: &str = "WITH picked AS (
         SELECT o.id, o.event_id, o.next_attempt_at AS was_due FROM outbox o
@@ -36,6 +38,7 @@ const CLAIM: &str = "WITH picked AS (
             AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
                 WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
                     AND p.id < o.id))
+            AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = o.binding_id)
         ORDER BY o.priority DESC, o.next_attempt_at, o.id
         LIMIT $3
         FOR UPDATE SKIP LOCKED

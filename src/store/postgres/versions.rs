@@ -249,21 +249,22 @@ impl VersionStore for PostgresBackend {
         found.iter().map(entry).collect()
     }
 
-    async fn outstanding(&self) -> Result<Vec<(String, String, u64)>> {
+    async fn with_rows(&self, versions: &[(String, String)]) -> Result<Vec<(String, String)>> {
+        let (bindings, fingerprints): (Vec<&str>, Vec<&str>) = versions
+            .iter()
+            .map(|(b, f)| (b.as_str(), f.as_str()))
+            .unzip();
         let found = self
             .client()
             .await?
             .query(
-                "SELECT binding_id, fingerprint, count(*) FROM outbox
-                 GROUP BY binding_id, fingerprint ORDER BY binding_id, fingerprint",
-                &[],
+                "SELECT v.b, v.f FROM unnest($1::TEXT[], $2::TEXT[]) AS v(b, f)
+                 WHERE EXISTS (SELECT 1 FROM outbox o WHERE o.binding_id = v.b AND o.fingerprint = v.f)",
+                &[&bindings, &fingerprints],
             )
             .await
-            .map_err(pg_err("count outstanding rows"))?;
-        Ok(found
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2).unsigned_abs()))
-            .collect())
+            .map_err(pg_err("look for a version's rows"))?;
+        Ok(found.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     async fn strand(&self, now_ms: i64) -> Result<u64> {

@@ -23,6 +23,7 @@ fn claim_select() -> String {
         FROM outbox o INDEXED BY outbox_by_claim LEFT JOIN events e ON e.id = o.event_id
         WHERE o.next_attempt_at <= ?1 AND o.binding_id IN (SELECT value FROM json_each(?2))
             AND {IS_HEAD}
+            AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = o.binding_id)
         ORDER BY o.priority DESC, o.next_attempt_at, o.id LIMIT ?3"
     )
 }

@@ -234,15 +234,10 @@ impl VersionStore for SqliteBackend {
         found.into_iter().map(vrows::lifecycle_entry).collect()
     }
 
-    async fn outstanding(&self) -> Result<Vec<(String, String, u64)>> {
-        Self::with(&self.reader, |c| {
-            read_all(
-                c,
-                "SELECT binding_id, fingerprint, count(*) FROM outbox
-                 GROUP BY binding_id, fingerprint ORDER BY binding_id, fingerprint",
-                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.unsigned_abs())),
-            )
-            .map_err(sql_err("count outstanding rows"))
+    async fn with_rows(&self, versions: &[(String, String)]) -> Result<Vec<(String, String)>> {
+        let versions = versions.to_vec();
+        Self::with(&self.reader, move |c| {
+            with_rows(c, versions).map_err(sql_err("look for a version's rows"))
         })
         .await
     }
@@ -253,4 +248,22 @@ impl VersionStore for SqliteBackend {
         })
         .await
     }
+}
+
+/// The `versions` that still hold an outbox row: one indexed-or-not existence check
+/// each (the oldest rows, a draining version's, are found at once).
+fn with_rows(
+    c: &mut Connection,
+    versions: Vec<(String, String)>,
+) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut exists = c.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM outbox WHERE binding_id = ?1 AND fingerprint = ?2)",
+    )?;
+    let mut found = Vec::new();
+    for (binding, fingerprint) in versions {
+        if exists.query_row(params![binding, fingerprint], |r| r.get::<_, bool>(0))? {
+            found.push((binding, fingerprint));
+        }
+    }
+    Ok(found)
 }
