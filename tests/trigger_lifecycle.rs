@@ -550,6 +550,12 @@ async fn each_binding_reports_version_state_counts_and_outbox_depth_in_the_api_a
     rt.stop().await;
 }
 
+/// `POST /api/v1/events/{event}/replay{query}`.
+async fn replay(rt: &Rt, event: &str, query: &str) -> (u16, Value) {
+    rt.post(&format!("/api/v1/events/{event}/replay{query}"), json!({}))
+        .await
+}
+
 /// The ids of `rec`'s deliveries with their versions, for payload `n`.
 fn runs_of(rec: &Recorder, n: u64) -> Vec<String> {
     rec.seen()
@@ -570,12 +576,7 @@ async fn a_replayed_event_runs_under_the_version_in_force_when_it_arrived_or_a_p
     assert_eq!(status, 200);
 
     // Replayed as of its arrival: v1, although v2 is active now.
-    let (status, v) = rt
-        .post(
-            &format!("/api/v1/events/{old}/replay?binding=audit"),
-            json!({}),
-        )
-        .await;
+    let (status, v) = replay(&rt, &old, "?binding=audit").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["replayed"][0]["version"], "audit@v1", "{v}");
     assert_eq!(v["notes"], json!([]));
@@ -583,20 +584,13 @@ async fn a_replayed_event_runs_under_the_version_in_force_when_it_arrived_or_a_p
     assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1"]);
 
     // Pinned to v2.
-    let (status, v) = rt
-        .post(
-            &format!("/api/v1/events/{old}/replay?binding=audit&version=2"),
-            json!({}),
-        )
-        .await;
+    let (status, v) = replay(&rt, &old, "?binding=audit&version=2").await;
     assert_eq!(status, 200, "{v}");
     eventually("the pinned replay", || async { rec.count() == 3 }).await;
     assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1", "audit@v2"]);
 
     // Without ?binding=, every binding whose version then took the event.
-    let (status, v) = rt
-        .post(&format!("/api/v1/events/{old}/replay"), json!({}))
-        .await;
+    let (status, v) = replay(&rt, &old, "").await;
     assert_eq!(
         (status, v["replayed"][0]["version"].as_str()),
         (200, Some("audit@v1")),
@@ -606,12 +600,7 @@ async fn a_replayed_event_runs_under_the_version_in_force_when_it_arrived_or_a_p
 
     let (status, v) = rt.post("/api/v1/events/evt_nope/replay", json!({})).await;
     assert_eq!(status, 404, "{v}");
-    let (status, v) = rt
-        .post(
-            &format!("/api/v1/events/{old}/replay?binding=audit&version=9"),
-            json!({}),
-        )
-        .await;
+    let (status, v) = replay(&rt, &old, "?binding=audit&version=9").await;
     assert_eq!(status, 404, "{v}");
     rt.stop().await;
 }
@@ -626,12 +615,7 @@ async fn a_replay_whose_version_was_collected_falls_back_to_the_live_one_and_say
         reload_to(&rt, n).await;
     }
     // v1 left memory (v2 and v3 are the newest terminated ones).
-    let (status, v) = rt
-        .post(
-            &format!("/api/v1/events/{old}/replay?binding=audit"),
-            json!({}),
-        )
-        .await;
+    let (status, v) = replay(&rt, &old, "?binding=audit").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["replayed"][0]["version"], "audit@v4", "{v}");
     let note = v["notes"][0].as_str().unwrap();
