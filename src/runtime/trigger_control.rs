@@ -130,7 +130,7 @@ impl TriggerControl {
             unknown_version: Arc::default(),
         };
         control
-            .change(|l, now| l.reload(manifest.clone(), now))
+            .change(|l, now| l.start(manifest.clone(), now))
             .await?;
         control.strand().await;
         Ok(control)

@@ -346,8 +346,24 @@ impl Lifecycle {
         manifest: Vec<Binding>,
         now_ms: i64,
     ) -> Result<LifecycleCommit> {
+        self.apply_manifest(manifest, now_ms, false)
+    }
+
+    /// [`Lifecycle::reload`] at start: here the file wins over a dynamic binding of the
+    /// same id (which drains), since refusing would leave a runtime that cannot start
+    /// and so cannot deregister it.
+    pub(crate) fn start(&mut self, manifest: Vec<Binding>, now_ms: i64) -> Result<LifecycleCommit> {
+        self.apply_manifest(manifest, now_ms, true)
+    }
+
+    fn apply_manifest(
+        &mut self,
+        manifest: Vec<Binding>,
+        now_ms: i64,
+        file_wins: bool,
+    ) -> Result<LifecycleCommit> {
         let ids: HashSet<&str> = manifest.iter().map(|b| b.id.as_str()).collect();
-        for b in &manifest {
+        for b in manifest.iter().filter(|_| !file_wins) {
             if let Some(v) = self.entries.get(&b.id).and_then(Entry::active) {
                 if v.record.origin == Origin::Dynamic {
                     return Err(Error::Config(format!(

@@ -399,3 +399,24 @@ fn draining_on_its_own_ends_in_terminated() {
     assert_eq!(events(&c), ["a@v1 terminated"]);
     assert!(l.drain("a", T0 + 2).is_err());
 }
+
+#[test]
+fn at_start_the_file_takes_over_a_dynamic_binding_of_the_same_id() {
+    let mut l = started(vec![binding("m", None)]);
+    l.register(binding("d", None), false, T0 + 1).unwrap();
+    let e = l
+        .reload(vec![binding("m", None), binding("d", Some("true"))], T0 + 2)
+        .unwrap_err();
+    assert!(e.to_string().contains("dynamic"), "{e}");
+    let c = l
+        .start(vec![binding("m", None), binding("d", Some("true"))], T0 + 3)
+        .unwrap();
+    assert_eq!(
+        events(&c),
+        ["d@v1 draining", "d@v2 registering", "d@v2 active"]
+    );
+    assert_eq!(
+        l.view().iter().find(|b| b.id == "d").unwrap().origin,
+        Origin::Manifest
+    );
+}
