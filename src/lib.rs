@@ -133,7 +133,7 @@ pub use runtime::config::{ResolvedConfig, RuntimeConfig};
 #[cfg(feature = "runtime")]
 pub use runtime::ops::{EnqueueRequest, Enqueued};
 #[cfg(feature = "runtime")]
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{ReloadHandle, Runtime, RuntimeBuilder};
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
 pub use triggers::{SignatureStatus, TriggerEvent};

@@ -75,6 +75,25 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
+/// Reloads a running [`Runtime`]'s `[[triggers]]` from its configuration file; see
+/// [`Runtime::reload_handle`].
+#[derive(Clone)]
+pub struct ReloadHandle(Arc<TriggerControl>);
+
+impl std::fmt::Debug for ReloadHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadHandle").finish_non_exhaustive()
+    }
+}
+
+impl ReloadHandle {
+    /// As [`Runtime::reload`]: how many lifecycle transitions the reload wrote (0:
+    /// nothing changed); an invalid file changes nothing and the error says why.
+    pub async fn reload(&self) -> Result<usize> {
+        Ok(self.0.reload().await?.entries.len())
+    }
+}
+
 /// Builds a [`Runtime`] with connectors of its own: `local` handlers deliver to a
 /// [`BaseConnector`] registered here by name, in this process, without a gateway.
 pub struct RuntimeBuilder {
@@ -394,7 +413,14 @@ impl Runtime {
     /// invalid file changes nothing and the error says why. Returns how many lifecycle
     /// transitions it wrote (0: nothing changed).
     pub async fn reload(&self) -> Result<usize> {
-        Ok(self.control.reload().await?.entries.len())
+        self.reload_handle().reload().await
+    }
+
+    /// A handle that reloads the configuration's `[[triggers]]` (as
+    /// [`Runtime::reload`]) from any task, e.g. a SIGHUP handler, without holding the
+    /// runtime. Cloneable and cheap.
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle(self.control.clone())
     }
 
     /// A handle that stops the runtime (e.g. from a signal handler): [`Runtime::wait`]
@@ -402,13 +428,6 @@ impl Runtime {
     /// hold one.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         ShutdownHandle::new(self.cancel.clone())
-    }
-
-    /// Resolves once a [`Runtime::shutdown_handle`] fired, without shutting down:
-    /// for an owner that shares the runtime (behind an `Arc`) and calls
-    /// [`Runtime::shutdown`] itself afterwards.
-    pub async fn stopped(&self) {
-        self.cancel.cancelled().await;
     }
 
     /// Runs until a [`Runtime::shutdown_handle`] fires, then shuts down.

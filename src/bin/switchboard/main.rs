@@ -208,35 +208,25 @@ async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         stop.shutdown();
     });
-    let runtime = std::sync::Arc::new(runtime);
-    reload_on_sighup(runtime.clone());
+    reload_on_sighup(runtime.reload_handle());
     eprintln!(
         "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); Ctrl-C to stop",
         runtime.local_addr()
     );
-    runtime.stopped().await;
-    match std::sync::Arc::try_unwrap(runtime) {
-        Ok(runtime) => runtime.shutdown().await,
-        Err(_) => Ok(()),
-    }
+    runtime.wait().await
 }
 
 /// SIGHUP reloads the configuration file's `[[triggers]]`, as
 /// `POST /api/v1/triggers/reload` does; the outcome is logged.
 #[cfg(all(feature = "runtime", unix))]
-fn reload_on_sighup(runtime: std::sync::Arc<switchboard::Runtime>) {
+fn reload_on_sighup(reload: switchboard::ReloadHandle) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
         eprintln!("cannot listen for SIGHUP; reload with POST /api/v1/triggers/reload instead");
         return;
     };
-    let weak = std::sync::Arc::downgrade(&runtime);
-    drop(runtime);
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            let Some(runtime) = weak.upgrade() else {
-                return;
-            };
-            match runtime.reload().await {
+            match reload.reload().await {
                 Ok(0) => eprintln!("SIGHUP: configuration reloaded; no binding changed"),
                 Ok(n) => eprintln!("SIGHUP: configuration reloaded; {n} lifecycle transition(s)"),
                 Err(e) => eprintln!("SIGHUP: reload refused, nothing changed: {e}"),
@@ -246,4 +236,4 @@ fn reload_on_sighup(runtime: std::sync::Arc<switchboard::Runtime>) {
 }
 
 #[cfg(all(feature = "runtime", not(unix)))]
-fn reload_on_sighup(_: std::sync::Arc<switchboard::Runtime>) {}
+fn reload_on_sighup(_: switchboard::ReloadHandle) {}
