@@ -314,12 +314,16 @@ impl TriggerControl {
         if draining.is_empty() {
             return Ok(());
         }
-        let outstanding: HashMap<(String, String), u64> = self
-            .store
-            .with_rows(&draining)
-            .await?
+        let with_rows: HashSet<(String, String)> =
+            self.store.with_rows(&draining).await?.into_iter().collect();
+        // Every version asked about gets an answer (0 or 1); one that began draining
+        // since is absent and stays as it is.
+        let outstanding: HashMap<(String, String), u64> = draining
             .into_iter()
-            .map(|version| (version, 1))
+            .map(|v| {
+                let left = u64::from(with_rows.contains(&v));
+                (v, left)
+            })
             .collect();
         self.change(|l, now| Ok(l.observe(&outstanding, now)))
             .await

@@ -506,9 +506,10 @@ impl Lifecycle {
         Ok(commit)
     }
 
-    /// Feeds what the store holds: outbox rows per (binding id, fingerprint). Every
-    /// draining version with none left, draining for at least [`DRAIN_SETTLE_MS`], is
-    /// terminated; then old terminated versions leave memory.
+    /// Feeds what the store holds: outbox rows per (binding id, fingerprint) of the
+    /// versions it was asked about. Every such draining version with none left,
+    /// draining for at least [`DRAIN_SETTLE_MS`], is terminated (one not in the map is
+    /// left draining); then old terminated versions leave memory.
     pub(crate) fn observe(
         &mut self,
         outstanding: &HashMap<(String, String), u64>,
@@ -518,12 +519,11 @@ impl Lifecycle {
         let process = self.process.clone();
         for (id, e) in &mut self.entries {
             for v in e.versions.values_mut() {
-                let left = outstanding
-                    .get(&(id.clone(), v.record.fingerprint.clone()))
-                    .copied()
-                    .unwrap_or(0);
+                // A version the store was not asked about (it began draining, in
+                // another process, after the question) is left as it is.
+                let left = outstanding.get(&(id.clone(), v.record.fingerprint.clone()));
                 if v.record.state == VersionState::Draining
-                    && left == 0
+                    && left == Some(&0)
                     && now_ms - v.record.updated_at_ms >= DRAIN_SETTLE_MS
                 {
                     transition(

@@ -38,8 +38,17 @@ fn states(l: &Lifecycle, id: &str) -> Vec<(u32, VersionState)> {
         .unwrap_or_default()
 }
 
-fn no_rows() -> HashMap<(String, String), u64> {
-    HashMap::new()
+/// The store's answer when no draining version of `l` has a row left.
+fn none_left(l: &Lifecycle) -> HashMap<(String, String), u64> {
+    l.versions()
+        .filter(|v| v.record.state == VersionState::Draining)
+        .map(|v| {
+            (
+                (v.record.binding_id.clone(), v.record.fingerprint.clone()),
+                0,
+            )
+        })
+        .collect()
 }
 
 fn rows(id: &str, fp: &str, n: u64) -> HashMap<(String, String), u64> {
@@ -137,9 +146,9 @@ fn a_draining_version_terminates_once_nothing_is_left_and_the_settle_time_passed
     l.reload(vec![binding("a", Some("true"))], T0 + 10).unwrap();
     let c = l.observe(&rows("a", &fp1, 3), T0 + 10_000);
     assert!(c.is_empty(), "rows left: {c:?}");
-    let c = l.observe(&no_rows(), T0 + 10 + DRAIN_SETTLE_MS - 1);
+    let c = l.observe(&none_left(&l), T0 + 10 + DRAIN_SETTLE_MS - 1);
     assert!(c.is_empty(), "too early: {c:?}");
-    let c = l.observe(&no_rows(), T0 + 10 + DRAIN_SETTLE_MS);
+    let c = l.observe(&none_left(&l), T0 + 10 + DRAIN_SETTLE_MS);
     assert_eq!(events(&c), ["a@v1 terminated"]);
     assert_eq!(c.entries[0].reason, "nothing left to drain");
     assert_eq!(
@@ -235,7 +244,7 @@ fn only_the_newest_two_terminated_versions_stay_in_memory_and_numbers_are_never_
         let now = T0 + i * 10_000;
         l.reload(vec![binding("a", Some(&format!("{i} == {i}")))], now)
             .unwrap();
-        l.observe(&no_rows(), now + DRAIN_SETTLE_MS);
+        l.observe(&none_left(&l), now + DRAIN_SETTLE_MS);
     }
     assert_eq!(
         states(&l, "a"),
@@ -260,14 +269,14 @@ fn a_pinned_version_survives_collection() {
     let mut l = started(vec![binding("a", Some("0 == 0"))]);
     l.reload(vec![binding("a", Some("1 == 1"))], T0 + 10_000)
         .unwrap();
-    l.observe(&no_rows(), T0 + 20_000);
+    l.observe(&none_left(&l), T0 + 20_000);
     let c = l.set_pinned("a", 1, true, T0 + 20_001).unwrap();
     assert!(c.versions[0].pinned);
     for i in 2..=4 {
         let now = T0 + i * 100_000;
         l.reload(vec![binding("a", Some(&format!("{i} == {i}")))], now)
             .unwrap();
-        l.observe(&no_rows(), now + DRAIN_SETTLE_MS);
+        l.observe(&none_left(&l), now + DRAIN_SETTLE_MS);
     }
     let kept: Vec<u32> = states(&l, "a").into_iter().map(|(n, _)| n).collect();
     // v2 went: terminated and older than v3 and v4; v1 is pinned.
@@ -281,7 +290,7 @@ fn as_of_finds_the_version_active_at_an_instant_and_says_when_it_was_collected()
         let now = T0 + i * 10_000;
         l.reload(vec![binding("a", Some(&format!("{i} == {i}")))], now)
             .unwrap();
-        l.observe(&no_rows(), now + DRAIN_SETTLE_MS);
+        l.observe(&none_left(&l), now + DRAIN_SETTLE_MS);
     }
     // v4 was active from T0+30 000 to T0+40 000; v1 from T0 to T0+10 000 (collected).
     assert_eq!(l.as_of("a", T0 + 35_000), AsOf::Version(4));
@@ -395,7 +404,7 @@ fn draining_on_its_own_ends_in_terminated() {
     let mut l = started(vec![binding("a", None)]);
     let c = l.drain("a", T0 + 1).unwrap();
     assert_eq!(events(&c), ["a@v1 draining"]);
-    let c = l.observe(&no_rows(), T0 + 1 + DRAIN_SETTLE_MS);
+    let c = l.observe(&none_left(&l), T0 + 1 + DRAIN_SETTLE_MS);
     assert_eq!(events(&c), ["a@v1 terminated"]);
     assert!(l.drain("a", T0 + 2).is_err());
 }
@@ -419,4 +428,19 @@ fn at_start_the_file_takes_over_a_dynamic_binding_of_the_same_id() {
         l.view().iter().find(|b| b.id == "d").unwrap().origin,
         Origin::Manifest
     );
+}
+
+#[test]
+fn a_version_the_store_was_not_asked_about_keeps_draining() {
+    let mut l = started(vec![binding("a", None), binding("b", None)]);
+    l.reload(
+        vec![binding("a", Some("true")), binding("b", Some("true"))],
+        T0 + 1,
+    )
+    .unwrap();
+    // Only a@v1 was asked about (b@v1 began draining after the question).
+    let asked = rows("a", &binding("a", None).fingerprint, 0);
+    let c = l.observe(&asked, T0 + 1 + DRAIN_SETTLE_MS);
+    assert_eq!(events(&c), ["a@v1 terminated"]);
+    assert_eq!(states(&l, "b")[0], (1, VersionState::Draining));
 }
