@@ -673,3 +673,50 @@ async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
     assert_eq!(runs_of(&flaky, 1), ["flaky@v1", "flaky@v1", "flaky@v2"]);
     rt.stop().await;
 }
+
+#[tokio::test]
+async fn a_pinned_version_stays_resolvable_for_replays_after_it_would_have_been_collected() {
+    let rec = Recorder::default();
+    let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
+    let old = rt.enqueue("audit", json!({"n": 1})).await;
+    eventually("the first delivery", || async { rec.count() == 1 }).await;
+    reload_to(&rt, 2).await;
+    let (status, v) = rt
+        .post("/api/v1/triggers/audit/versions/1/pin", json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["version"].as_str(), v["pinned"].as_bool()),
+        (Some("audit@v1"), Some(true))
+    );
+    for n in 3..=5 {
+        reload_to(&rt, n).await;
+    }
+    // v1 is older than the two newest terminated versions (v3, v4), and pinned: kept.
+    let t = rt.trigger("audit").await;
+    let kept: Vec<u64> = t["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept, [1, 3, 4, 5], "{t}");
+    assert_eq!(t["versions"][0]["pinned"], true, "{t}");
+    let (status, v) = replay(&rt, &old, "?binding=audit").await;
+    assert_eq!(
+        (status, v["replayed"][0]["version"].as_str()),
+        (200, Some("audit@v1")),
+        "{v}"
+    );
+    assert_eq!(v["notes"], json!([]));
+    eventually("the replay under v1", || async { rec.count() == 2 }).await;
+    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1"]);
+    let (status, _) = rt
+        .post("/api/v1/triggers/audit/versions/2/pin", json!({}))
+        .await;
+    assert_eq!(
+        status, 404,
+        "v2 has left memory: it can no longer be pinned"
+    );
+    rt.stop().await;
+}

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::ops::{DeliverOps, OpError};
 use crate::triggers::config::TriggerConfig;
+use crate::triggers::lifecycle::label;
 use crate::triggers::versions::LifecycleCommit;
 
 /// Most lifecycle log entries one history page holds.
@@ -62,9 +63,11 @@ impl DeliverOps {
         Ok(changes(self.control.set_paused(id, paused).await?))
     }
 
-    /// Pins (`true`) or unpins a version, so replays can resolve it however old.
+    /// Pins (`true`) or unpins a version, so replays can resolve it however old. A pin
+    /// is kept on the version's record, not in the lifecycle log (it changes no state).
     pub async fn set_pinned(&self, id: &str, version: u32, pinned: bool) -> Result<Value, OpError> {
-        Ok(changes(self.control.set_pinned(id, version, pinned).await?))
+        self.control.set_pinned(id, version, pinned).await?;
+        Ok(json!({ "version": label(id, version), "pinned": pinned }))
     }
 
     /// A binding's lifecycle log, oldest first; `next` is the cursor of the next page.
