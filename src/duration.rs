@@ -33,6 +33,20 @@ impl DurationSetting {
     }
 }
 
+impl DurationSetting {
+    /// `d` as a setting in whole milliseconds (`"1500ms"`): how stored definitions
+    /// write durations, so they resolve to the same value again.
+    pub(crate) fn millis(d: Duration) -> DurationSetting {
+        DurationSetting::Text(format!("{}ms", d.as_millis()))
+    }
+}
+
+/// Serialises a duration as whole milliseconds (`#[serde(serialize_with)]`), the unit
+/// the admin API and fingerprints use.
+pub(crate) fn serialize_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
 /// `setting`'s duration, or `default` when the option is not given. `Err` is the
 /// reason, for the caller to prefix with the option: a malformed value, or zero where
 /// `positive` is asked for (a timeout or a lease of zero would never let anything run).

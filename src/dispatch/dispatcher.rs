@@ -351,9 +351,12 @@ impl Inner {
     }
 
     /// The earliest instant a full start window among `bindings` has room again.
-    fn next_throttle_room(&self, bindings: &[Arc<Binding>], now_ms: i64) -> Option<i64> {
+    fn next_throttle_room<'a>(
+        &self,
+        bindings: impl Iterator<Item = &'a Arc<Binding>>,
+        now_ms: i64,
+    ) -> Option<i64> {
         bindings
-            .iter()
             .filter_map(|b| self.with_window(b, |w| w.next_room_at(now_ms)))
             .filter(|&at| at > now_ms)
             .min()
@@ -475,8 +478,7 @@ async fn claim_loop(
         }
         let poll = inner.options.poll_interval;
         let now = inner.clock.now_ms();
-        let throttled: Vec<Arc<Binding>> = current.claimable().cloned().collect();
-        let room_at = inner.next_throttle_room(&throttled, now);
+        let room_at = inner.next_throttle_room(current.claimable(), now);
         let until = match inner.store.next_due_ms(&served).await {
             Ok(Some(due)) if due > now => inner
                 .clock

@@ -37,19 +37,15 @@ pub struct RetryPolicy {
     /// How the delay grows.
     pub backoff: RetryCurve,
     /// The first delay.
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::duration::serialize_ms")]
     pub base: Duration,
     /// No delay exceeds it (before jitter).
-    #[serde(serialize_with = "ms")]
+    #[serde(serialize_with = "crate::duration::serialize_ms")]
     pub cap: Duration,
     /// Spread as a fraction of the delay, in `[0, 1]`: the delay is drawn uniformly from
     /// `delay × (1 ± jitter)`, so rows that failed together (a handler that was down)
     /// do not all come back in the same millisecond.
     pub jitter: f64,
-}
-
-fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
 }
 
 /// Default attempts: 5 (the first and four retries).

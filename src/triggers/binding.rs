@@ -98,7 +98,7 @@ pub struct Binding {
     /// Attempts in flight at once, in this process.
     pub max_concurrent: usize,
     /// How long one attempt may take.
-    #[serde(serialize_with = "duration_ms")]
+    #[serde(serialize_with = "crate::duration::serialize_ms")]
     pub timeout: Duration,
     /// Whether (and for which bindings) it handles dead letters. A dead-letter handler
     /// binding takes no events from ingest, only dead letters.
@@ -121,10 +121,6 @@ pub struct Binding {
     /// Its version number (`id@vN`), given when the runtime records the version; 0 for
     /// a binding built outside one. Not part of the definition.
     pub version: u32,
-}
-
-fn duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
 }
 
 impl Binding {

@@ -265,7 +265,7 @@ impl TriggerConfig {
     /// definition. Durations are written in milliseconds and every default spelled
     /// out, so [`rebuild`] gives a binding with the same fingerprint.
     pub(crate) fn of(binding: &Binding) -> TriggerConfig {
-        let ms = |d: Duration| Some(DurationSetting::Text(format!("{}ms", d.as_millis())));
+        let ms = |d: Duration| Some(DurationSetting::millis(d));
         let expr = |e: &Option<Expression>| e.as_ref().map(|e| e.source().to_owned());
         let mut handler = HandlerConfig {
             invoke: None,
@@ -323,7 +323,7 @@ impl TriggerConfig {
             dedupe_retention: binding
                 .dedupe
                 .as_ref()
-                .map(|d| flow::ms_setting(d.retention)),
+                .map(|d| DurationSetting::millis(d.retention)),
             throttle: binding.throttle.as_ref().map(ThrottleConfig::of),
             breaker: binding.breaker.as_ref().map(BreakerConfig::of),
         }

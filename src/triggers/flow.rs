@@ -4,8 +4,9 @@
 //!
 //! The first three shape what ingest enqueues and the order claims take it in; the
 //! store applies them in the transaction that writes the rows (`store::sqlite::schema`
-//! says how). `throttle` and `breaker` shape how the dispatcher starts attempts; they
-//! are parsed, checked and fingerprinted here, and acted on by the dispatcher.
+//! says how). `throttle` shapes how the dispatcher starts attempts
+//! (`dispatch::throttle`), `breaker` which bindings ingest evaluates
+//! (`webhooks::breaker`); both are parsed, checked and fingerprinted here.
 //!
 //! Each option is absent from a binding's fingerprint while unset (or, for
 //! `priority`, 0), so a binding that sets none of them keeps the fingerprint it had
@@ -34,7 +35,7 @@ pub struct Debounce {
     /// not debounced).
     pub key: Expression,
     /// How long a row waits for a later one of its key to supersede it.
-    #[serde(rename = "window_ms", serialize_with = "duration_ms")]
+    #[serde(rename = "window_ms", serialize_with = "crate::duration::serialize_ms")]
     pub window: Duration,
 }
 
@@ -46,7 +47,10 @@ pub struct DedupeRule {
     /// A CEL expression over the event giving its dedupe key (`null` = not deduplicated).
     pub key: Expression,
     /// How long a key is remembered.
-    #[serde(rename = "retention_ms", serialize_with = "duration_ms")]
+    #[serde(
+        rename = "retention_ms",
+        serialize_with = "crate::duration::serialize_ms"
+    )]
     pub retention: Duration,
 }
 
@@ -59,7 +63,7 @@ pub struct Throttle {
     /// Attempts that may start in one period (at least 1).
     pub starts: u32,
     /// The period (positive).
-    #[serde(rename = "per_ms", serialize_with = "duration_ms")]
+    #[serde(rename = "per_ms", serialize_with = "crate::duration::serialize_ms")]
     pub per: Duration,
 }
 
@@ -72,12 +76,11 @@ pub struct Breaker {
     /// Consecutive failures that open the breaker (at least 1).
     pub errors: u32,
     /// How long it stays open (positive).
-    #[serde(rename = "cool_off_ms", serialize_with = "duration_ms")]
+    #[serde(
+        rename = "cool_off_ms",
+        serialize_with = "crate::duration::serialize_ms"
+    )]
     pub cool_off: Duration,
-}
-
-fn duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(d.as_millis() as u64)
 }
 
 /// `debounce = { key = '…', window = "5s" }` as written.
@@ -111,11 +114,6 @@ pub struct BreakerConfig {
     pub errors: Option<i64>,
     /// How long it stays open (required, positive).
     pub cool_off: Option<DurationSetting>,
-}
-
-/// A duration as the stored definition writes it: in milliseconds.
-pub(crate) fn ms_setting(d: Duration) -> DurationSetting {
-    DurationSetting::Text(format!("{}ms", d.as_millis()))
 }
 
 /// A required, positive duration `name` of an option table.
@@ -169,7 +167,7 @@ impl DebounceConfig {
     pub(crate) fn of(d: &Debounce) -> DebounceConfig {
         DebounceConfig {
             key: Some(d.key.source().to_owned()),
-            window: Some(ms_setting(d.window)),
+            window: Some(DurationSetting::millis(d.window)),
         }
     }
 }
@@ -187,7 +185,7 @@ impl ThrottleConfig {
     pub(crate) fn of(t: &Throttle) -> ThrottleConfig {
         ThrottleConfig {
             starts: Some(t.starts.into()),
-            per: Some(ms_setting(t.per)),
+            per: Some(DurationSetting::millis(t.per)),
         }
     }
 }
@@ -205,7 +203,7 @@ impl BreakerConfig {
     pub(crate) fn of(b: &Breaker) -> BreakerConfig {
         BreakerConfig {
             errors: Some(b.errors.into()),
-            cool_off: Some(ms_setting(b.cool_off)),
+            cool_off: Some(DurationSetting::millis(b.cool_off)),
         }
     }
 }
