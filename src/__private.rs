@@ -13,7 +13,8 @@ pub use crate::clock::now_ms;
 #[cfg(feature = "runtime")]
 pub mod store {
     pub use crate::store::{
-        now_ms, open_backend, redact_url, Appended, Backend, EventQuery, Store, StoreOptions, Write,
+        now_ms, open_backend, redact_url, Appended, Backend, EventQuery, GroupAppend, StateWrite,
+        Store, StoreOptions, Write,
     };
 
     /// An append of `event` with `enqueue`, its body prepared uncompressed, for tests

@@ -14,6 +14,8 @@ mod support;
 mod fixture;
 #[path = "outbox/flow.rs"]
 mod flow;
+#[path = "outbox/group.rs"]
+mod group;
 
 use std::collections::HashSet;
 

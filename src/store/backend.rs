@@ -47,6 +47,21 @@ pub enum Write {
     },
     /// Record a refused delivery in the audit table.
     Reject(Rejected),
+    /// Write (`Some`) or delete (`None`) a per-source state value in the batch's
+    /// transaction: a poll source's cursor commits with the events it read, so a crash
+    /// between the two can neither skip a page nor store its events twice.
+    PutState(StateWrite),
+}
+
+/// One per-source state value written with a batch ([`Write::PutState`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateWrite {
+    /// The source it belongs to.
+    pub source: String,
+    /// The key, unique per source.
+    pub key: String,
+    /// The new value, or `None` to delete it.
+    pub value: Option<String>,
 }
 
 /// What an append write did.
@@ -123,7 +138,9 @@ pub trait Backend: OutboxStore + VersionStore + Send + Sync + 'static {
     }
 
     /// Applies `writes` in ONE transaction, evaluating claims against `now_ms`, and
-    /// returns one result per write in order (`None` for a rejected write). An error
+    /// returns one result per write in order (`None` for an audit row or a state
+    /// write). Two appends of one batch with the same `(source, dedupe_key)`: the first
+    /// claims, the second is its duplicate. An error
     /// means nothing of the batch was stored.
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>>;
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::backend::{Appended, Backend, Rejected, Write};
+use super::backend::{Appended, Backend, Rejected, StateWrite, Write};
 use super::body_codec::{BodyCompression, Prepared};
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
@@ -53,11 +53,38 @@ pub(crate) const DEFAULT_QUEUE_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// claim and is answered as a duplicate, so nothing is lost or doubled.
 pub(crate) const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 
+/// One caller's writes: never split over two transactions.
 struct Job {
-    write: Write,
-    reply: Option<oneshot::Sender<Result<Appended>>>,
-    /// [`write_bytes`] of `write`, held against the byte bound until it commits.
+    writes: Writes,
+    reply: Reply,
+    /// [`write_bytes`] of the writes, held against the byte bound until they commit.
     bytes: usize,
+}
+
+/// A job's writes. One write (a webhook's append, an audit row) is the hot path and
+/// costs no vector of its own.
+enum Writes {
+    One(Write),
+    Group(Vec<Write>),
+}
+
+impl Writes {
+    fn len(&self) -> usize {
+        match self {
+            Writes::One(_) => 1,
+            Writes::Group(w) => w.len(),
+        }
+    }
+}
+
+/// Who waits for a job's outcome.
+enum Reply {
+    /// Nobody (an audit row).
+    None,
+    /// One append's caller.
+    One(oneshot::Sender<Result<Appended>>),
+    /// A group's caller: one entry per write (`None` for a state write).
+    Group(oneshot::Sender<Result<Vec<Option<Appended>>>>),
 }
 
 /// The write queue: what every clone of a [`Store`] and its writer task share (the
@@ -180,28 +207,56 @@ impl Store {
     /// work in parallel rather than in the one writer ([`super::body_codec`]).
     pub async fn append_enqueue(
         &self,
-        mut event: TriggerEvent,
+        event: TriggerEvent,
         claim_expires_at_ms: i64,
         enqueue: Vec<Enqueue>,
     ) -> Result<Appended> {
         let (reply, rx) = oneshot::channel();
+        let write = self.append_write(event, claim_expires_at_ms, enqueue);
+        self.queue
+            .enqueue(Job::new(Writes::One(write), Reply::One(reply)))?;
+        committed(rx).await
+    }
+
+    /// Appends every event of `appends` (each with its claim and outbox rows, as
+    /// [`Store::append_enqueue`] does) and writes `state`, all in ONE transaction:
+    /// either all of it is durable or none of it. What a batch of events from one
+    /// delivery, or a poll's page with its new cursor, needs. Two events with the
+    /// same dedupe key: the second is the first's duplicate. Returns one [`Appended`]
+    /// per event, in order.
+    pub async fn append_group(
+        &self,
+        appends: Vec<GroupAppend>,
+        state: Option<StateWrite>,
+    ) -> Result<Vec<Appended>> {
+        let events = appends.len();
+        let mut writes = Vec::with_capacity(events + usize::from(state.is_some()));
+        for a in appends {
+            writes.push(self.append_write(a.event, a.claim_expires_at_ms, a.enqueue));
+        }
+        writes.extend(state.map(Write::PutState));
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.queue
+            .enqueue(Job::new(Writes::Group(writes), Reply::Group(reply)))?;
+        let outcomes = committed(rx).await?;
+        Ok(outcomes.into_iter().take(events).flatten().collect())
+    }
+
+    fn append_write(
+        &self,
+        mut event: TriggerEvent,
+        claim_expires_at_ms: i64,
+        enqueue: Vec<Enqueue>,
+    ) -> Write {
         let prepared = Prepared::take(&mut event, self.queue.compression);
-        let job = Job::new(
-            Write::Append {
-                event: Box::new(event),
-                claim_expires_at_ms,
-                enqueue,
-                prepared,
-            },
-            Some(reply),
-        );
-        self.queue.enqueue(job)?;
-        match tokio::time::timeout(WRITE_DEADLINE, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(Error::Shutdown),
-            Err(_) => Err(Error::Store(format!(
-                "write not committed within {WRITE_DEADLINE:?}"
-            ))),
+        Write::Append {
+            event: Box::new(event),
+            claim_expires_at_ms,
+            enqueue,
+            prepared,
         }
     }
 
@@ -209,7 +264,7 @@ impl Store {
     /// the queue is full (by count or bytes) the row is dropped and counted (the
     /// per-reason counters still count every rejection).
     pub fn reject(&self, rejected: Rejected) {
-        let job = Job::new(Write::Reject(rejected), None);
+        let job = Job::new(Writes::One(Write::Reject(rejected)), Reply::None);
         if self.queue.enqueue(job).is_err() {
             self.queue.dropped_audit.fetch_add(1, Ordering::Relaxed);
         }
@@ -225,11 +280,37 @@ impl Store {
     }
 }
 
+/// One event of [`Store::append_group`].
+#[derive(Debug)]
+pub struct GroupAppend {
+    /// The event.
+    pub event: TriggerEvent,
+    /// When its dedupe claim stops deduplicating (unix ms).
+    pub claim_expires_at_ms: i64,
+    /// Its outbox rows, created only if the event is new.
+    pub enqueue: Vec<Enqueue>,
+}
+
+/// Waits for a job's outcome, at most [`WRITE_DEADLINE`].
+async fn committed<T>(rx: oneshot::Receiver<Result<T>>) -> Result<T> {
+    match tokio::time::timeout(WRITE_DEADLINE, rx).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::Shutdown),
+        Err(_) => Err(Error::Store(format!(
+            "write not committed within {WRITE_DEADLINE:?}"
+        ))),
+    }
+}
+
 impl Job {
-    fn new(write: Write, reply: Option<oneshot::Sender<Result<Appended>>>) -> Job {
+    fn new(writes: Writes, reply: Reply) -> Job {
+        let bytes = match &writes {
+            Writes::One(w) => write_bytes(w),
+            Writes::Group(ws) => ws.iter().map(write_bytes).sum(),
+        };
         Job {
-            bytes: write_bytes(&write),
-            write,
+            bytes,
+            writes,
             reply,
         }
     }
@@ -242,6 +323,7 @@ fn write_bytes(write: &Write) -> usize {
     match write {
         Write::Append { prepared, .. } => prepared.body.len() + prepared.headers_json.len(),
         Write::Reject(r) => r.headers_json.len() + r.detail.len(),
+        Write::PutState(w) => w.value.as_ref().map_or(0, String::len),
     }
 }
 
@@ -278,13 +360,14 @@ fn split_point(jobs: &[Job]) -> usize {
 async fn commit(queue: &std::sync::Weak<WriteQueue>, backend: &dyn Backend, jobs: Vec<Job>) {
     let mut replies = Vec::with_capacity(jobs.len());
     let held: usize = jobs.iter().map(|j| j.bytes).sum();
-    let writes: Vec<Write> = jobs
-        .into_iter()
-        .map(|j| {
-            replies.push(j.reply);
-            j.write
-        })
-        .collect();
+    let mut writes: Vec<Write> = Vec::with_capacity(jobs.iter().map(|j| j.writes.len()).sum());
+    for job in jobs {
+        replies.push((job.reply, job.writes.len()));
+        match job.writes {
+            Writes::One(w) => writes.push(w),
+            Writes::Group(ws) => writes.extend(ws),
+        }
+    }
     let count = writes.len() as u64;
     let result = backend.write_batch(writes, crate::clock::now_ms()).await;
     if let Some(s) = queue.upgrade() {
@@ -294,9 +377,18 @@ async fn commit(queue: &std::sync::Weak<WriteQueue>, backend: &dyn Backend, jobs
     }
     match result {
         Ok(outcomes) => {
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                if let (Some(reply), Some(o)) = (reply, outcome) {
-                    let _ = reply.send(Ok(o));
+            let mut outcomes = outcomes.into_iter();
+            for (reply, n) in replies {
+                match reply {
+                    Reply::None => drop(outcomes.by_ref().nth(n - 1)),
+                    Reply::One(tx) => {
+                        if let Some(Some(o)) = outcomes.next() {
+                            let _ = tx.send(Ok(o));
+                        }
+                    }
+                    Reply::Group(tx) => {
+                        let _ = tx.send(Ok(outcomes.by_ref().take(n).collect()));
+                    }
                 }
             }
         }
@@ -306,8 +398,13 @@ async fn commit(queue: &std::sync::Weak<WriteQueue>, backend: &dyn Backend, jobs
                 Error::Store(text) => text,
                 other => other.to_string(),
             };
-            for reply in replies.into_iter().flatten() {
-                let _ = reply.send(Err(Error::Store(text.clone())));
+            for (reply, _) in replies {
+                let failed = Error::Store(text.clone());
+                match reply {
+                    Reply::None => {}
+                    Reply::One(tx) => drop(tx.send(Err(failed))),
+                    Reply::Group(tx) => drop(tx.send(Err(failed))),
+                }
             }
         }
     }
@@ -321,13 +418,13 @@ mod tests {
         let mut event = crate::store::testing::event(vec![0; body_len]);
         let prepared = Prepared::take(&mut event, BodyCompression::None);
         Job::new(
-            Write::Append {
+            Writes::One(Write::Append {
                 event: Box::new(event),
                 claim_expires_at_ms: 0,
                 enqueue: Vec::new(),
                 prepared,
-            },
-            None,
+            }),
+            Reply::None,
         )
     }
 

@@ -31,9 +31,9 @@ mod testing;
 mod version_rows;
 
 pub(crate) use backend::Rejected;
-pub use backend::{Appended, Backend, EventQuery, Write};
+pub use backend::{Appended, Backend, EventQuery, StateWrite, Write};
 pub(crate) use group_commit::GroupCommitStats;
-pub use group_commit::Store;
+pub use group_commit::{GroupAppend, Store};
 pub use open::open_backend;
 pub use options::{redact_url, StoreOptions};
 

@@ -93,6 +93,24 @@ impl Fixture {
             .unwrap()
     }
 
+    /// Runs `sql` on the fixture's database over a connection of its own, as an
+    /// operator (or a broken migration) would.
+    pub async fn execute_sql(&self, sql: &str) {
+        match self.url.strip_prefix("sqlite:") {
+            Some(path) => rusqlite::Connection::open(path)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap(),
+            None => {
+                let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                client.batch_execute(sql).await.unwrap();
+            }
+        }
+    }
+
     /// Appends a fresh event (dedupe key `key`) with `rows`; returns what it did.
     pub async fn append(&self, key: &str, rows: Vec<Enqueue>) -> Appended {
         self.append_event(event(key, 1_000), rows).await

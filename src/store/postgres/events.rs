@@ -14,7 +14,9 @@ use super::enqueue::{insert_enqueued, write_flow_row, EnqueueColumns, FLOW_ROW};
 use super::{pg_err, PostgresBackend};
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
-use crate::store::backend::{Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write};
+use crate::store::backend::{
+    Appended, Backend, EventQuery, Rejected, StateWrite, StoredEvent, Swept, Write,
+};
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
 /// One statement per batch: the appends arrive as arrays, a data-modifying CTE claims
@@ -78,6 +80,9 @@ pub(super) const APPEND_BATCH: &str = concat!(
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = $1 AND dedupe_key = $2";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES ($1, $2, $3, $4, $5, $6)";
+const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES ($1, $2, $3)
+    ON CONFLICT (source, key) DO UPDATE SET value = EXCLUDED.value";
+const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = $1 AND key = $2";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, body, signature FROM events
     WHERE ($1::TEXT IS NULL OR source = $1) AND ($2::BIGINT IS NULL OR seq < $2)
@@ -134,6 +139,8 @@ struct Columns<'a> {
     /// (position, position of the first write with the same key).
     repeats: Vec<(usize, usize)>,
     rejections: Vec<&'a Rejected>,
+    /// State values written after the events, in batch order.
+    states: Vec<&'a StateWrite>,
     /// The rows to enqueue with the events, keyed by array position (1-based); empty
     /// when `flow` holds them.
     enqueue: EnqueueColumns<'a>,
@@ -161,10 +168,11 @@ impl<'a> Columns<'a> {
             index: vec![],
             repeats: vec![],
             rejections: vec![],
+            states: vec![],
             enqueue: Default::default(),
             flow: writes.iter().any(|w| match w {
                 Write::Append { enqueue, .. } => enqueue.iter().any(Enqueue::has_flow_control),
-                Write::Reject(_) => false,
+                Write::Reject(_) | Write::PutState(_) => false,
             }),
         };
         let mut first = std::collections::HashMap::new();
@@ -178,6 +186,10 @@ impl<'a> Columns<'a> {
                 } => (event, *claim_expires_at_ms, enqueue, prepared),
                 Write::Reject(r) => {
                     c.rejections.push(r);
+                    continue;
+                }
+                Write::PutState(w) => {
+                    c.states.push(w);
                     continue;
                 }
             };
@@ -331,6 +343,13 @@ impl Backend for PostgresBackend {
                 None => None,
             };
         }
+        for w in &batch.states {
+            match &w.value {
+                Some(v) => tx.execute(PUT_STATE, &[&w.source, &w.key, v]).await,
+                None => tx.execute(DELETE_STATE, &[&w.source, &w.key]).await,
+            }
+            .map_err(pg_err("write state"))?;
+        }
         tx.commit().await.map_err(pg_err("commit"))?;
         Ok(out)
     }
@@ -390,23 +409,8 @@ impl Backend for PostgresBackend {
     async fn put_state(&self, source: &str, key: &str, value: Option<&str>) -> Result<()> {
         let client = self.client().await?;
         let result = match value {
-            Some(v) => {
-                client
-                    .execute(
-                        "INSERT INTO source_state (source, key, value) VALUES ($1, $2, $3)
-                         ON CONFLICT (source, key) DO UPDATE SET value = EXCLUDED.value",
-                        &[&source, &key, &v],
-                    )
-                    .await
-            }
-            None => {
-                client
-                    .execute(
-                        "DELETE FROM source_state WHERE source = $1 AND key = $2",
-                        &[&source, &key],
-                    )
-                    .await
-            }
+            Some(v) => client.execute(PUT_STATE, &[&source, &key, &v]).await,
+            None => client.execute(DELETE_STATE, &[&source, &key]).await,
         };
         result.map(drop).map_err(pg_err("write state"))
     }

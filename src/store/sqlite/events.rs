@@ -23,6 +23,9 @@ const INSERT_EVENT: &str = "INSERT INTO events (id, source, provider, kind, rece
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
+    ON CONFLICT (source, key) DO UPDATE SET value = excluded.value";
+const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = ?1 AND key = ?2";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events
     WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR seq < ?2) AND (?4 IS NULL OR id = ?4)
@@ -92,6 +95,13 @@ fn write_all(
                         r.headers_json,
                         r.body_len
                     ])?;
+                    out.push(None);
+                }
+                Write::PutState(w) => {
+                    match &w.value {
+                        Some(v) => tx.execute(PUT_STATE, params![w.source, w.key, v])?,
+                        None => tx.execute(DELETE_STATE, params![w.source, w.key])?,
+                    };
                     out.push(None);
                 }
             }
@@ -217,15 +227,8 @@ impl Backend for SqliteBackend {
         let (source, key, value) = (source.to_owned(), key.to_owned(), value.map(str::to_owned));
         Self::with(&self.writer, move |c| {
             match value {
-                Some(v) => c.execute(
-                    "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (source, key) DO UPDATE SET value = excluded.value",
-                    params![source, key, v],
-                ),
-                None => c.execute(
-                    "DELETE FROM source_state WHERE source = ?1 AND key = ?2",
-                    params![source, key],
-                ),
+                Some(v) => c.execute(PUT_STATE, params![source, key, v]),
+                None => c.execute(DELETE_STATE, params![source, key]),
             }
             .map(drop)
             .map_err(sql_err("write state"))
