@@ -85,7 +85,7 @@ pub mod triggers {
 
 #[cfg(feature = "runtime")]
 pub mod webhooks {
-    pub use crate::webhooks::LAST_FIRE_KEY;
+    pub use crate::webhooks::{CURSOR_KEY, LAST_FIRE_KEY};
     pub mod signature {
         pub use crate::webhooks::signature::{github, standard_webhooks, Rejection};
     }
@@ -99,13 +99,16 @@ pub mod webhooks {
     /// its `IngestDecision` are `pub(crate)`, and a fuzz target needs only the status the
     /// listener would answer.
     pub mod ingest {
-        use crate::triggers::IdSeed;
+        use crate::inbound::SourceContext;
         use crate::webhooks::ingest::{decide, IngestDecision, Request};
         use crate::webhooks::source::SourceSpec;
 
         /// The HTTP status the listener answers for this delivery to `spec`, with the
         /// refusal's reason label (`stored`, `notion_token_captured` or `reply` when
-        /// it is not refused). Runs `webhooks::ingest::decide` with fixed ids.
+        /// it is not refused): the built-in provider's rule built from the source's
+        /// options as its connector builds it, then `webhooks::ingest::decide`.
+        /// A source that is not a built-in webhook provider answers 405
+        /// `not_accepted`; options its connector refuses, 400 `invalid_options`.
         pub fn decide_status(
             spec: &SourceSpec,
             notion_token: Option<&str>,
@@ -115,15 +118,26 @@ pub mod webhooks {
             body: &[u8],
             now_ms: i64,
         ) -> (u16, &'static str) {
+            let ctx = SourceContext::detached(
+                &spec.id,
+                &spec.provider,
+                &spec.tenant,
+                spec.options.clone(),
+                spec.secrets.clone(),
+            );
+            let rule = match crate::webhooks::builtin::webhook_spec(&spec.provider, &ctx) {
+                Ok(Some(rule)) => rule,
+                Ok(None) => return (405, "not_accepted"),
+                Err(_) => return (400, "invalid_options"),
+            };
             let req = Request {
                 method,
                 path,
                 headers,
                 body,
                 now_ms,
-                ids: IdSeed { event: 1, trace: 1 },
             };
-            match decide(spec, notion_token, &req) {
+            match decide(&rule, &spec.secrets, notion_token, &req) {
                 IngestDecision::Store(_) => (200, "stored"),
                 IngestDecision::CaptureNotionToken(_) => (200, "notion_token_captured"),
                 IngestDecision::Reply { status, .. } => (status, "reply"),

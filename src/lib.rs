@@ -22,7 +22,7 @@
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
-//! 5. models, no I/O: `outbox`, `triggers`
+//! 5. models, no I/O: `outbox`, `triggers`, `inbound`
 //! 6. storage: `store`
 //! 7. the runtime's parts: `dispatch`, `webhooks`
 //! 8. assemblies: `runtime`, `gateway`
@@ -69,6 +69,8 @@ pub(crate) mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub(crate) mod identity;
+#[cfg(feature = "runtime")]
+pub(crate) mod inbound;
 pub(crate) mod mux;
 #[cfg(feature = "runtime")]
 pub(crate) mod outbox;
@@ -123,6 +125,12 @@ pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
 pub use entry::{run, run_until};
 pub use error::{Error, Result};
 pub use identity::{Arn, RegistrationKey};
+#[cfg(feature = "runtime")]
+pub use inbound::{
+    Committed, EventSink, InboundConnector, InboundEvent, InboundRequest, InboundResponse,
+    InboundSource, Polled, Received, Refusal, SourceContext, SourceKind, SourceMetrics,
+    SourceState,
+};
 #[cfg(feature = "websocket")]
 pub use mux::{
     ConnectorMetrics, MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions,
@@ -134,6 +142,8 @@ pub use runtime::config::{ResolvedConfig, RuntimeConfig};
 pub use runtime::ops::{EnqueueRequest, Enqueued};
 #[cfg(feature = "runtime")]
 pub use runtime::{ReloadHandle, Runtime, RuntimeBuilder};
+#[cfg(feature = "runtime")]
+pub use secret::Secret;
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
 pub use triggers::{SignatureStatus, TriggerEvent};

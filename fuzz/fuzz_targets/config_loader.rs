@@ -112,7 +112,7 @@ fn runtime(text: &str, get: &impl Fn(&str) -> Option<String>) {
     };
     let body = br#"{"type":"t","webhookTimestamp":1700000000000,"event_time":1700000000}"#;
     for spec in &resolved.sources {
-        let provider = spec.rule.provider_name();
+        let provider = spec.provider.as_str();
         // Which generic scheme a source has is not visible from here: sign for both.
         let mut sig = common::sign(provider, None, "POST", "/hooks/s", body);
         sig.extend(common::sign(

@@ -68,7 +68,7 @@ fn config() -> &'static ResolvedConfig {
             .expect("the target's sources resolve");
         // The harness's signatures must verify, or half the inputs test nothing.
         for spec in &config.sources {
-            let h = signed(&spec.id, spec.rule.provider_name(), b"{}");
+            let h = signed(&spec.id, spec.provider.as_str(), b"{}");
             let headers: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let (_, reason) = decide_status(
                 spec,
@@ -117,7 +117,7 @@ fuzz_target!(|data: &[u8]| {
         // The harness's signature goes first: a header is looked up by its first
         // occurrence, so the fuzzer's own lines add to it without replacing it.
         let sig = if flags & 1 == 1 {
-            signed(&spec.id, spec.rule.provider_name(), body)
+            signed(&spec.id, spec.provider.as_str(), body)
         } else {
             Vec::new()
         };

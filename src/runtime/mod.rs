@@ -1,5 +1,6 @@
 //! The runtime: one HTTP listener (ingress + admin API), the event store with its group
-//! commit and outbox, a task per cron source, the dispatcher that delivers matched
+//! commit and outbox, the inbound sources (each through its connector; a task per
+//! poll or stream source), the dispatcher that delivers matched
 //! events, the runtime's own gateway registration, and the sweeper that expires dedupe
 //! claims, old audit rows and, past `event_retention`, events and finished records.
 //!
@@ -36,6 +37,7 @@ use crate::dispatch::dispatcher::{Dispatcher, DispatcherOptions};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::permits::Permits;
 use crate::error::{Error, Result};
+use crate::inbound::InboundConnector;
 use crate::mux::{
     MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
 };
@@ -43,9 +45,7 @@ use crate::runtime::config::ResolvedConfig;
 use crate::store::{open_backend, redact_url, Store};
 use crate::triggers::binding::Handler;
 use crate::webhooks::server::router;
-use crate::webhooks::source::Rule;
 use crate::webhooks::state::Ingress;
-use crate::webhooks::ticker::{self, Ticker};
 use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};
 use trigger_control::{Scope, TriggerControl};
 
@@ -101,6 +101,7 @@ pub struct RuntimeBuilder {
     local: HashMap<String, Arc<dyn BaseConnector>>,
     deliver: Option<Arc<dyn Deliver>>,
     config_path: Option<std::path::PathBuf>,
+    inbound: Vec<Arc<dyn InboundConnector>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -125,6 +126,20 @@ impl RuntimeBuilder {
         connector: Arc<dyn BaseConnector>,
     ) -> Self {
         self.local.insert(name.into(), connector);
+        self
+    }
+
+    /// Registers an inbound connector of the program's own: `[[sources]]` entries
+    /// whose `provider` is its [`InboundConnector::provider`] run through it, exactly
+    /// as the built-ins (`github`, `cron`, …) do. A provider id that is already
+    /// registered, a built-in's included, makes [`RuntimeBuilder::start`] fail.
+    pub fn inbound_connector(self, connector: impl InboundConnector) -> Self {
+        self.inbound_connector_shared(Arc::new(connector))
+    }
+
+    /// Like [`RuntimeBuilder::inbound_connector`], for a connector already shared.
+    pub fn inbound_connector_shared(mut self, connector: Arc<dyn InboundConnector>) -> Self {
+        self.inbound.push(connector);
         self
     }
 
@@ -156,7 +171,12 @@ impl RuntimeBuilder {
             local,
             deliver,
             config_path,
+            inbound,
         } = self;
+        let mut connectors = crate::webhooks::builtin::registry();
+        for c in inbound {
+            connectors.add(c)?;
+        }
         if deliver.is_none() {
             for b in config.triggers.bindings() {
                 if let Handler::Local { connector, .. } = &b.handler {
@@ -179,12 +199,6 @@ impl RuntimeBuilder {
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
         let addr = listener.local_addr()?;
-        let cron: Vec<_> = config
-            .sources
-            .iter()
-            .filter(|s| matches!(s.rule, Rule::Cron(_)))
-            .cloned()
-            .collect();
         let scope = Scope {
             sources: config.sources.iter().map(|s| s.id.clone()).collect(),
             gateway: config.gateway.is_some(),
@@ -205,13 +219,16 @@ impl RuntimeBuilder {
         let live = control.live().clone();
         let ingress = Arc::new(
             Ingress::new(
-                config.sources.clone(),
+                &config.sources,
+                &connectors,
                 live.clone(),
                 store.clone(),
                 config.admin_token.clone(),
             )
             .await?,
         );
+
+        let _ = control.sources.set(ingress.clone());
 
         // The runtime's own registration, then its handlers, then the operations.
         let slot: connector::OpsSlot = Arc::default();
@@ -275,17 +292,11 @@ impl RuntimeBuilder {
 
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
-        for spec in cron {
-            if let Rule::Cron(rule) = &spec.rule {
-                let ticker = Ticker {
-                    rule: rule.clone(),
-                    spec,
-                    store: store.clone(),
-                    router: ingress.router.clone(),
-                };
-                tasks.push(tokio::spawn(ticker::run(ticker, cancel.clone())));
-            }
-        }
+        tasks.extend(crate::webhooks::poller::spawn_all(
+            &ingress.order,
+            &ingress.committer,
+            &cancel,
+        ));
         tasks.push(tokio::spawn(sweeper::run(
             store.clone(),
             sweeper::Retention {
@@ -369,6 +380,7 @@ impl Runtime {
             local: HashMap::new(),
             deliver: None,
             config_path: None,
+            inbound: Vec::new(),
         }
     }
 

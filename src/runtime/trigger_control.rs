@@ -86,6 +86,8 @@ pub(crate) struct TriggerControl {
     manifest_order: std::sync::Mutex<Vec<String>>,
     /// Notified by the dispatcher when a claimed row names an unknown version.
     pub(crate) unknown_version: Arc<Notify>,
+    /// The sources, whose secrets a reload reads again (set once ingress exists).
+    pub(crate) sources: std::sync::OnceLock<Arc<crate::webhooks::state::Ingress>>,
 }
 
 impl std::fmt::Debug for TriggerControl {
@@ -128,6 +130,7 @@ impl TriggerControl {
             seen: tokio::sync::Mutex::new(-1),
             manifest_order: std::sync::Mutex::new(order),
             unknown_version: Arc::default(),
+            sources: std::sync::OnceLock::new(),
         };
         control
             .change(|l, now| l.start(manifest.clone(), now))
@@ -234,7 +237,15 @@ impl TriggerControl {
             ));
         };
         let config = crate::runtime::config::RuntimeConfig::from_file(path)?.resolve()?;
-        self.reload_with(config.triggers.to_vec_except(None)).await
+        let commit = self
+            .reload_with(config.triggers.to_vec_except(None))
+            .await?;
+        // The sources' secrets (from the environment and from files) were read again
+        // by `resolve`: a rotated secret applies from here, with no restart.
+        if let Some(ingress) = self.sources.get() {
+            ingress.refresh_secrets(&config.sources);
+        }
+        Ok(commit)
     }
 
     /// Applies `manifest` as the configuration's `[[triggers]]`.

@@ -1,12 +1,14 @@
 //! The admin API, on the ingress listener: sources, events, rejections, metrics.
 //!
-//! - `GET /api/v1/sources`: every source, its provider and options; never a secret
-//!   (only how many are configured).
-//! - `GET /api/v1/sources/{id}`: one source; for Notion also the captured
-//!   `verification_token`, which the operator must paste into Notion's UI to finish
-//!   the subscription (it is shown here and nowhere else); for cron the last fire.
-//! - `DELETE /api/v1/sources/{id}/verification_token`: forget a captured Notion token,
-//!   so the next unsigned verification request is captured (re-subscription).
+//! - `GET /api/v1/sources`: every source, its provider, kind and options, plus what
+//!   its connector describes; never a secret (only how many are configured).
+//! - `GET /api/v1/sources/{id}`: one source, described in full (for Notion the
+//!   captured `verification_token`, which the operator must paste into Notion's UI to
+//!   finish the subscription; it is shown here and nowhere else); for poll and stream
+//!   sources the stored `cursor`; for cron the last fire.
+//! - `DELETE /api/v1/sources/{id}/state/{key}`: delete one key of a source's state;
+//!   `DELETE /api/v1/sources/{id}/verification_token` is Notion's (forget a captured
+//!   token, so the next unsigned verification request is captured: re-subscription).
 //! - `GET /api/v1/events?source=&limit=&after=`: newest first; `limit` 1–500 (default
 //!   50); `after` is the `next` cursor of the previous page (events older than it).
 //! - `GET /api/v1/rejections?source=&limit=`: the newest audit rows.
@@ -28,10 +30,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
-use super::classify::Provider;
-use super::notion::NOTION_TOKEN_KEY;
-use super::source::Rule;
-use super::state::{Ingress, LiveSource};
+use super::hosted::{HostedSource, CURSOR_KEY};
+use super::state::Ingress;
+use crate::inbound::SourceKind;
 use crate::store::EventQuery;
 
 /// Largest page of events or rejections.
@@ -48,6 +49,7 @@ pub(crate) fn routes(state: Arc<Ingress>) -> Router<Arc<Ingress>> {
             "/api/v1/sources/{id}/verification_token",
             delete(forget_token),
         )
+        .route("/api/v1/sources/{id}/state/{key}", delete(forget_state))
         .route("/api/v1/events", get(events))
         .route("/api/v1/rejections", get(rejections))
         .route("/metrics", get(metrics))
@@ -117,7 +119,7 @@ pub(crate) async fn require_token(
     next.run(req).await
 }
 
-fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a LiveSource, ApiError> {
+fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a HostedSource, ApiError> {
     app.sources.get(id).map(|s| &**s).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -127,78 +129,65 @@ fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a LiveSource, ApiError> {
     })
 }
 
-fn describe(src: &LiveSource) -> Value {
+/// The runtime's view of a source, with what its connector adds (`describe`).
+async fn describe(src: &HostedSource, full: bool) -> Value {
     let s = &src.spec;
+    let webhook = src.kind == SourceKind::Webhook;
     let mut v = json!({
         "id": s.id,
-        "provider": s.rule.provider_name(),
+        "provider": src.provider,
+        "kind": src.kind.as_str(),
+        "kinds": src.connector.kinds().iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "tenant": s.tenant,
-        "secrets_configured": s.secrets.len(),
+        "secrets_configured": src.ctx.secrets().len(),
         "max_body_bytes": s.max_body_bytes,
         "dedupe_retention_secs": s.retention_ms / 1000,
         "rate_limit": s.rate_limit.map(|r| json!({"per_second": r.per_second, "burst": r.burst})),
-        "ingress_path": format!("/hooks/{}", s.id),
+        "ingress_path": webhook.then(|| format!("/hooks/{}", s.id)),
     });
-    match &s.rule {
-        Rule::Cron(c) => {
-            v["schedule"] = json!(c.expression);
-            v["timezone"] = json!(c.schedule.timezone());
-            v["catch_up"] = json!(format!("{:?}", c.catch_up).to_lowercase());
-            v["ingress_path"] = Value::Null;
-        }
-        Rule::Provider(Provider::Notion) => {
-            v["verification_token_captured"] = json!(src.notion_token().is_some());
-        }
-        // Only rules that check a signed timestamp have a tolerance to show.
-        Rule::Provider(Provider::Github) => {}
-        Rule::Generic(g) if matches!(g.scheme, super::source::GenericScheme::Header { .. }) => {}
-        Rule::Provider(_) | Rule::Generic(_) => {
-            v["timestamp_tolerance_secs"] = json!(s.tolerance_s);
+    if let Value::Object(own) = src.source.describe(full).await {
+        for (k, val) in own {
+            v.as_object_mut()
+                .expect("an object")
+                .entry(k)
+                .or_insert(val);
         }
     }
     v
 }
 
 async fn list_sources(State(app): State<Arc<Ingress>>) -> Response {
-    let list: Vec<Value> = app
-        .order
-        .iter()
-        .filter_map(|id| app.sources.get(id))
-        .map(|s| describe(s))
-        .collect();
+    let mut list = Vec::with_capacity(app.order.len());
+    for s in &app.order {
+        list.push(describe(s, false).await);
+    }
     Json(json!({ "sources": list })).into_response()
 }
 
 async fn one_source(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
     let src = find(&app, &id)?;
-    let mut v = describe(src);
-    match &src.spec.rule {
-        Rule::Provider(Provider::Notion) => v["verification_token"] = json!(src.notion_token()),
-        Rule::Cron(_) => {
-            let last = app
-                .store
-                .backend()
-                .get_state(&id, super::ticker::LAST_FIRE_KEY)
-                .await?;
-            v["last_fire_ms"] = json!(last.and_then(|s| s.parse::<i64>().ok()));
-        }
-        _ => {}
+    let mut v = describe(src, true).await;
+    if src.kind != SourceKind::Webhook {
+        v["cursor"] = json!(src.ctx.state().get(CURSOR_KEY).await?);
     }
     Ok(Json(v).into_response())
 }
 
-async fn forget_token(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
+/// Deletes one key of a source's state (through the source's own handle, so a
+/// source caching it sees the change).
+async fn forget_state(
+    State(app): State<Arc<Ingress>>,
+    Path((id, key)): Path<(String, String)>,
+) -> ApiResult {
     let src = find(&app, &id)?;
-    if !matches!(src.spec.rule, Rule::Provider(Provider::Notion)) {
-        let msg = "only Notion sources capture a verification token";
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "not_notion", msg));
-    }
-    app.store
-        .backend()
-        .put_state(&id, NOTION_TOKEN_KEY, None)
-        .await?;
-    src.set_notion_token(None);
+    src.ctx.state().put(&key, None).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /api/v1/sources/{id}/verification_token`: Notion's captured token, by the
+/// path earlier releases documented.
+async fn forget_token(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
+    forget_state(State(app), Path((id, "verification_token".to_owned()))).await
 }
 
 #[derive(Deserialize)]
@@ -278,12 +267,14 @@ async fn rejections(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -
 
 async fn metrics(State(app): State<Arc<Ingress>>) -> Response {
     let mut body = app.metrics.render(app.store.stats());
-    if let Some(more) = app.more_metrics.get() {
-        // One exposition: the first part's `# EOF` terminator goes, the last keeps it.
-        if let Some(cut) = body.rfind("# EOF") {
-            body.truncate(cut);
-        }
-        body.push_str(&more.render().await);
+    // One exposition: the first part's `# EOF` terminator goes, the last keeps it.
+    if let Some(cut) = body.rfind("# EOF") {
+        body.truncate(cut);
+    }
+    body.push_str(&app.counters.render());
+    match app.more_metrics.get() {
+        Some(more) => body.push_str(&more.render().await),
+        None => body.push_str("# EOF\n"),
     }
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], body).into_response()

@@ -8,7 +8,7 @@ use super::signature::{Headers, Rejection};
 /// Providers with a built-in rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Provider {
+pub(crate) enum Provider {
     /// GitHub webhooks.
     Github,
     /// Slack Events API.
@@ -25,7 +25,7 @@ pub enum Provider {
 
 impl Provider {
     /// The configuration and storage label (`github`, `standard_webhooks`, …).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Provider::Github => "github",
             Provider::Slack => "slack",
@@ -38,7 +38,7 @@ impl Provider {
 
     /// Parses a label written by [`Provider::as_str`]; `svix` is accepted as an alias
     /// of `standard_webhooks` (Svix is its reference implementation).
-    pub fn parse(s: &str) -> Option<Provider> {
+    pub(crate) fn parse(s: &str) -> Option<Provider> {
         Some(match s {
             "github" => Provider::Github,
             "slack" => Provider::Slack,

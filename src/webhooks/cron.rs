@@ -525,7 +525,7 @@ fn first_true(mut lo: i64, mut hi: i64, pred: impl Fn(i64) -> bool) -> i64 {
 /// What to do with fires missed while the process was down: a job that sends a daily
 /// report may want only the latest, an ingest job every one, a heartbeat none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CatchUp {
+pub(crate) enum CatchUp {
     /// Run nothing that was missed; resume with the next regular fire. The default,
     /// because replaying is a decision a job's author has to make.
     #[default]

@@ -1,6 +1,9 @@
-//! The decision for one delivery: verify, handle handshakes, normalise into a
-//! [`TriggerEvent`]. No I/O and no clock: the HTTP layer passes the request and the
-//! time, then does what the returned [`IngestDecision`] says (store, answer, capture).
+//! The built-in webhook providers' decision for one delivery: verify, handle
+//! handshakes, normalise into an [`InboundEvent`]. No I/O and no clock: the built-in
+//! sources (`super::builtin`) pass the request and the time, then do what the returned
+//! [`IngestDecision`] says (store, answer, capture a token). Ids, trace ids and the
+//! stored headers are the runtime's, added to every source's events alike
+//! (`super::hosted::materialise`).
 //!
 //! Order of checks, for every provider: the signature first (an unauthenticated body
 //! is never parsed beyond what a handshake needs), then the body's shape, then the
@@ -12,10 +15,59 @@
 use serde_json::Value;
 
 use super::classify::{classify, Provider};
-use super::redact::redact_headers;
-use super::signature::{self, Headers, Rejection};
-use super::source::{GenericRule, GenericScheme, Rule, Secret, SourceSpec};
-use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
+use super::signature::{self, Headers, MacEncoding, Rejection};
+use crate::inbound::InboundEvent;
+use crate::secret::Secret;
+
+/// How a generic HMAC source is signed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GenericScheme {
+    /// MAC of the raw body in a header.
+    Header {
+        /// Header name.
+        header: &'static str,
+        /// Prefix before the MAC.
+        prefix: String,
+        /// Hex or base64.
+        encoding: MacEncoding,
+    },
+    /// The canonical `Authorization` form.
+    Authorization,
+}
+
+/// A generic HMAC source's rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GenericRule {
+    /// Signature scheme.
+    pub scheme: GenericScheme,
+    /// Header holding the dedupe key, if any.
+    pub dedupe_header: Option<String>,
+    /// Fixed kind.
+    pub kind: String,
+    /// JSON pointer to the kind.
+    pub kind_pointer: Option<String>,
+    /// Whether the body must be JSON.
+    pub require_json: bool,
+}
+
+/// What a built-in webhook source verifies and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// A provider with a fixed rule.
+    Provider(Provider),
+    /// Generic HMAC.
+    Generic(GenericRule),
+}
+
+/// A built-in webhook source's rule and timestamp tolerance (the secrets are passed
+/// per request: they may rotate on reload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WebhookSpec {
+    /// The rule.
+    pub rule: Rule,
+    /// Timestamp tolerance in seconds (for rules that check one).
+    pub tolerance_s: i64,
+}
 
 /// One request as the HTTP layer saw it.
 #[derive(Debug, Clone, Copy)]
@@ -30,10 +82,6 @@ pub(crate) struct Request<'a> {
     pub body: &'a [u8],
     /// Receive time, unix ms.
     pub now_ms: i64,
-    /// The randomness of the event's id and (when the delivery has no valid
-    /// `traceparent`) its trace id, drawn by the caller like `now_ms`, so the same
-    /// request always yields the same decision.
-    pub ids: IdSeed,
 }
 
 /// A refusal: status, stable reason label, and a detail free of secrets.
@@ -65,7 +113,7 @@ impl From<Rejection> for Refusal {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum IngestDecision {
     /// Claim and store this event, then answer 200.
-    Store(Box<TriggerEvent>),
+    Store(Box<InboundEvent>),
     /// Answer this and store nothing (a handshake: Slack's `url_verification`).
     Reply {
         /// Status.
@@ -98,37 +146,33 @@ fn parse_json(body: &[u8]) -> Result<Value, Refusal> {
     })
 }
 
-/// Decides what to do with `req` for `spec`. `notion_token` is the verification token
-/// captured earlier for this source, if any.
+/// Decides what to do with `req` for `spec`, verifying with `secrets` (any one may
+/// verify: rotation). `notion_token` is the verification token captured earlier for
+/// this source, if any.
 pub(crate) fn decide(
-    spec: &SourceSpec,
+    spec: &WebhookSpec,
+    secrets: &[Secret],
     notion_token: Option<&str>,
     req: &Request<'_>,
 ) -> IngestDecision {
-    match decide_inner(spec, notion_token, req) {
+    match decide_inner(spec, secrets, notion_token, req) {
         Ok(d) => d,
         Err(r) => IngestDecision::Refuse(r),
     }
 }
 
 fn decide_inner(
-    spec: &SourceSpec,
+    spec: &WebhookSpec,
+    secrets: &[Secret],
     notion_token: Option<&str>,
     req: &Request<'_>,
 ) -> Result<IngestDecision, Refusal> {
     let h = req.headers;
     let now_s = req.now_ms.div_euclid(1000);
-    let keys: Vec<&[u8]> = spec.secrets.iter().map(|s| s.expose()).collect();
+    let keys: Vec<&[u8]> = secrets.iter().map(|s| s.expose()).collect();
     let provider = match &spec.rule {
         Rule::Provider(p) => *p,
         Rule::Generic(g) => return generic(spec, g, &keys, req),
-        Rule::Cron(_) => {
-            return Ok(refuse(
-                405,
-                "not_accepted",
-                "cron sources take no HTTP deliveries",
-            ));
-        }
     };
     // A signed but absurd time (near i64::MAX seconds) is no time at all, not an overflow.
     let occurred_s = |v: Option<i64>| v.and_then(|s| s.checked_mul(1000));
@@ -201,8 +245,7 @@ fn decide_inner(
             (body, at)
         }
         Provider::StandardWebhooks => {
-            let texts: Vec<&str> = spec
-                .secrets
+            let texts: Vec<&str> = secrets
                 .iter()
                 .filter_map(|s| std::str::from_utf8(s.expose()).ok())
                 .collect();
@@ -217,7 +260,7 @@ fn decide_inner(
         }
     };
     let c = classify(provider, h, &body)?;
-    Ok(store(spec, req, c.kind, c.dedupe_key, occurred_at_ms, body))
+    Ok(store(req, c.kind, c.dedupe_key, occurred_at_ms, body))
 }
 
 /// [`signature::check_timestamp`] at millisecond precision (Linear's timestamps are ms).
@@ -255,7 +298,7 @@ fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<IngestDecision, 
 }
 
 fn generic(
-    spec: &SourceSpec,
+    spec: &WebhookSpec,
     rule: &GenericRule,
     keys: &[&[u8]],
     req: &Request<'_>,
@@ -314,7 +357,6 @@ fn generic(
         }
     };
     Ok(store(
-        spec,
         req,
         kind,
         dedupe_key,
@@ -324,7 +366,6 @@ fn generic(
 }
 
 fn store(
-    spec: &SourceSpec,
     req: &Request<'_>,
     kind: String,
     dedupe_key: String,
@@ -340,33 +381,9 @@ fn store(
             "the kind or dedupe key contains a NUL character",
         );
     }
-    let mut headers = redact_headers(req.headers.iter().copied());
-    if let Rule::Generic(GenericRule {
-        scheme: GenericScheme::Header { header, .. },
-        ..
-    }) = &spec.rule
-    {
-        // The configured signature header is blanked whatever its name.
-        if let Some(v) = headers.get_mut(&header.to_ascii_lowercase()) {
-            *v = super::redact::REDACTED.to_owned();
-        }
-    }
-    IngestDecision::Store(Box::new(TriggerEvent {
-        id: event_id(req.now_ms, req.ids.event),
-        source: spec.id.clone(),
-        provider: spec.rule.provider_name().to_owned(),
-        kind,
-        received_at_ms: req.now_ms,
-        occurred_at_ms,
-        dedupe_key,
-        trace_id: trace_id_or(req.headers.header("traceparent"), req.ids.trace),
-        tenant: spec.tenant.clone(),
-        headers,
-        body: req.body.to_vec(),
-        payload,
-        signature: SignatureStatus::Verified,
-    }))
+    IngestDecision::Store(Box::new(
+        InboundEvent::new(kind, dedupe_key, payload)
+            .occurred_at(occurred_at_ms)
+            .with_body(req.body),
+    ))
 }
-
-#[cfg(test)]
-mod tests;

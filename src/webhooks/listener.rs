@@ -26,11 +26,13 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
 use futures_util::StreamExt as _;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 use super::limits::IngressLimits;
 
@@ -87,6 +89,10 @@ pub(crate) async fn body_deadline(
         .await
 }
 
+/// The address of the peer a request came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
+
 /// Serves `app` on `listener` until `stop` fires, then drains: see the module doc.
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -107,8 +113,8 @@ pub(crate) async fn serve(
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed; pausing before the next");
@@ -120,7 +126,15 @@ pub(crate) async fn serve(
         };
         // Answers are small and written at once; Nagle would only delay them.
         let _ = tcp.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        // Every request of the connection carries its peer's address, which an
+        // inbound source sees as `InboundRequest::remote_addr`.
+        let app = app
+            .clone()
+            .map_request(move |mut r: hyper::Request<Incoming>| {
+                r.extensions_mut().insert(PeerAddr(peer));
+                r
+            });
+        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

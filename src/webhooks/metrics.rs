@@ -1,12 +1,12 @@
 //! Ingress counters, exposed at `/metrics` in the Prometheus text format.
 //!
 //! Names (prefix `switchboard_ingress_`): `requests_total{source,outcome}` with outcome
-//! one of `stored`, `duplicate`, `handshake`, `rejected`, `rate_limited`,
+//! one of `stored`, `duplicate` (every event of the delivery was one), `handshake`
+//! (the source answered without events), `rejected`, `rate_limited`,
+//! `receive_timeout` (the source's `receive` overran its deadline),
 //! `store_unavailable`, `overloaded` (over `max_concurrent_requests`, with source
 //! `""`, or the write queue full), `body_timeout`, `unknown_source`;
 //! `rejections_total{source,reason}`;
-//! `notion_rechecks_total{source,outcome}` (outcome `read`, `shared` or `skipped`:
-//! how refused Notion deliveries re-checked the stored token, [`super::notion`]);
 //! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
 //! `trigger_filter_errors_total{binding}` (events a binding skipped because its filter
 //! or ordering key failed to evaluate on them); `trigger_received_total{binding}`
@@ -16,7 +16,10 @@
 //! `trigger_breaker_opened_total{binding}` and `trigger_breaker_skipped_total{binding}`
 //! (a binding's filter breaker opening, and the events it skipped while open);
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
-//! commit included); and the group commit's `store_batches_total`,
+//! commit included); the counters sources keep themselves
+//! (`switchboard_ingress_{name}_total{source,…}`, e.g. Notion's
+//! `notion_rechecks_total{source,outcome}`: `read`, `shared` or `skipped`); and the
+//! group commit's `store_batches_total`,
 //! `store_batched_writes_total` and `store_dropped_audit_total`.
 
 use prometheus_client::encoding::text::encode;
@@ -43,7 +46,6 @@ pub(crate) struct IngressMetrics {
     trigger_breaker_opened: Family<Labels, Counter>,
     trigger_breaker_skipped: Family<Labels, Counter>,
     trigger_last_received: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    notion_rechecks: Family<Labels, Counter>,
     duration: Histogram,
     batches: Counter,
     batched_writes: Counter,
@@ -64,7 +66,6 @@ impl IngressMetrics {
         let rejections = Family::<Labels, Counter>::default();
         let audit_skipped = Family::<Labels, Counter>::default();
         let trigger_filter_errors = Family::<Labels, Counter>::default();
-        let notion_rechecks = Family::<Labels, Counter>::default();
         let trigger_received = Family::<Labels, Counter>::default();
         let trigger_matched = Family::<Labels, Counter>::default();
         let trigger_breaker_opened = Family::<Labels, Counter>::default();
@@ -122,11 +123,6 @@ impl IngressMetrics {
             trigger_last_received.clone(),
         );
         registry.register(
-            "notion_rechecks",
-            "Re-checks of a Notion source's stored token by refused deliveries, by outcome",
-            notion_rechecks.clone(),
-        );
-        registry.register(
             "request_duration_seconds",
             "Receipt to answer, store commit included",
             duration.clone(),
@@ -157,7 +153,6 @@ impl IngressMetrics {
             trigger_breaker_opened,
             trigger_breaker_skipped,
             trigger_last_received,
-            notion_rechecks,
             duration,
             batches,
             batched_writes,
@@ -176,7 +171,7 @@ impl IngressMetrics {
     }
 
     /// Counts a refusal by reason.
-    pub(crate) fn rejection(&self, source: &str, reason: &'static str) {
+    pub(crate) fn rejection(&self, source: &str, reason: &str) {
         self.rejections
             .get_or_create(&vec![
                 ("source", source.to_owned()),
@@ -237,16 +232,6 @@ impl IngressMetrics {
         let matched = self.trigger_matched.get(&labels).map_or(0, |c| c.get());
         let last = self.trigger_last_received.get(&labels).map(|g| g.get());
         (received, matched, last)
-    }
-
-    /// Counts a Notion token re-check by outcome (`read`, `shared`, `skipped`).
-    pub(crate) fn notion_recheck(&self, source: &str, outcome: &'static str) {
-        self.notion_rechecks
-            .get_or_create(&vec![
-                ("source", source.to_owned()),
-                ("outcome", outcome.to_owned()),
-            ])
-            .inc();
     }
 
     /// Records a request's duration.

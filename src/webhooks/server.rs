@@ -2,9 +2,11 @@
 //! the admin API ([`super::admin`]).
 //!
 //! Per request: find the source (404), take a rate-limit token (429 + `Retry-After`),
-//! read the body under the source's limit (413), let [`super::ingest::decide`] judge
-//! it, then act: store and answer 200 `{"id", "duplicate"}`, answer a handshake, capture
-//! a Notion token, or refuse (counted per source and reason, and audited). A store
+//! read the body under the source's limit (413), let the source's inbound connector
+//! judge it (`InboundSource::receive`, within [`RECEIVE_DEADLINE`]), then act: store
+//! its events (one: 200 `{"id", "duplicate"}`; a batch: `{"events": [...]}`), send its
+//! own response (after storing the events it came with), or refuse (counted per
+//! source and reason, and audited). No provider is known here. A store
 //! failure answers 503 + `Retry-After` and acknowledges nothing: the sender retries and
 //! the dedupe claim makes the retry safe.
 //!
@@ -12,8 +14,8 @@
 //! once (beyond, 503 `overloaded` + `Retry-After` at once, never a queue); a body not
 //! received within `body_read_timeout` is answered 408 and its connection closed
 //! ([`super::listener`] sets the deadline and the header-read timeout); a full group
-//! commit queue answers 503 `overloaded`; Notion token re-checks are bounded in
-//! [`super::notion`].
+//! commit queue answers 503 `overloaded`; a source's `receive` runs under
+//! [`RECEIVE_DEADLINE`].
 //!
 //! Slack wants an answer within 3 s; the only work before the answer is verification
 //! (microseconds), matching the trigger bindings (their CEL filters, microseconds) and
@@ -24,25 +26,33 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde_json::json;
 
-use super::classify::Provider;
-use super::ingest::{decide, IngestDecision, Refusal, Request};
-use super::notion::NOTION_TOKEN_KEY;
+use super::hosted::{materialise, stored_headers, HostedSource, Origin};
+use super::listener::PeerAddr;
 use super::redact::redact_headers;
-use super::source::Rule;
-use super::state::{Ingress, LiveSource};
+use super::state::Ingress;
+use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Received, Refusal};
 use crate::store::{now_ms, Appended, Rejected};
-use crate::triggers::IdSeed;
+use crate::triggers::{IdSeed, SignatureStatus};
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
 /// restarted database to come back, short next to providers' retry schedules.
 pub(crate) const STORE_RETRY_AFTER_SECS: u64 = 5;
+
+/// How long a source's `receive` may take before the delivery is answered 503 (and
+/// nothing stored): well inside the 10 s that senders such as GitHub wait, so the
+/// sender hears a retryable answer rather than timing out.
+pub(crate) const RECEIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Most events one delivery may become: a batch larger than this is refused (413)
+/// rather than held in one transaction.
+pub(crate) const MAX_EVENTS_PER_DELIVERY: usize = 1000;
 
 /// `Retry-After` seconds when the listener is at `max_concurrent_requests` or the
 /// write queue is full: load that clears as requests finish, in well under a second
@@ -103,13 +113,15 @@ fn with_retry_after(mut resp: Response, secs: u64) -> Response {
 async fn hook(
     State(app): State<Arc<Ingress>>,
     Path(id): Path<String>,
+    peer: Option<Extension<PeerAddr>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let resp = handle(&app, &id, &method, &uri, &headers, body).await;
+    let peer = peer.map(|Extension(PeerAddr(a))| a);
+    let resp = handle(&app, &id, peer, &method, &uri, &headers, body).await;
     app.metrics.observe(started.elapsed().as_secs_f64());
     resp
 }
@@ -117,6 +129,7 @@ async fn hook(
 async fn handle(
     app: &Ingress,
     id: &str,
+    peer: Option<std::net::SocketAddr>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -146,7 +159,6 @@ async fn handle(
             return with_retry_after(resp, secs);
         }
     }
-    let slack = matches!(source.spec.rule, Rule::Provider(Provider::Slack));
     let pairs: Vec<(&str, &str)> = headers
         .iter()
         .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
@@ -164,117 +176,177 @@ async fn handle(
         },
     };
     let Some(bytes) = bytes else {
-        let refusal = Refusal {
-            status: 413,
-            reason: "body_too_large",
-            detail: format!("the body exceeds this source's limit of {limit} bytes"),
-        };
-        return refuse(
-            app,
-            &source,
-            &pairs,
-            declared.unwrap_or(limit as u64) as i64,
-            now,
-            refusal,
-            slack,
+        let refusal = Refusal::new(
+            413,
+            "body_too_large",
+            format!("the body exceeds this source's limit of {limit} bytes"),
         );
+        let len = declared.unwrap_or(limit as u64) as i64;
+        return refuse(app, &source, &pairs, len, now, refusal);
     };
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let req = Request {
-        method: method.as_str(),
-        path,
-        headers: &pairs,
-        body: &bytes,
-        now_ms: now,
-        ids: IdSeed::random(),
-    };
-    let judged_with = source.notion_token();
-    let mut decision = decide(&source.spec, judged_with.as_deref(), &req);
-    if let Some(d) = source
-        .notion
-        .recheck(
-            &source.spec,
-            &app.store,
-            &app.metrics,
-            &req,
-            &decision,
-            judged_with.as_deref(),
-        )
-        .await
-    {
-        decision = d;
-    }
-    let refuse_here = |refusal| {
-        refuse(
-            app,
-            &source,
-            &pairs,
-            bytes.len() as i64,
-            now,
-            refusal,
-            slack,
-        )
-    };
-    match decision {
-        IngestDecision::Store(event) => {
-            let event_id = event.id.clone();
-            let rows = app.router.route(&event);
-            match app
-                .store
-                .append_enqueue(*event, now + source.spec.retention_ms, rows)
-                .await
-            {
-                Ok(Appended::Stored(_)) => {
-                    app.metrics.outcome(id, "stored");
-                    axum::Json(json!({"id": event_id, "duplicate": false})).into_response()
-                }
-                Ok(Appended::Duplicate(existing)) => {
-                    app.metrics.outcome(id, "duplicate");
-                    axum::Json(json!({"id": existing, "duplicate": true})).into_response()
-                }
-                Err(e) => store_unavailable(app, id, &e),
-            }
-        }
-        IngestDecision::Reply {
-            status,
-            content_type,
-            body,
-        } => {
-            app.metrics.outcome(id, "handshake");
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-            (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
-        }
-        IngestDecision::CaptureNotionToken(token) => {
-            // The token came out of a JSON string, so it is UTF-8.
-            let token = String::from_utf8_lossy(token.expose()).into_owned();
-            let _capturing = source.capture.lock().await;
-            // Atomic in the store too, so of several processes only one captures.
-            match app
-                .store
-                .backend()
-                .put_state_if_absent(id, NOTION_TOKEN_KEY, &token)
-                .await
-            {
-                Err(e) => return store_unavailable(app, id, &e),
-                Ok(Some(existing)) => {
-                    source.set_notion_token(Some(existing));
-                    let refusal = Refusal {
-                        status: 409,
-                        reason: "verification_token_already_captured",
-                        detail: "a verification token is already captured for this source".into(),
-                    };
-                    return refuse_here(refusal);
-                }
-                Ok(None) => source.set_notion_token(Some(token)),
-            }
-            app.metrics.outcome(id, "handshake");
-            tracing::info!(
+    let mut req = InboundRequest::new(method.as_str(), path, &pairs, &bytes, now);
+    req.remote_addr = peer;
+    let received = match tokio::time::timeout(RECEIVE_DEADLINE, source.source.receive(&req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            app.metrics.outcome(id, "receive_timeout");
+            tracing::warn!(
                 source = id,
-                "captured the Notion verification token; see GET /api/v1/sources/{id}"
+                "the source's receive did not finish within {RECEIVE_DEADLINE:?}"
             );
-            axum::Json(json!({"captured": "verification_token"})).into_response()
+            let resp = json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "receive_timeout",
+                "the source did not judge the delivery in time; nothing was stored, retry later",
+            );
+            return with_retry_after(resp, STORE_RETRY_AFTER_SECS);
         }
-        IngestDecision::Refuse(refusal) => refuse_here(refusal),
+    };
+    let body_len = bytes.len() as i64;
+    match received {
+        Received::Events(events) => match store_events(app, &source, &req, events).await {
+            Ok(stored) => {
+                app.metrics.outcome(id, stored.outcome());
+                axum::Json(stored.answer()).into_response()
+            }
+            Err(resp) => resp,
+        },
+        Received::Respond { response, events } => {
+            let outcome = if events.is_empty() {
+                "handshake"
+            } else {
+                match store_events(app, &source, &req, events).await {
+                    Ok(stored) => stored.outcome(),
+                    Err(resp) => return resp,
+                }
+            };
+            app.metrics.outcome(id, outcome);
+            into_response(response)
+        }
+        Received::Reject(refusal) => refuse(app, &source, &pairs, body_len, now, refusal),
+    }
+}
+
+/// What storing a delivery's events did, one entry per event: the stored (or
+/// holding) event's id and whether it was a duplicate.
+struct Stored(Vec<(String, bool)>);
+
+impl Stored {
+    /// The request's outcome label: `duplicate` when every event was one.
+    fn outcome(&self) -> &'static str {
+        if !self.0.is_empty() && self.0.iter().all(|(_, dup)| *dup) {
+            "duplicate"
+        } else {
+            "stored"
+        }
+    }
+
+    /// `{"id", "duplicate"}` for one event, `{"events": [...]}` otherwise.
+    fn answer(&self) -> serde_json::Value {
+        match self.0.as_slice() {
+            [(id, duplicate)] => json!({"id": id, "duplicate": duplicate}),
+            all => json!({
+                "events": all
+                    .iter()
+                    .map(|(id, duplicate)| json!({"id": id, "duplicate": duplicate}))
+                    .collect::<Vec<_>>()
+            }),
+        }
+    }
+}
+
+/// Materialises a delivery's events and commits them (with their claims and outbox
+/// rows) in one transaction; the error is the answer to send.
+async fn store_events(
+    app: &Ingress,
+    source: &HostedSource,
+    req: &InboundRequest<'_>,
+    events: Vec<InboundEvent>,
+) -> Result<Stored, Response> {
+    let id = source.id();
+    if events.len() > MAX_EVENTS_PER_DELIVERY {
+        let refusal = Refusal::new(
+            413,
+            "too_many_events",
+            format!(
+                "the delivery normalised into {} events; at most {MAX_EVENTS_PER_DELIVERY} are stored from one",
+                events.len()
+            ),
+        );
+        return Err(refuse(
+            app,
+            source,
+            req.headers,
+            req.body.len() as i64,
+            req.received_at_ms,
+            refusal,
+        ));
+    }
+    let headers = stored_headers(req.headers, source.source.secret_headers());
+    let origin = Origin {
+        received_at_ms: req.received_at_ms,
+        headers: &headers,
+        traceparent: req.header("traceparent"),
+        signature: SignatureStatus::Verified,
+    };
+    let mut stored = Vec::with_capacity(events.len());
+    for e in events {
+        match materialise(source.stamp(), e, &origin, IdSeed::random()) {
+            Ok(e) => stored.push(e),
+            Err(e) => {
+                let refusal = Refusal::new(400, "malformed", e.to_string());
+                return Err(refuse(
+                    app,
+                    source,
+                    req.headers,
+                    req.body.len() as i64,
+                    req.received_at_ms,
+                    refusal,
+                ));
+            }
+        }
+    }
+    match app.committer.commit(source, stored, None).await {
+        Ok(appended) => Ok(Stored(
+            appended
+                .into_iter()
+                .map(|a| match a {
+                    Appended::Stored(id) => (id, false),
+                    Appended::Duplicate(id) => (id, true),
+                })
+                .collect(),
+        )),
+        Err(e) => Err(store_unavailable(app, id, &e)),
+    }
+}
+
+/// A source's own answer as an HTTP response.
+fn into_response(r: InboundResponse) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
+    let mut resp = (status, r.body).into_response();
+    // The body's default content type goes if the source names one.
+    set_headers(&mut resp, r.headers);
+    resp
+}
+
+/// Sets a source's headers on `resp`: the first value of a name replaces what is
+/// there, later values of the same name are added.
+fn set_headers(resp: &mut Response, headers: Vec<(String, String)>) {
+    let mut seen = Vec::new();
+    for (k, v) in headers {
+        let (Ok(k), Ok(v)) = (
+            header::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) else {
+            continue;
+        };
+        if seen.contains(&k) {
+            resp.headers_mut().append(k, v);
+        } else {
+            seen.push(k.clone());
+            resp.headers_mut().insert(k, v);
+        }
     }
 }
 
@@ -310,17 +382,16 @@ fn store_unavailable(app: &Ingress, id: &str, e: &crate::Error) -> Response {
 
 fn refuse(
     app: &Ingress,
-    source: &LiveSource,
+    source: &HostedSource,
     pairs: &[(&str, &str)],
     body_len: i64,
     now: i64,
     refusal: Refusal,
-    slack: bool,
 ) -> Response {
-    let id = source.spec.id.as_str();
+    let id = source.id();
     app.metrics.outcome(id, "rejected");
-    app.metrics.rejection(id, refusal.reason);
-    tracing::info!(source = id, reason = refusal.reason, detail = %refusal.detail, "delivery refused");
+    app.metrics.rejection(id, &refusal.reason);
+    tracing::info!(source = id, reason = %refusal.reason, detail = %refusal.detail, "delivery refused");
     let audit = source
         .audit_bucket
         .lock()
@@ -331,7 +402,7 @@ fn refuse(
     } else {
         app.store.reject(Rejected {
             source: id.to_owned(),
-            reason: refusal.reason.to_owned(),
+            reason: refusal.reason.to_string(),
             detail: refusal.detail.clone(),
             received_at_ms: now,
             headers_json: serde_json::to_string(&redact_headers(pairs.iter().copied()))
@@ -339,12 +410,11 @@ fn refuse(
             body_len,
         });
     }
-    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut resp = json_error(status, refusal.reason, &refusal.detail);
-    if slack && status.is_client_error() {
-        // Slack retries a failed delivery three times; a refusal will not get better.
-        resp.headers_mut()
-            .insert("x-slack-no-retry", HeaderValue::from_static("1"));
+    if let Some(response) = refusal.response {
+        return into_response(response);
     }
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut resp = json_error(status, &refusal.reason, &refusal.detail);
+    set_headers(&mut resp, refusal.headers);
     resp
 }

@@ -189,7 +189,7 @@ pub(crate) fn notion(
 
 /// How a generic HMAC header encodes the MAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MacEncoding {
+pub(crate) enum MacEncoding {
     /// Lower- or upper-case hexadecimal.
     Hex,
     /// Standard base64 with padding.

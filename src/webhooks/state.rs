@@ -1,53 +1,32 @@
-//! The ingest side's shared state: the live sources (their specs, rate-limit and
-//! audit budgets, captured Notion tokens) and everything the ingress handler
-//! ([`super::server`]) and the admin API ([`super::admin`]) both read. Its own module
-//! so that both depend on it and neither on the other.
+//! The ingest side's shared state: the hosted sources and everything the ingress
+//! handler ([`super::server`]), the admin API ([`super::admin`]) and the poll and
+//! stream drivers read. Its own module so that all of them depend on it and none on
+//! the others.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::binding_match::BindingMatcher;
-use super::classify::Provider;
+use super::hosted::{self, Committer, Connectors, HostedSource};
 use super::metrics::IngressMetrics;
-use super::notion::{NotionToken, NOTION_TOKEN_KEY};
-use super::rate_limit::TokenBucket;
-use super::source::{Rule, Secret, SourceSpec};
-use crate::store::{now_ms, Store};
+use super::source::{Secret, SourceSpec};
+use crate::inbound::context::CustomCounters;
+use crate::store::Store;
 use crate::triggers::live::LiveTriggers;
-
-/// One source at run time.
-pub(crate) struct LiveSource {
-    pub(crate) spec: SourceSpec,
-    pub(super) bucket: Option<Mutex<TokenBucket>>,
-    pub(super) audit_bucket: Mutex<TokenBucket>,
-    /// Serialises Notion token captures in this process, so two concurrent unsigned
-    /// verification requests cannot both be captured (the second gets 409).
-    pub(super) capture: tokio::sync::Mutex<()>,
-    /// Notion: the captured token and its bounded re-check ([`super::notion`]).
-    pub(crate) notion: NotionToken,
-}
-
-impl LiveSource {
-    /// The captured Notion verification token, if any.
-    pub(crate) fn notion_token(&self) -> Option<String> {
-        self.notion.get()
-    }
-
-    /// Replaces (or clears) the captured token.
-    pub(crate) fn set_notion_token(&self, token: Option<String>) {
-        self.notion.set(token);
-    }
-}
 
 /// Everything the handlers share.
 pub(crate) struct Ingress {
-    pub(crate) sources: HashMap<String, Arc<LiveSource>>,
-    /// Source ids in configuration order, for listings.
-    pub(crate) order: Vec<String>,
+    pub(crate) sources: HashMap<String, Arc<HostedSource>>,
+    /// The sources in configuration order, for listings and drivers.
+    pub(crate) order: Vec<Arc<HostedSource>>,
     pub(crate) store: Store,
     pub(crate) metrics: Arc<IngressMetrics>,
+    /// The sources' own counters, appended to `/metrics`.
+    pub(crate) counters: Arc<CustomCounters>,
     /// The trigger bindings each stored event is matched against.
     pub(crate) router: BindingMatcher,
+    /// How every source's events are stored.
+    pub(crate) committer: Committer,
     pub(crate) admin_token: Option<Secret>,
     /// Metrics of other parts (the dispatcher, the bindings), appended to `/metrics`.
     pub(crate) more_metrics: std::sync::OnceLock<Arc<dyn MoreMetrics>>,
@@ -62,53 +41,47 @@ pub(crate) trait MoreMetrics: Send + Sync {
 }
 
 impl Ingress {
-    /// Builds the state, loading captured Notion tokens from the store.
+    /// Starts every source through its connector and builds the shared state.
     pub(crate) async fn new(
-        sources: Vec<SourceSpec>,
+        sources: &[SourceSpec],
+        connectors: &Connectors,
         triggers: Arc<LiveTriggers>,
         store: Store,
         admin_token: Option<Secret>,
     ) -> crate::Result<Ingress> {
-        let now = now_ms();
-        let mut map = HashMap::new();
-        let mut order = Vec::new();
-        for spec in sources {
-            let notion_token = match spec.rule {
-                Rule::Provider(Provider::Notion) => {
-                    store
-                        .backend()
-                        .get_state(&spec.id, NOTION_TOKEN_KEY)
-                        .await?
-                }
-                _ => None,
-            };
-            let bucket = spec
-                .rate_limit
-                .map(|r| Mutex::new(TokenBucket::for_limit(r, now)));
-            order.push(spec.id.clone());
-            map.insert(
-                spec.id.clone(),
-                Arc::new(LiveSource {
-                    bucket,
-                    audit_bucket: Mutex::new(TokenBucket::for_limit(
-                        spec.rejection_audit_limit,
-                        now,
-                    )),
-                    capture: tokio::sync::Mutex::new(()),
-                    notion: NotionToken::new(notion_token, spec.notion_recheck_limit, now),
-                    spec,
-                }),
-            );
-        }
+        let counters = Arc::new(CustomCounters::default());
+        let state = Arc::new(hosted::StoreState(store.clone()));
+        let order = hosted::start(sources, connectors, state, &counters).await?;
         let metrics = Arc::new(IngressMetrics::new());
+        let router = BindingMatcher::new(triggers, metrics.clone());
         Ok(Ingress {
-            sources: map,
+            sources: hosted::by_id(&order),
             order,
+            committer: Committer {
+                store: store.clone(),
+                router: router.clone(),
+            },
             store,
-            router: BindingMatcher::new(triggers, metrics.clone()),
+            router,
             metrics,
+            counters,
             admin_token,
             more_metrics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Replaces each source's secrets with those of `specs` (the configuration read
+    /// again at a reload, secrets included). Sources are started once: one that the
+    /// file adds or removes since is left as it is, with a warning.
+    pub(crate) fn refresh_secrets(&self, specs: &[SourceSpec]) {
+        for spec in specs {
+            match self.sources.get(&spec.id) {
+                Some(s) => s.secrets.replace(spec.secrets.clone()),
+                None => tracing::warn!(
+                    source = %spec.id,
+                    "a reload found a source that was not configured at start; restart to add it"
+                ),
+            }
+        }
     }
 }

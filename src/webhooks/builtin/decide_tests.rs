@@ -1,7 +1,14 @@
+//! The built-in webhook providers' pure decision (`webhooks::ingest::decide`), each
+//! rule built from its `[[sources]]` text as the provider's connector builds it.
+
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::*;
+use crate::inbound::SourceContext;
+use crate::secret::Secret;
+use crate::triggers::{IdSeed, SignatureStatus, TriggerEvent};
+use crate::webhooks::hosted::{materialise, stored_headers, Origin, Stamp};
+use crate::webhooks::ingest::*;
 use crate::webhooks::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
 
 const NOW_MS: i64 = 1_700_000_000_000;
@@ -18,7 +25,16 @@ fn hex_mac(key: &[u8], parts: &[&[u8]]) -> String {
         .collect()
 }
 
-fn spec(toml_source: &str) -> SourceSpec {
+/// A built-in webhook source's rule, secrets and secret headers, built from its
+/// `[[sources]]` text as its connector builds them.
+struct Spec {
+    spec: WebhookSpec,
+    secrets: Vec<Secret>,
+    secret_headers: Vec<String>,
+    provider: String,
+}
+
+fn spec(toml_source: &str) -> Spec {
     let text = format!("id = \"s\"\n{toml_source}");
     let env = |n: &str| match n {
         "NEW" => Some("new-secret".to_owned()),
@@ -27,29 +43,68 @@ fn spec(toml_source: &str) -> SourceSpec {
     };
     // The runtime's defaults: tenant "default", the default body limit.
     let config: SourceConfig = toml::from_str(&text).unwrap();
-    config
+    let source = config
         .resolve("default", DEFAULT_MAX_BODY_BYTES, &env)
-        .unwrap()
+        .unwrap();
+    let ctx = SourceContext::detached(
+        &source.id,
+        &source.provider,
+        &source.tenant,
+        source.options.clone(),
+        source.secrets.clone(),
+    );
+    let secret_headers = match source.provider.as_str() {
+        "generic_hmac" => super::generic::generic_spec(&ctx).unwrap().1,
+        _ => Vec::new(),
+    };
+    Spec {
+        spec: super::webhook_spec(&source.provider, &ctx)
+            .unwrap()
+            .expect("a built-in webhook provider"),
+        secrets: source.secrets,
+        secret_headers,
+        provider: source.provider,
+    }
 }
 
-fn run(
-    spec: &SourceSpec,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> IngestDecision {
-    decide(
-        spec,
-        token,
-        &Request {
-            method: "POST",
-            path: "/hooks/s",
-            headers,
-            body,
-            now_ms: NOW_MS,
-            ids: IDS,
-        },
-    )
+/// A decision, and the event the runtime would store for it (ids from [`IDS`]).
+struct Ran {
+    decision: IngestDecision,
+    event: Option<TriggerEvent>,
+}
+
+fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> Ran {
+    let req = Request {
+        method: "POST",
+        path: "/hooks/s",
+        headers,
+        body,
+        now_ms: NOW_MS,
+    };
+    let decision = decide(&s.spec, &s.secrets, token, &req);
+    let event = match &decision {
+        IngestDecision::Store(e) => {
+            let stored = stored_headers(headers, &s.secret_headers);
+            let traceparent = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("traceparent"))
+                .map(|(_, v)| *v);
+            let origin = Origin {
+                received_at_ms: NOW_MS,
+                headers: &stored,
+                traceparent,
+                signature: SignatureStatus::Verified,
+            };
+            let stamp = Stamp {
+                source: "s",
+                provider: &s.provider,
+                tenant: "default",
+            };
+            Some(materialise(stamp, (**e).clone(), &origin, IDS).unwrap())
+        }
+        _ => None,
+    };
+    Ran { decision, event }
 }
 
 /// The randomness every test request carries: decisions are functions of their inputs.
@@ -58,15 +113,15 @@ const IDS: IdSeed = IdSeed {
     trace: 0xfeed_0000_0000_0000_0000_0000_0000_beef,
 };
 
-fn stored(d: IngestDecision) -> TriggerEvent {
-    match d {
-        IngestDecision::Store(e) => *e,
-        other => panic!("expected Store, got {other:?}"),
+fn stored(r: Ran) -> TriggerEvent {
+    match r.event {
+        Some(e) => e,
+        None => panic!("expected Store, got {:?}", r.decision),
     }
 }
 
-fn refused(d: IngestDecision) -> (u16, &'static str) {
-    match d {
+fn refused(r: Ran) -> (u16, &'static str) {
+    match r.decision {
         IngestDecision::Refuse(r) => (r.status, r.reason),
         other => panic!("expected Refuse, got {other:?}"),
     }
@@ -134,7 +189,7 @@ fn slack_answers_url_verification_with_the_challenge_and_stores_nothing() {
         ("X-Slack-Signature", sig.as_str()),
     ];
     assert_eq!(
-        run(&s, None, &h, body),
+        run(&s, None, &h, body).decision,
         IngestDecision::Reply {
             status: 200,
             content_type: "text/plain; charset=utf-8",
@@ -199,7 +254,7 @@ fn notion_captures_the_first_unsigned_token_once_then_verifies_with_it() {
     let s = spec("provider = \"notion\"");
     let first = br#"{"verification_token":"secret_tok"}"#;
     assert_eq!(
-        run(&s, None, &[], first),
+        run(&s, None, &[], first).decision,
         IngestDecision::CaptureNotionToken(crate::secret::Secret::new("secret_tok"))
     );
     assert_eq!(
@@ -269,12 +324,6 @@ fn generic_sources_key_by_header_or_body_hash_and_sign_method_and_path() {
         refused(run(&s, None, &[("Authorization", auth.as_str())], body)),
         (400, "missing_header")
     );
-}
-
-#[test]
-fn cron_sources_refuse_http_deliveries() {
-    let s = spec("provider = \"cron\"\nschedule = \"* * * * *\"");
-    assert_eq!(refused(run(&s, None, &[], b"{}")), (405, "not_accepted"));
 }
 
 #[test]
@@ -360,7 +409,7 @@ fn a_malformed_signature_is_a_bad_request_not_an_authentication_failure() {
 
 /// A signed Linear delivery whose body timestamp is `ts_ms`, for a source whose
 /// tolerance is 60 s plus a 10 s grace.
-fn linear_at(ts_ms: i64) -> IngestDecision {
+fn linear_at(ts_ms: i64) -> Ran {
     let s = spec("provider = \"linear\"\nsecret_env = \"NEW\"\ntimestamp_grace_secs = 10");
     let body = format!(r#"{{"type":"Issue","action":"create","webhookTimestamp":{ts_ms}}}"#);
     let sig = hex_mac(b"new-secret", &[body.as_bytes()]);
@@ -384,7 +433,7 @@ fn linear_accepts_a_timestamp_exactly_at_the_tolerance_either_way_and_not_a_ms_b
 
 #[test]
 fn linear_refusals_say_how_far_off_the_timestamp_is_in_whole_seconds() {
-    let detail = |d: IngestDecision| match d {
+    let detail = |d: Ran| match d.decision {
         IngestDecision::Refuse(r) => r.detail,
         other => panic!("expected Refuse, got {other:?}"),
     };

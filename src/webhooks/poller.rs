@@ -1,0 +1,257 @@
+//! The drivers of poll and stream sources: one task per source, so a source never
+//! has two polls (or two connections) at once.
+//!
+//! **Poll**: read the stored cursor; call `poll(cursor, now)`; commit the events and
+//! the new cursor in one transaction (retrying the commit, with backoff, until the
+//! store takes it: the page is not fetched again); sleep until the time the source
+//! asked for ([`Polled::next_poll_at_ms`]), at once when it has more, or after
+//! [`DEFAULT_POLL_INTERVAL`]. A failed poll is retried from the same cursor after a
+//! jittered backoff. A crash between a poll and its commit leaves the old cursor, so
+//! the page is read again and its events dedupe; none is skipped.
+//!
+//! **Stream**: read the stored cursor; call `stream(cursor, sink)`; each
+//! [`crate::EventSink::emit`] commits events and cursor together. When the stream
+//! ends or fails, reconnect after a jittered backoff from the last committed cursor
+//! (re-read from the store, so another process's progress counts too). A stream that
+//! delivered events before it ended starts its backoff again from the first step.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::hosted::{Committer, HostedSource, SourceCommit, CURSOR_KEY};
+use crate::backoff::{Backoff, BackoffPolicy};
+use crate::inbound::{EventSink, Polled, SourceKind};
+use crate::store::now_ms;
+
+/// How long a poll source waits between polls when it names no time itself.
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Longest single sleep: the schedule is re-read against the wall clock at least this
+/// often, so a clock step (NTP, suspend) delays a poll by at most this much.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// Pacing of retries after a failed poll, a refused commit or a dropped stream:
+/// 250 ms doubling to 30 s, jittered (the crate's one backoff), so the sources of
+/// several processes sharing a recovering store or provider do not retry in step.
+fn retry_policy() -> BackoffPolicy {
+    BackoffPolicy::new(Duration::from_millis(250), Duration::from_secs(30))
+}
+
+/// Starts the driver of every poll and stream source.
+pub(crate) fn spawn_all(
+    sources: &[Arc<HostedSource>],
+    committer: &Committer,
+    cancel: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    sources
+        .iter()
+        .filter_map(|s| {
+            let commit = SourceCommit {
+                source: s.clone(),
+                committer: committer.clone(),
+            };
+            match s.kind {
+                SourceKind::Poll => Some(tokio::spawn(poll_loop(commit, cancel.clone()))),
+                SourceKind::Stream => Some(tokio::spawn(stream_loop(commit, cancel.clone()))),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Sleeps until `at_ms` (wall clock) or `cancel`; false when cancelled.
+async fn sleep_until(at_ms: i64, cancel: &CancellationToken) -> bool {
+    loop {
+        let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()).max(0) as u64);
+        if wait.is_zero() {
+            return true;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(wait.min(MAX_SLEEP)) => {}
+        }
+    }
+}
+
+/// Sleeps `d` or until `cancel`; false when cancelled.
+async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Reads the stored cursor, retrying until the store answers.
+async fn stored_cursor(
+    source: &HostedSource,
+    cancel: &CancellationToken,
+) -> Option<Option<String>> {
+    let mut backoff = Backoff::new(retry_policy());
+    loop {
+        match source.ctx.state().get(CURSOR_KEY).await {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                let delay = backoff.next_delay(rand::random());
+                tracing::warn!(source = source.id(), error = %e, retry_in = ?delay, "cannot read the source's cursor");
+                if !pause(delay, cancel).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
+    let source = commit.source.clone();
+    let id = source.id().to_owned();
+    let Some(mut cursor) = stored_cursor(&source, &cancel).await else {
+        return;
+    };
+    let mut backoff = Backoff::new(retry_policy());
+    loop {
+        let now = now_ms();
+        let polled = tokio::select! {
+            _ = cancel.cancelled() => return,
+            p = source.source.poll(cursor.as_deref(), now) => p,
+        };
+        let next_at = match polled {
+            Ok(page) => {
+                backoff.reset();
+                let Some(next) = commit_page(&commit, page, &mut cursor, &cancel).await else {
+                    return;
+                };
+                next
+            }
+            Err(e) => {
+                let delay = backoff.next_delay(rand::random());
+                source.ctx.metrics().inc("poll_failures", &[]);
+                tracing::warn!(source = %id, error = %e, retry_in = ?delay, "poll failed; retrying from the same cursor");
+                now_ms().saturating_add(delay.as_millis() as i64)
+            }
+        };
+        if !sleep_until(next_at, &cancel).await {
+            return;
+        }
+    }
+}
+
+/// Commits one page and moves `cursor`; returns when to poll next, or `None` when
+/// cancelled. The commit is retried (the page is not fetched again) until the store
+/// takes it.
+async fn commit_page(
+    commit: &SourceCommit,
+    page: Polled,
+    cursor: &mut Option<String>,
+    cancel: &CancellationToken,
+) -> Option<i64> {
+    let source = &commit.source;
+    let new_cursor = page.cursor.clone().or_else(|| cursor.clone());
+    let moved = new_cursor != *cursor;
+    let mut backoff = Backoff::new(retry_policy());
+    if !page.events.is_empty() || moved {
+        let events = match commit.materialise_all(page.events) {
+            Ok(events) => events,
+            Err(e) => {
+                // A source that makes an unstorable event is broken: nothing of the
+                // page is stored and the cursor stays, loudly, and the page is read
+                // again after the default interval (not in a tight loop).
+                tracing::error!(source = source.id(), error = %e, "a polled event cannot be stored; the page is skipped");
+                source.ctx.metrics().inc("poll_failures", &[]);
+                return Some(now_ms().saturating_add(DEFAULT_POLL_INTERVAL.as_millis() as i64));
+            }
+        };
+        loop {
+            let attempt = commit
+                .committer
+                .commit(
+                    source,
+                    events.clone(),
+                    moved.then(|| new_cursor.clone()).flatten(),
+                )
+                .await;
+            match attempt {
+                Ok(appended) => {
+                    let new = appended
+                        .iter()
+                        .filter(|a| matches!(a, crate::store::Appended::Stored(_)))
+                        .count();
+                    source.ctx.metrics().add("polled_events", &[], new as u64);
+                    break;
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay(rand::random());
+                    tracing::warn!(source = source.id(), error = %e, retry_in = ?delay, "cannot store a polled page; retrying");
+                    if !pause(delay, cancel).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+    *cursor = new_cursor;
+    let now = now_ms();
+    Some(if page.more {
+        now
+    } else {
+        page.next_poll_at_ms
+            .unwrap_or_else(|| now.saturating_add(DEFAULT_POLL_INTERVAL.as_millis() as i64))
+    })
+}
+
+async fn stream_loop(commit: SourceCommit, cancel: CancellationToken) {
+    let source = commit.source.clone();
+    let id = source.id().to_owned();
+    let sink_commit = Arc::new(commit);
+    let mut backoff = Backoff::new(retry_policy());
+    loop {
+        let Some(cursor) = stored_cursor(&source, &cancel).await else {
+            return;
+        };
+        let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let sink = EventSink::new(Arc::new(Counting {
+            inner: sink_commit.clone(),
+            emitted: counted.clone(),
+        }));
+        let ended = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = source.source.stream(cursor, sink) => r,
+        };
+        if counted.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            backoff.reset();
+        }
+        let delay = backoff.next_delay(rand::random());
+        source.ctx.metrics().inc("stream_reconnects", &[]);
+        match ended {
+            Ok(()) => tracing::info!(source = %id, retry_in = ?delay, "stream ended; reconnecting"),
+            Err(e) => {
+                tracing::warn!(source = %id, error = %e, retry_in = ?delay, "stream failed; reconnecting")
+            }
+        }
+        if !pause(delay, &cancel).await {
+            return;
+        }
+    }
+}
+
+/// A stream's commit that counts the commits that went through, so a stream that
+/// made progress reconnects without a long backoff.
+struct Counting {
+    inner: Arc<SourceCommit>,
+    emitted: Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl crate::inbound::Commit for Counting {
+    async fn commit(
+        &self,
+        events: Vec<crate::inbound::InboundEvent>,
+        cursor: Option<String>,
+    ) -> crate::Result<crate::inbound::Committed> {
+        let done = self.inner.commit(events, cursor).await?;
+        self.emitted
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(done)
+    }
+}
