@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -30,8 +30,8 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, secrets that never print, the generated messages) and imports nothing of
-//! the crate. `phoenix` is the
+//! keys, secrets that never print, the circuit-breaker core, the generated messages)
+//! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
 //! connections (addresses, dialer, TLS, proxies) and hands out message streams and
 //! sinks. `connector` is what an author implements and configures; `auth` is the
@@ -55,6 +55,8 @@
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
 pub(crate) mod backoff;
+#[cfg(feature = "runtime")]
+pub(crate) mod breaker;
 pub(crate) mod clock;
 pub(crate) mod connector;
 pub(crate) mod context_keys;
