@@ -24,7 +24,7 @@
 //! 4. the multiplexer: `mux`, `entry`
 //! 5. models, no I/O: `outbox`, `triggers`
 //! 6. storage: `store`
-//! 7. the runtime's parts: `dispatch`, `webhooks`
+//! 7. the runtime's parts: `outbound`, `dispatch`, `webhooks`
 //! 8. assemblies: `runtime`, `gateway`
 //! 9. the benches' and fuzz targets' window on internals: `__private`
 //!
@@ -39,8 +39,10 @@
 //! feeds it from either transport, handles and the runner; `entry` is
 //! [`run`]. `outbox` holds the outbox's rows, retry schedule, outcome decisions and
 //! the store trait they need; `triggers` the events, bindings, filters and binding
-//! registry. `store` implements the store traits, one folder per backend. `dispatch`
-//! claims and executes outbox rows; `webhooks` are the inbound connectors. `runtime`
+//! registry. `store` implements the store traits, one folder per backend. `outbound`
+//! is the runtime's HTTP client for handlers (signing, egress policy, per-endpoint
+//! breakers); `dispatch` claims and executes outbox rows; `webhooks` are the inbound
+//! connectors. `runtime`
 //! reads its config file and wires ingest, bindings, outbox and dispatcher onto the
 //! mux; `gateway` is the other side of the wire, built on layers 1 to 3.
 #![forbid(unsafe_code)]
@@ -72,6 +74,8 @@ pub(crate) mod error;
 pub mod gateway;
 pub(crate) mod identity;
 pub(crate) mod mux;
+#[cfg(feature = "runtime")]
+pub(crate) mod outbound;
 #[cfg(feature = "runtime")]
 pub(crate) mod outbox;
 pub mod phoenix;
