@@ -147,6 +147,16 @@ pub mod webhooks {
     }
 }
 
+/// The outbound HTTP client and its signer, for `benches/http_deliver.rs` and the
+/// breaker test in `tests/http_handler.rs`.
+#[cfg(feature = "runtime")]
+pub mod outbound {
+    pub use crate::outbound::http::{
+        HttpDelivery, HttpError, HttpRequest, HttpResponse, OutboundSettings, Signing,
+    };
+    pub use crate::outbound::sign::{message_id, SigningKey};
+}
+
 #[cfg(feature = "runtime")]
 pub mod runtime {
     pub mod ops {

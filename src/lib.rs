@@ -18,20 +18,20 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
 //! 5. models, no I/O: `outbox`, `triggers`, `inbound`
 //! 6. storage: `store`
-//! 7. the runtime's parts: `dispatch`, `webhooks`
+//! 7. the runtime's parts: `outbound`, `dispatch`, `webhooks`
 //! 8. assemblies: `runtime`, `gateway`
 //! 9. the benches' and fuzz targets' window on internals: `__private`
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, secrets that never print, the generated messages) and imports nothing of
-//! the crate. `phoenix` is the
+//! keys, secrets that never print, the circuit-breaker core, the generated messages)
+//! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
 //! connections (addresses, dialer, TLS, proxies) and hands out message streams and
 //! sinks. `connector` is what an author implements and configures; `auth` is the
@@ -39,8 +39,10 @@
 //! feeds it from either transport, handles and the runner; `entry` is
 //! [`run`]. `outbox` holds the outbox's rows, retry schedule, outcome decisions and
 //! the store trait they need; `triggers` the events, bindings, filters and binding
-//! registry. `store` implements the store traits, one folder per backend. `dispatch`
-//! claims and executes outbox rows; `webhooks` are the inbound connectors. `runtime`
+//! registry. `store` implements the store traits, one folder per backend. `outbound`
+//! is the runtime's HTTP client for handlers (signing, egress policy, per-endpoint
+//! breakers); `dispatch` claims and executes outbox rows; `webhooks` are the inbound
+//! connectors. `runtime`
 //! reads its config file and wires ingest, bindings, outbox and dispatcher onto the
 //! mux; `gateway` is the other side of the wire, built on layers 1 to 3.
 #![forbid(unsafe_code)]
@@ -55,6 +57,8 @@
 #[cfg(feature = "websocket")]
 pub(crate) mod auth;
 pub(crate) mod backoff;
+#[cfg(feature = "runtime")]
+pub(crate) mod breaker;
 pub(crate) mod clock;
 pub(crate) mod connector;
 pub(crate) mod context_keys;
@@ -72,6 +76,8 @@ pub(crate) mod identity;
 #[cfg(feature = "runtime")]
 pub(crate) mod inbound;
 pub(crate) mod mux;
+#[cfg(feature = "runtime")]
+pub(crate) mod outbound;
 #[cfg(feature = "runtime")]
 pub(crate) mod outbox;
 pub mod phoenix;

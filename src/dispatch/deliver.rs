@@ -3,7 +3,9 @@
 //! [`Deliver`] is the seam between the dispatcher (which decides when and how often)
 //! and the handlers (which do the work); [`Handlers`] is the runtime's implementation:
 //! `invoke` handlers go through the gateway as an `invoke_request` over the runtime's
-//! own registration, `local` handlers call a [`BaseConnector`] in this process.
+//! own registration, `local` handlers call a [`BaseConnector`] in this process, `http`
+//! handlers POST to an endpoint through the runtime's outbound client
+//! ([`super::http`]).
 //! Tests and benchmarks put their own [`Deliver`] in its place.
 //!
 //! Every attempt carries its identity in the context (the keys below), so a handler
@@ -25,6 +27,7 @@ use crate::context_keys::{
 };
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::RegistrationHandle;
+use crate::outbound::http::HttpDelivery;
 use crate::outbox::model::DeadLetter;
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::proto::PayloadEncoding;
@@ -123,12 +126,14 @@ pub trait Deliver: Send + Sync + 'static {
     }
 }
 
-/// The runtime's handlers: the gateway registration (for `invoke`) and the local
-/// connectors the embedding program registered (for `local`).
+/// The runtime's handlers: the gateway registration (for `invoke`), the local
+/// connectors the embedding program registered (for `local`) and the outbound HTTP
+/// client (for `http`).
 #[derive(Clone, Default)]
 pub(crate) struct Handlers {
     gateway: Option<RegistrationHandle>,
     local: HashMap<String, Arc<dyn BaseConnector>>,
+    http: Option<Arc<HttpDelivery>>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -150,7 +155,17 @@ impl Handlers {
         gateway: Option<RegistrationHandle>,
         local: HashMap<String, Arc<dyn BaseConnector>>,
     ) -> Handlers {
-        Handlers { gateway, local }
+        Handlers {
+            gateway,
+            local,
+            http: None,
+        }
+    }
+
+    /// These handlers, delivering `http` bindings through `client`.
+    pub(crate) fn with_http(mut self, client: Arc<HttpDelivery>) -> Handlers {
+        self.http = Some(client);
+        self
     }
 
     /// Whether this process can deliver `binding` at all (its connector is here, or it
@@ -161,6 +176,7 @@ impl Handlers {
             Handler::Invoke { .. } => self.gateway.is_some(),
             Handler::Local { connector, .. } => self.local.contains_key(connector),
             Handler::Queue { .. } => false,
+            Handler::Http { .. } => self.http.is_some(),
         }
     }
 }
@@ -236,6 +252,30 @@ impl Deliver for Handlers {
                     .execute_with_context(payload, Some(capability), &context)
                     .await
                     .map_err(|e| AttemptFailure::from_error(&e))
+            }
+            Handler::Http {
+                url,
+                secret_env,
+                timeout,
+                retry_4xx,
+            } => {
+                let client = self.http.as_ref().ok_or_else(|| {
+                    AttemptFailure::new(FailureKind::Platform, "no outbound HTTP client is set up")
+                })?;
+                let target = super::http::Target {
+                    url,
+                    secret_env,
+                    timeout: *timeout,
+                    retry_4xx: *retry_4xx,
+                };
+                let context = input.context();
+                let delivery = super::http::Delivery {
+                    event_id: input.event_id,
+                    binding_id: &input.binding.id,
+                    payload: input.payload,
+                    context: &context,
+                };
+                super::http::deliver(client, delivery, target).await
             }
             Handler::Queue { queue } => Err(AttemptFailure::new(
                 FailureKind::Platform,

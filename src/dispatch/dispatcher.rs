@@ -636,7 +636,10 @@ async fn attempt(
         tracing::info!(binding = %binding.id, event = %row.event_id, attempt = row.attempt, kind = f.kind.as_str(), error = %f.message, "attempt failed");
     }
     let targets = match &result {
-        Err(_) if row.attempt >= binding.retry.max_attempts && row.dead_letter_id.is_none() => {
+        Err(f)
+            if f.exhausts(row.attempt, binding.retry.max_attempts)
+                && row.dead_letter_id.is_none() =>
+        {
             inner.dead_letter_targets(&binding.id)
         }
         _ => Vec::new(),

@@ -3,8 +3,9 @@
 //!
 //! - [`dispatcher`]: the tasks that claim, gate, run and finish rows, through the
 //!   narrow [`crate::outbox::OutboxStore`] (it needs nothing else of a backend);
-//! - [`deliver`]: running one attempt (invoke through the gateway, or a local
-//!   connector);
+//! - [`deliver`]: running one attempt (invoke through the gateway, a local
+//!   connector, or an HTTP endpoint);
+//! - [`http`]: the `http` handler's request and what its answers mean;
 //! - [`metrics`]: its Prometheus metrics;
 //! - [`permits`]: the per-version and per-process permit gates;
 //! - [`throttle`]: a binding's starts-per-period window, a decision core.
@@ -15,6 +16,7 @@
 
 pub(crate) mod deliver;
 pub(crate) mod dispatcher;
+pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod permits;
 pub(crate) mod throttle;

@@ -93,7 +93,8 @@ pub struct AttemptError {
     pub attempt: u32,
     /// When it ended (unix ms).
     pub at_ms: i64,
-    /// A stable label: `handler`, `timeout`, `overloaded`, `platform`, `validation`.
+    /// A stable label: `handler`, `timeout`, `overloaded`, `platform`, `validation`,
+    /// `breaker_open`, `egress_refused`.
     pub kind: String,
     /// What went wrong, for a person.
     pub message: String,

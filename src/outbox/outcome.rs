@@ -2,10 +2,14 @@
 //! I/O. The clock and the jitter draw are inputs, so every branch is a plain `#[test]`.
 //!
 //! - success: [`Finish::Done`];
-//! - failure with attempts left: [`Finish::Retry`] at the policy's next time;
-//! - failure of the last attempt: [`Finish::DeadLetter`] with one fan-out row per
-//!   dead-letter handler, or, for a row that *was* a dead-letter handler's delivery,
-//!   [`Finish::Annotate`] (a dead-letter handler's failure is never dead-lettered).
+//! - failure with attempts left: [`Finish::Retry`] at the policy's next time, or at
+//!   the time the handler was told to come back ([`AttemptFailure::retry_after_ms`],
+//!   an HTTP endpoint's `Retry-After`), capped at [`MAX_RETRY_AFTER`];
+//! - failure of the last attempt, or a failure the handler says retrying cannot cure
+//!   ([`AttemptFailure::permanent`], an HTTP endpoint's 4xx): [`Finish::DeadLetter`]
+//!   with one fan-out row per dead-letter handler, or, for a row that *was* a
+//!   dead-letter handler's delivery, [`Finish::Annotate`] (a dead-letter handler's
+//!   failure is never dead-lettered).
 
 use serde::Serialize;
 
@@ -28,6 +32,10 @@ pub enum FailureKind {
     Timeout,
     /// Switchboard's own side failed: no gateway connection, a store error, shutdown.
     Platform,
+    /// The destination's circuit breaker was open: no request was sent.
+    BreakerOpen,
+    /// The egress policy refused the destination: no request was sent.
+    Egress,
 }
 
 impl FailureKind {
@@ -39,20 +47,29 @@ impl FailureKind {
             FailureKind::Overloaded => "overloaded",
             FailureKind::Timeout => "timeout",
             FailureKind::Platform => "platform",
+            FailureKind::BreakerOpen => "breaker_open",
+            FailureKind::Egress => "egress_refused",
         }
     }
 
-    /// The HTTP status the synchronous path answers with: 422, 502, 503, 504 or 500.
+    /// The HTTP status the synchronous path answers with: 422, 502, 503, 504 or 500
+    /// (an open breaker is 503, a refused destination 502).
     pub fn http_status(self) -> u16 {
         match self {
             FailureKind::Validation => 422,
-            FailureKind::Handler => 502,
-            FailureKind::Overloaded => 503,
+            FailureKind::Handler | FailureKind::Egress => 502,
+            FailureKind::Overloaded | FailureKind::BreakerOpen => 503,
             FailureKind::Timeout => 504,
             FailureKind::Platform => 500,
         }
     }
 }
+
+/// The longest `retry_after_ms` honoured: an hour. A handler's "come back later" is
+/// a hint from the far side; past an hour the row would sit invisible for longer than
+/// an operator expects a retry schedule to run, so the next attempt is due after an
+/// hour, and it still counts against `max_attempts`.
+pub(crate) const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,15 +78,42 @@ pub struct AttemptFailure {
     pub kind: FailureKind,
     /// What happened, for a person.
     pub message: String,
+    /// When the handler was told when to come back (an HTTP `Retry-After`), the delay
+    /// in ms: the next attempt is due then instead of at the retry policy's time
+    /// (capped at [`MAX_RETRY_AFTER`]).
+    pub retry_after_ms: Option<i64>,
+    /// Retrying cannot help (an HTTP endpoint refused the request with a 4xx): the
+    /// row is dead-lettered at once, whatever attempts are left.
+    pub permanent: bool,
 }
 
 impl AttemptFailure {
-    /// A failure of `kind`.
+    /// A failure of `kind`, retried per the binding's policy.
     pub fn new(kind: FailureKind, message: impl Into<String>) -> AttemptFailure {
         AttemptFailure {
             kind,
             message: message.into(),
+            retry_after_ms: None,
+            permanent: false,
         }
+    }
+
+    /// This failure, not retried: dead-lettered at once.
+    pub fn permanent(mut self) -> AttemptFailure {
+        self.permanent = true;
+        self
+    }
+
+    /// This failure, retried after `delay` (the attempt still counts).
+    pub fn retry_after(mut self, delay: std::time::Duration) -> AttemptFailure {
+        self.retry_after_ms = Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// Whether this failure ends the row's attempts when it is attempt `attempt` of a
+    /// policy allowing `max_attempts`: the last attempt, or a permanent failure.
+    pub fn exhausts(&self, attempt: u32, max_attempts: u32) -> bool {
+        self.permanent || attempt >= max_attempts
     }
 
     /// Classifies an error from a handler call. Remote codes that mean "refused for
@@ -132,7 +176,21 @@ pub(crate) fn decide(
         Err(f) => f,
     };
     let error = failure.record(row.attempt, now_ms);
-    match retry.after_failure(row.attempt, now_ms, unit) {
+    let next = if failure.permanent {
+        Next::Exhausted
+    } else {
+        match (
+            retry.after_failure(row.attempt, now_ms, unit),
+            failure.retry_after_ms,
+        ) {
+            (Next::RetryAt(_), Some(after_ms)) => {
+                let cap = MAX_RETRY_AFTER.as_millis() as i64;
+                Next::RetryAt(now_ms.saturating_add(after_ms.clamp(0, cap)))
+            }
+            (next, _) => next,
+        }
+    };
+    match next {
         Next::RetryAt(at_ms) => Finish::Retry {
             id,
             token,
@@ -275,6 +333,44 @@ mod tests {
             matches!(f, Finish::Annotate { dead_letter_id: 41, ref binding_id, .. } if binding_id == "b"),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn a_retry_after_replaces_the_policys_delay_but_still_counts_the_attempt() {
+        let told = handler_failure().retry_after(Duration::from_secs(30));
+        let f = decide(&row(1, None), &policy(), Err(&told), 1_000, 0.5, &[]);
+        assert!(
+            matches!(f, Finish::Retry { at_ms: 31_000, .. }),
+            "30 s, not the policy's 500 ms: {f:?}"
+        );
+        let f = decide(&row(3, None), &policy(), Err(&told), 1_000, 0.5, &[dl("x")]);
+        assert!(
+            matches!(f, Finish::DeadLetter { .. }),
+            "the last attempt: {f:?}"
+        );
+    }
+
+    #[test]
+    fn a_retry_after_is_capped_at_an_hour() {
+        let told = handler_failure().retry_after(Duration::from_secs(7 * 86_400));
+        let f = decide(&row(1, None), &policy(), Err(&told), 1_000, 0.5, &[]);
+        let Finish::Retry { at_ms, .. } = f else {
+            panic!("expected a retry, got {f:?}")
+        };
+        assert_eq!(at_ms, 1_000 + MAX_RETRY_AFTER.as_millis() as i64);
+    }
+
+    #[test]
+    fn a_permanent_failure_dead_letters_on_the_first_attempt() {
+        let refused = handler_failure().permanent();
+        assert!(refused.exhausts(1, 3) && !handler_failure().exhausts(1, 3));
+        let f = decide(&row(1, None), &policy(), Err(&refused), 5, 0.5, &[dl("x")]);
+        let Finish::DeadLetter { error, fanout, .. } = f else {
+            panic!("expected a dead letter, got {f:?}")
+        };
+        assert_eq!((error.attempt, fanout.len()), (1, 1));
+        let f = decide(&row(1, Some(8)), &policy(), Err(&refused), 5, 0.5, &[]);
+        assert!(matches!(f, Finish::Annotate { .. }), "{f:?}");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! ```
 //!
 //! The deliver half (`[gateway]`, `[dispatcher]`, `event_retention`) is in [`deliver`];
+//! `[outbound]` (egress policy, response cap, breaker of outbound HTTP) in [`outbound`];
 //! `[[triggers]]` and `[[queues]]` in [`crate::triggers::config`]; durations
 //! (`"30s"`, `"7d"`) are read by [`crate::duration`].
 
@@ -43,6 +44,7 @@ use crate::webhooks::limits::{self, IngressLimits};
 use crate::webhooks::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
 
 pub(crate) mod deliver;
+pub(crate) mod outbound;
 
 pub(crate) use crate::duration::DurationSetting;
 pub(crate) use deliver::{
@@ -129,6 +131,10 @@ pub struct RuntimeConfig {
     /// Trigger bindings: which events go to which handler.
     #[serde(default)]
     pub triggers: Vec<TriggerConfig>,
+    /// Rules for outbound HTTP (`http` handlers): egress allow-list, response cap,
+    /// per-endpoint breaker.
+    #[serde(default)]
+    pub outbound: outbound::OutboundConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -191,6 +197,8 @@ pub struct ResolvedConfig {
     pub dispatcher: DispatcherSettings,
     /// Retention of events, dead letters and run records, ms.
     pub event_retention_ms: i64,
+    /// Outbound HTTP settings and the `http` handlers' signing secrets.
+    pub outbound: crate::outbound::http::OutboundSettings,
 }
 
 impl RuntimeConfig {
@@ -311,6 +319,7 @@ impl RuntimeConfig {
         };
         let (triggers, queues) =
             crate::triggers::config::resolve(&self.triggers, &self.queues, &known)?;
+        let outbound = self.outbound.resolve(&triggers, &env)?;
         let event_retention = crate::duration::duration_or(
             self.event_retention.as_ref(),
             DEFAULT_EVENT_RETENTION,
@@ -341,6 +350,7 @@ impl RuntimeConfig {
             dispatcher: self.dispatcher.resolve()?,
             event_retention_ms: i64::try_from(event_retention.as_millis()).unwrap_or(i64::MAX),
             sources,
+            outbound,
         })
     }
 }

@@ -249,7 +249,8 @@ impl RuntimeBuilder {
             registration = Some(handle);
             runner = Some(r);
         }
-        let handlers = Arc::new(Handlers::new(registration.clone(), local));
+        let http = Arc::new(crate::outbound::http::HttpDelivery::new(&config.outbound)?);
+        let handlers = Arc::new(Handlers::new(registration.clone(), local).with_http(http));
         let any_handler = deliver.is_some();
         let judge = handlers.clone();
         let d = &config.dispatcher;

@@ -45,7 +45,32 @@ pub enum Handler {
         /// Queue name.
         queue: String,
     },
+    /// POST the event to an HTTP endpoint, signed per Standard Webhooks
+    /// (`dispatch::http` delivers it; `outbound` holds the client and its rules).
+    Http {
+        /// The endpoint, `http://` or `https://`.
+        url: String,
+        /// Environment variables holding the signing secrets (`whsec_…`), one
+        /// signature each: the first is the current secret, the rest are kept during a
+        /// rotation. Names, never values, so the definition (and its fingerprint)
+        /// holds no secret.
+        secret_env: Vec<String>,
+        /// Bound on one request (the binding's `timeout` still bounds the attempt).
+        #[serde(
+            rename = "timeout_ms",
+            serialize_with = "crate::duration::serialize_ms"
+        )]
+        timeout: Duration,
+        /// Whether a 4xx answer (other than 408, 425 and 429, which are always
+        /// retried) is retried per the retry policy instead of dead-lettered at once.
+        retry_4xx: bool,
+    },
 }
+
+/// Default timeout of one `http` handler request: 10 s. A webhook receiver is
+/// expected to acknowledge at once and work later (Standard Webhooks and most senders
+/// give it a few seconds); a slow one ties up a delivery slot.
+pub(crate) const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn encoding_name<S: serde::Serializer>(e: &PayloadEncoding, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(e.as_str_name())

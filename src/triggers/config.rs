@@ -29,6 +29,10 @@
 //! breaker = { errors = 5, cool_off = "1m" }   # filter errors on 5 events in a row: skip events for a minute
 //!
 //! [[triggers]]
+//! id = "to-partner"
+//! handler = { http = "https://partner.example/hooks", secret_env = ["HOOK_SECRET", "HOOK_SECRET_OLD"], timeout = "10s", retry_4xx = false }
+//!
+//! [[triggers]]
 //! id = "failures"
 //! handler = { queue = "dead" }       # a queue nobody declared: declared with defaults
 //! dead_letter_for = "*"              # or ["issues-to-linear"]
@@ -102,7 +106,7 @@ pub struct TriggerConfig {
     pub breaker: Option<BreakerConfig>,
 }
 
-/// `handler = { … }` as written: exactly one of `invoke`, `local`, `queue`.
+/// `handler = { … }` as written: exactly one of `invoke`, `local`, `queue`, `http`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -118,6 +122,19 @@ pub struct HandlerConfig {
     /// The invoke payload's encoding: `json` (default), `bytes` (`raw_bytes`) or
     /// `json_lines` (`invoke` only).
     pub encoding: Option<String>,
+    /// POST the event to this URL (see [`http`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// `http` only: the environment variable(s) holding the signing secret(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<http::SecretEnv>,
+    /// `http` only: bound on one request. Default
+    /// [`super::binding::DEFAULT_HTTP_TIMEOUT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationSetting>,
+    /// `http` only: retry 4xx answers too. Default `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_4xx: Option<bool>,
 }
 
 /// `retry = { … }` as written.
@@ -273,6 +290,10 @@ impl TriggerConfig {
             queue: None,
             capability: None,
             encoding: None,
+            http: None,
+            secret_env: None,
+            timeout: None,
+            retry_4xx: None,
         };
         match &binding.handler {
             Handler::Invoke {
@@ -292,6 +313,17 @@ impl TriggerConfig {
                 handler.capability = Some(capability.clone());
             }
             Handler::Queue { queue } => handler.queue = Some(queue.clone()),
+            Handler::Http {
+                url,
+                secret_env,
+                timeout,
+                retry_4xx,
+            } => {
+                handler.http = Some(url.clone());
+                handler.secret_env = Some(http::SecretEnv::of(secret_env));
+                handler.timeout = Some(DurationSetting::millis(*timeout));
+                handler.retry_4xx = Some(*retry_4xx);
+            }
         }
         let r = &binding.retry;
         TriggerConfig {
@@ -412,7 +444,7 @@ impl TriggerConfig {
             if let Some((option, _)) = dispatch_only.iter().find(|(_, set)| *set) {
                 return Err(bad(
                     option,
-                    "applies to invoke and local handlers only; a queue handler's consumers pull at their own pace".into(),
+                    "applies to invoke, local and http handlers only; a queue handler's consumers pull at their own pace".into(),
                 ));
             }
         }
@@ -460,12 +492,43 @@ impl TriggerConfig {
     }
 }
 
+/// The error for a handler naming none, or several, of its kinds.
+const ONE_OF: &str =
+    "name exactly one of invoke = \"…\", local = \"…\", queue = \"…\" or http = \"…\"";
+
 impl HandlerConfig {
     fn resolve(&self, known: &Known<'_>) -> std::result::Result<Handler, String> {
         let capability = || match self.capability.as_deref().map(str::trim) {
             Some(c) if !c.is_empty() => Ok(c.to_owned()),
             _ => Err("capability is required for invoke and local handlers".to_owned()),
         };
+        if let Some(url) = &self.http {
+            if self.invoke.is_some() || self.local.is_some() || self.queue.is_some() {
+                return Err(ONE_OF.into());
+            }
+            if self.capability.is_some() || self.encoding.is_some() {
+                return Err(
+                    "an http handler takes no capability or encoding: it POSTs the event as JSON"
+                        .into(),
+                );
+            }
+            return http::resolve(
+                url,
+                self.secret_env.as_ref(),
+                self.timeout.as_ref(),
+                self.retry_4xx,
+            );
+        }
+        let http_only = [
+            ("secret_env", self.secret_env.is_some()),
+            ("timeout", self.timeout.is_some()),
+            ("retry_4xx", self.retry_4xx.is_some()),
+        ];
+        if let Some((option, _)) = http_only.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{option} applies to http handlers only (the trigger's own timeout is the option beside handler)"
+            ));
+        }
         let handler = match (&self.invoke, &self.local, &self.queue) {
             (Some(target), None, None) => {
                 if !known.gateway {
@@ -493,11 +556,7 @@ impl HandlerConfig {
                     queue: queue.clone(),
                 }
             }
-            _ => {
-                return Err(
-                    "name exactly one of invoke = \"…\", local = \"…\" or queue = \"…\"".into(),
-                )
-            }
+            _ => return Err(ONE_OF.into()),
         };
         if self.encoding.is_some() && !matches!(handler, Handler::Invoke { .. }) {
             return Err("encoding applies to invoke handlers only".into());
@@ -611,5 +670,6 @@ impl QueueConfig {
     }
 }
 
+pub(crate) mod http;
 #[cfg(test)]
 mod tests;

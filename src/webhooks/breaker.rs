@@ -8,69 +8,45 @@
 //! log and count an error per event at full ingest rate; the breaker turns that into
 //! one log line per cool-off and a metric an alert can watch, while the events are
 //! still stored (a replay after the fix reaches the binding).
+//!
+//! The counting and the cool-off are the shared core in [`crate::breaker`] (the same
+//! one the outbound HTTP deliveries use per endpoint); this module keeps what is
+//! particular to filters: one breaker per binding, its settings from the binding.
 
-/// What a recorded evaluation did to the breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Change {
-    /// Nothing to report.
-    None,
-    /// The breaker opened until the given instant (ms).
-    Opened(i64),
-}
+pub(crate) use crate::breaker::Change;
+use crate::breaker::{AfterCoolOff, Breaker};
 
-/// One binding's breaker.
+/// One binding's breaker: the shared core ([`crate::breaker`]) in its closing mode,
+/// since a filter's cool-off ending costs nobody anything (no probe needed).
 #[derive(Debug, Clone)]
-pub(crate) struct FilterBreaker {
-    errors: u32,
-    cool_off_ms: i64,
-    in_a_row: u32,
-    open_until: Option<i64>,
-}
+pub(crate) struct FilterBreaker(Breaker);
 
 impl FilterBreaker {
     /// Opens after `errors` failures in a row (at least 1), for `cool_off_ms`.
     pub(crate) fn new(errors: u32, cool_off_ms: i64) -> FilterBreaker {
-        FilterBreaker {
-            errors: errors.max(1),
-            cool_off_ms: cool_off_ms.max(1),
-            in_a_row: 0,
-            open_until: None,
-        }
+        FilterBreaker(Breaker::new(errors, cool_off_ms, AfterCoolOff::Close))
     }
 
     /// Whether the breaker is open at `now_ms` (the binding is skipped). Closes it,
     /// with its count reset, once the cool-off has ended; `true` in the second value
     /// when that just happened.
     pub(crate) fn is_open(&mut self, now_ms: i64) -> (bool, bool) {
-        match self.open_until {
-            Some(until) if now_ms < until => (true, false),
-            Some(_) => {
-                self.open_until = None;
-                self.in_a_row = 0;
-                (false, true)
-            }
-            None => (false, false),
+        match self.0.admit(now_ms) {
+            crate::breaker::Admit::Pass { just_closed } => (false, just_closed),
+            // A closing breaker never probes; a probe would pass.
+            crate::breaker::Admit::Probe => (false, true),
+            crate::breaker::Admit::Refuse { .. } => (true, false),
         }
     }
 
     /// Records one evaluation at `now_ms`: `failed` when it errored.
     pub(crate) fn record(&mut self, failed: bool, now_ms: i64) -> Change {
-        if !failed {
-            self.in_a_row = 0;
-            return Change::None;
-        }
-        self.in_a_row += 1;
-        if self.in_a_row >= self.errors && self.open_until.is_none() {
-            let until = now_ms + self.cool_off_ms;
-            self.open_until = Some(until);
-            return Change::Opened(until);
-        }
-        Change::None
+        self.0.record(failed, now_ms)
     }
 
     /// Whether the breaker was made for these settings.
     pub(crate) fn is(&self, errors: u32, cool_off_ms: i64) -> bool {
-        self.errors == errors.max(1) && self.cool_off_ms == cool_off_ms.max(1)
+        self.0.is(errors, cool_off_ms)
     }
 }
 
@@ -131,9 +107,7 @@ impl Breakers {
     /// Whether `binding`'s breaker is open (for the admin API and `/metrics`).
     pub(crate) fn is_open(&self, binding: &str) -> bool {
         let now = self.now_ms();
-        self.map()
-            .get(binding)
-            .is_some_and(|b| b.open_until.is_some_and(|until| now < until))
+        self.map().get(binding).is_some_and(|b| b.0.is_open(now))
     }
 }
 

@@ -175,12 +175,12 @@ fn flow_control_mistakes_name_the_trigger_and_the_option() {
         (
             queue,
             "priority = 3",
-            "trigger \"t\": priority: applies to invoke and local",
+            "trigger \"t\": priority: applies to invoke, local and http",
         ),
         (
             queue,
             "debounce = { key = 'id', window = \"1s\" }",
-            "trigger \"t\": debounce: applies to invoke and local",
+            "trigger \"t\": debounce: applies to invoke, local and http",
         ),
     ] {
         let msg = resolved(&format!("{base}\n{option}"))
@@ -220,5 +220,91 @@ fn encodings_are_the_lower_case_names_switchboard_can_encode() {
     ] {
         let e = parse_encoding(name).unwrap_err();
         assert!(e.contains(reason), "{name}: {e}");
+    }
+}
+
+/// An `http` handler's definition survives the store's round trip with its
+/// fingerprint, in both `secret_env` forms, and the handler's own options reach the
+/// binding.
+#[test]
+fn http_handlers_resolve_and_round_trip_through_rebuild() {
+    let one = r#"
+        id = "out"
+        handler = { http = "https://example.com/hook", secret_env = "HOOK", timeout = "3s", retry_4xx = true }
+    "#;
+    let many = r#"
+        id = "out"
+        handler = { http = "http://example.com:8080/h?x=1", secret_env = ["NEW", "OLD"] }
+    "#;
+    for text in [one, many] {
+        let b = resolved(text).unwrap();
+        let json = definition_json(&b);
+        let again = rebuild(&json).unwrap();
+        assert_eq!(again.fingerprint, b.fingerprint, "{json}");
+        assert_eq!(again.handler, b.handler);
+        assert_eq!(definition_json(&again), json);
+    }
+    let Handler::Http {
+        secret_env,
+        timeout,
+        retry_4xx,
+        ..
+    } = resolved(one).unwrap().handler
+    else {
+        panic!("an http handler")
+    };
+    assert_eq!(
+        (secret_env, timeout, retry_4xx),
+        (vec!["HOOK".to_owned()], Duration::from_secs(3), true)
+    );
+    let Handler::Http {
+        timeout, retry_4xx, ..
+    } = resolved(many).unwrap().handler
+    else {
+        panic!("an http handler")
+    };
+    assert_eq!(
+        (timeout, retry_4xx),
+        (super::super::binding::DEFAULT_HTTP_TIMEOUT, false)
+    );
+    assert_ne!(
+        resolved(one).unwrap().fingerprint,
+        resolved(&one.replace("3s", "4s")).unwrap().fingerprint,
+        "the handler's options are part of the definition"
+    );
+}
+
+#[test]
+fn http_handler_mistakes_name_the_trigger_and_the_option() {
+    let cases = [
+        (
+            r#"handler = { http = "https://e.com/", secret_env = "S", invoke = "a.b.c" }"#,
+            "name exactly one of",
+        ),
+        (
+            r#"handler = { http = "https://e.com/", secret_env = "S", capability = "x" }"#,
+            "takes no capability",
+        ),
+        (
+            r#"handler = { http = "https://e.com/" }"#,
+            "secret_env is required",
+        ),
+        (
+            r#"handler = { local = "a", capability = "x", retry_4xx = true }"#,
+            "retry_4xx applies to http handlers only",
+        ),
+        (
+            r#"handler = { http = "file:///etc/passwd", secret_env = "S" }"#,
+            "the scheme must be http or https",
+        ),
+    ];
+    for (handler, needle) in cases {
+        let e = resolved(&format!("id = \"t\"\n{handler}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("trigger \"t\": handler: ") && e.contains(needle),
+            "{handler}\n  gave: {e}"
+        );
     }
 }
