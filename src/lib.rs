@@ -134,8 +134,8 @@ pub use identity::{Arn, RegistrationKey};
 #[cfg(feature = "runtime")]
 pub use inbound::{
     Committed, EventSink, InboundConnector, InboundEvent, InboundRequest, InboundResponse,
-    InboundSource, Polled, Received, Refusal, SourceContext, SourceKind, SourceMetrics,
-    SourceState,
+    InboundSource, Polled, RateLimit, RateLimiter, Received, Refusal, SourceContext, SourceKind,
+    SourceMetrics, SourceState,
 };
 #[cfg(feature = "websocket")]
 pub use mux::{

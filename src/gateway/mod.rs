@@ -87,7 +87,7 @@ mod tokens;
 pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use execute::ExecuteOutcome;
 pub use hooks::LobbyEvent;
-pub use registry::RegistrationInfo;
+pub use registry::{RegistrationInfo, MAX_LISTED_METADATA_BYTES};
 pub use report::ReportedMetrics;
 pub use server::Gateway;
 pub use stats::GatewayStats;

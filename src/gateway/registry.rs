@@ -19,6 +19,9 @@ const SCOPE_TENANT: &str = "tenant";
 /// [`RegistrationInfo::scope`] of a registration every tenant may invoke.
 const SCOPE_GLOBAL: &str = "global";
 
+/// Longest metadata value kept in [`RegistrationInfo::metadata`].
+pub const MAX_LISTED_METADATA_BYTES: usize = 256;
+
 /// One registration as the gateway's HTTP API shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RegistrationInfo {
@@ -44,6 +47,12 @@ pub struct RegistrationInfo {
     /// The latest `metrics_report` it sent on this socket; `None` until one arrives.
     /// A registration taken over by another socket starts again from `None`.
     pub metrics: Option<ReportedMetrics>,
+    /// The capability ids (task types) it registered with, in its order.
+    pub capabilities: Vec<String>,
+    /// The metadata it registered with (e.g. a switchboard source's `inbound_kind`),
+    /// less values over [`MAX_LISTED_METADATA_BYTES`] (tool schemas, event schemas),
+    /// so a registration's footprint here stays small.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// A registration found by [`Registry::resolve`]: what an invoke needs to route to it
@@ -230,6 +239,27 @@ impl<S: Clone> Registry<S> {
             socket_id,
             scope: scope.to_owned(),
             metrics,
+            capabilities: req
+                .capabilities
+                .as_ref()
+                .map(|c| {
+                    c.task_types
+                        .iter()
+                        .map(|t| t.task_type_id.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            metadata: req
+                .capabilities
+                .as_ref()
+                .map(|c| {
+                    c.metadata
+                        .iter()
+                        .filter(|(_, v)| v.len() <= MAX_LISTED_METADATA_BYTES)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         let entry = Entry {
             info,

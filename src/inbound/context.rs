@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 
+use super::metrics::{CustomCounters, SourceMetrics};
+use super::rate_limit::{Buckets, RateLimit, RateLimiter};
 use crate::error::{Error, Result};
 use crate::secret::Secret;
 
@@ -113,92 +115,6 @@ impl SourceState {
     }
 }
 
-/// Counters a source keeps, rendered at `/metrics` as
-/// `switchboard_ingress_{name}_total{source="…", labels…}`.
-#[derive(Clone)]
-pub struct SourceMetrics {
-    source: Arc<str>,
-    counters: Arc<CustomCounters>,
-}
-
-impl std::fmt::Debug for SourceMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SourceMetrics")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SourceMetrics {
-    /// Adds one to the counter `name` (lower-case letters, digits and `_`, starting
-    /// with a letter; anything else is folded to `_`) with `labels`.
-    pub fn inc(&self, name: &str, labels: &[(&str, &str)]) {
-        self.add(name, labels, 1);
-    }
-
-    /// Adds `by` to the counter `name` with `labels`.
-    pub fn add(&self, name: &str, labels: &[(&str, &str)], by: u64) {
-        let mut key = String::with_capacity(64);
-        key.push_str("switchboard_ingress_");
-        key.extend(name.chars().map(metric_char));
-        key.push_str("_total{source=\"");
-        escape_into(&mut key, &self.source);
-        key.push('"');
-        for (k, v) in labels {
-            key.push(',');
-            key.extend(k.chars().map(metric_char));
-            key.push_str("=\"");
-            escape_into(&mut key, v);
-            key.push('"');
-        }
-        key.push('}');
-        let mut map = self.counters.0.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry(key).or_default() += by;
-    }
-}
-
-fn metric_char(c: char) -> char {
-    if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
-        c
-    } else {
-        '_'
-    }
-}
-
-fn escape_into(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// Every source's counters, one map per runtime.
-#[derive(Default)]
-pub(crate) struct CustomCounters(Mutex<BTreeMap<String, u64>>);
-
-impl CustomCounters {
-    /// The counters in the Prometheus text format (a `# TYPE` line per family).
-    pub(crate) fn render(&self) -> String {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = String::new();
-        let mut family = "";
-        for (series, value) in map.iter() {
-            let name = series.split('{').next().unwrap_or(series);
-            let base = name.strip_suffix("_total").unwrap_or(name);
-            if base != family {
-                out.push_str(&format!("# TYPE {base} counter\n"));
-                family = base;
-            }
-            out.push_str(&format!("{series} {value}\n"));
-        }
-        out
-    }
-}
-
 /// A source's secrets as last read: at start, and again at every reload (SIGHUP),
 /// so a rotated secret takes effect without a restart.
 #[derive(Clone, Default)]
@@ -228,6 +144,8 @@ pub(crate) struct ContextParts {
     pub(crate) state: Arc<dyn StateBackend>,
     pub(crate) counters: Arc<CustomCounters>,
     pub(crate) clock: fn() -> i64,
+    /// The outbound calls' limit and wait, and the runtime's shared buckets.
+    pub(crate) outbound: (Option<RateLimit>, std::time::Duration, Buckets),
 }
 
 /// Everything a source gets from the runtime, given to [`InboundConnector::init`]
@@ -245,6 +163,7 @@ struct Inner {
     secrets: SourceSecrets,
     state: SourceState,
     metrics: SourceMetrics,
+    limiter: RateLimiter,
     clock: fn() -> i64,
 }
 
@@ -277,15 +196,21 @@ impl SourceContext {
             state: Arc::new(MemoryState::default()),
             counters: Arc::default(),
             clock: crate::clock::now_ms,
+            outbound: (None, std::time::Duration::ZERO, Arc::default()),
         })
     }
 
     pub(crate) fn new(parts: ContextParts) -> SourceContext {
         let state = SourceState::new(&parts.source, parts.state);
-        let metrics = SourceMetrics {
-            source: parts.source.as_str().into(),
-            counters: parts.counters,
-        };
+        let metrics = SourceMetrics::new(&parts.source, parts.counters);
+        let (limit, max_wait, buckets) = parts.outbound;
+        let limiter = RateLimiter::new(
+            &parts.provider,
+            limit,
+            max_wait,
+            buckets,
+            Some(metrics.clone()),
+        );
         SourceContext {
             inner: Arc::new(Inner {
                 source: parts.source,
@@ -295,6 +220,7 @@ impl SourceContext {
                 secrets: parts.secrets,
                 state,
                 metrics,
+                limiter,
                 clock: parts.clock,
             }),
         }
@@ -364,6 +290,17 @@ impl SourceContext {
         self.inner.secrets.current()
     }
 
+    /// A secret from the environment variable `name` (one an option named, such as
+    /// an API token's `api_token_env`): an unset or empty variable is a
+    /// configuration error naming the source and the variable, never a value.
+    pub fn env_secret(&self, name: &str) -> Result<Secret> {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(Secret::new)
+            .ok_or_else(|| self.invalid(&format!("{name} is unset or empty")))
+    }
+
     /// The runtime's clock, Unix milliseconds.
     pub fn now_ms(&self) -> i64 {
         (self.inner.clock)()
@@ -377,5 +314,13 @@ impl SourceContext {
     /// The source's counters.
     pub fn metrics(&self) -> &SourceMetrics {
         &self.inner.metrics
+    }
+
+    /// The rate limiter of the source's outbound calls. The runtime takes a token
+    /// keyed by the source id before each capability call; a connector whose API
+    /// limits per account or token takes more with keys of its own
+    /// (`ctx.limiter().acquire(&installation_id).await?`).
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.inner.limiter
     }
 }

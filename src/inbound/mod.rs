@@ -35,6 +35,8 @@
 
 pub(crate) mod context;
 pub(crate) mod event;
+pub(crate) mod metrics;
+pub(crate) mod rate_limit;
 
 use std::time::Instant;
 
@@ -45,11 +47,13 @@ use crate::encoding::Payload;
 use crate::error::{Error, Result};
 
 pub(crate) use context::{ContextParts, StateBackend};
-pub use context::{SourceContext, SourceMetrics, SourceState};
+pub use context::{SourceContext, SourceState};
 pub(crate) use event::Commit;
 pub use event::{
     Committed, EventSink, InboundEvent, InboundRequest, InboundResponse, Polled, Received, Refusal,
 };
+pub use metrics::SourceMetrics;
+pub use rate_limit::{RateLimit, RateLimiter};
 
 /// How a source produces events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

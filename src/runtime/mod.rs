@@ -20,6 +20,7 @@ pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
 mod replay_ops;
+mod source_registrations;
 mod sweeper;
 pub(crate) mod trigger_control;
 mod trigger_ops;
@@ -250,6 +251,9 @@ impl RuntimeBuilder {
             runner = Some(r);
         }
         let http = Arc::new(crate::outbound::http::HttpDelivery::new(&config.outbound)?);
+        if let (Some(gw), Some(r)) = (&config.gateway, &runner) {
+            register_outbound(gw, r, &ingress, &http).await?;
+        }
         let handlers = Arc::new(Handlers::new(registration.clone(), local).with_http(http));
         let any_handler = deliver.is_some();
         let judge = handlers.clone();
@@ -365,6 +369,42 @@ impl RuntimeBuilder {
             control,
         })
     }
+}
+
+/// Registers every source (its outbound side) and the `http` connector on the
+/// runtime's gateway connection, beside the runtime's own registration.
+async fn register_outbound(
+    gw: &crate::runtime::config::GatewaySettings,
+    runner: &MultiConnectorRunner,
+    ingress: &Ingress,
+    http: &Arc<crate::outbound::http::HttpDelivery>,
+) -> Result<()> {
+    let config = |tenant: &str, instance: &str, name: String| {
+        let mut builder = crate::ConnectorConfig::builder(gw.url.clone(), tenant.to_owned())
+            .instance_id(instance.to_owned())
+            .display_name(name);
+        if let Some(t) = &gw.token {
+            builder = builder.auth_token(String::from_utf8_lossy(t.expose()).into_owned());
+        }
+        builder.build()
+    };
+    for s in &ingress.order {
+        let cfg = config(
+            &s.spec.tenant,
+            s.id(),
+            format!("{} source {}", s.provider, s.id()),
+        )?;
+        let conn = source_registrations::SourceConnector::new(s.clone());
+        runner.add(Registration::new(cfg, conn)).await?;
+    }
+    let cfg = config(
+        &gw.tenant,
+        &gw.instance_id,
+        format!("switchboard http {}", gw.instance_id),
+    )?;
+    let conn = source_registrations::HttpConnector::new(http.clone());
+    runner.add(Registration::new(cfg, conn)).await?;
+    Ok(())
 }
 
 impl Runtime {

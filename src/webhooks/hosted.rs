@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::binding_match::BindingMatcher;
-use super::rate_limit::TokenBucket;
 use super::redact::{redact_headers, REDACTED};
 use super::source::SourceSpec;
 use crate::error::{Error, Result};
-use crate::inbound::context::{CustomCounters, SourceSecrets};
+use crate::inbound::context::SourceSecrets;
+use crate::inbound::metrics::CustomCounters;
+use crate::inbound::rate_limit::{Buckets, TokenBucket};
 use crate::inbound::{
     Commit, Committed, ContextParts, InboundConnector, InboundEvent, InboundSource, SourceContext,
     SourceKind, StateBackend,
@@ -144,6 +145,7 @@ pub(crate) async fn start(
     counters: &Arc<CustomCounters>,
 ) -> Result<Vec<Arc<HostedSource>>> {
     let now = now_ms();
+    let buckets = Buckets::default();
     let mut out = Vec::with_capacity(specs.len());
     for spec in specs {
         let connector = connectors.get(&spec.provider).cloned().ok_or_else(|| {
@@ -164,6 +166,11 @@ pub(crate) async fn start(
             state: state.clone(),
             counters: counters.clone(),
             clock: now_ms,
+            outbound: (
+                spec.outbound_rate_limit,
+                spec.outbound_max_wait,
+                buckets.clone(),
+            ),
         });
         let source = connector.init(ctx.clone()).await.map_err(|e| match e {
             Error::Config(m) if m.contains(&format!("{:?}", spec.id)) => Error::Config(m),

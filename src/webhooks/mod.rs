@@ -6,7 +6,7 @@
 //! The pure parts, each testable without I/O: [`signature`] (the providers' signature
 //! rules, the clock passed in), [`classify`] (kind and dedupe key), [`redact`] (what
 //! may be stored of headers), [`ingest`] (the built-in webhook providers' whole
-//! decision for one request), [`rate_limit`] (token buckets) and [`cron`] (schedules
+//! decision for one request) and [`cron`] (schedules
 //! and catch-up). The shells: [`source`] (the `[[sources]]` section of
 //! switchboard.toml, the runtime's half), [`limits`] (the listener's bounds),
 //! `builtin` (the built-in connectors), `hosted` (the connector registry, started
@@ -30,7 +30,6 @@ pub(crate) mod limits;
 pub(crate) mod listener;
 pub(crate) mod metrics;
 pub(crate) mod poller;
-pub(crate) mod rate_limit;
 pub(crate) mod redact;
 pub(crate) mod server;
 pub(crate) mod signature;

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::duration::secs_to_ms;
 use crate::error::{Error, Result};
+pub(crate) use crate::inbound::RateLimit;
 pub(crate) use crate::secret::Secret;
 
 /// Default body limit: 10 MiB. Providers' own caps are lower (GitHub 25 MB is the
@@ -24,6 +25,10 @@ pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// Default dedupe retention: 7 days, longer than any provider's retry schedule
 /// (Stripe retries for 3 days, GitHub redeliveries are manual within 3 days).
 pub(crate) const DEFAULT_DEDUPE_RETENTION_SECS: i64 = 7 * 24 * 3600;
+/// Default `outbound_max_wait_secs`: an outbound call waits up to 10 s for a token,
+/// inside the 30 s a gateway gives an execute by default.
+pub(crate) const DEFAULT_OUTBOUND_MAX_WAIT_SECS: f64 = 10.0;
+
 /// Default `rejection_audit_limit`: 20 audit rows per source per second, 200 at once.
 /// Refusals beyond it are still answered and counted (`rejections_total`,
 /// `audit_skipped_total`) but not written, so a flood of forged deliveries cannot fill
@@ -54,30 +59,6 @@ impl EnvNames {
             EnvNames::None => vec![],
             EnvNames::One(n) => vec![n.as_str()],
             EnvNames::Many(v) => v.iter().map(String::as_str).collect(),
-        }
-    }
-}
-
-/// A token bucket: `per_second` sustained, `burst` at once.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimit {
-    /// Sustained requests per second.
-    pub per_second: f64,
-    /// Bucket size. Default: one second's worth (at least 1).
-    pub burst: Option<f64>,
-}
-
-impl RateLimit {
-    /// `Err(why)` unless the rate is positive and the burst at least 1.
-    pub(crate) fn check(&self, name: &str) -> std::result::Result<(), String> {
-        let valid = self.per_second.is_finite()
-            && self.per_second > 0.0
-            && self.burst.is_none_or(|b| b.is_finite() && b >= 1.0);
-        if valid {
-            Ok(())
-        } else {
-            Err(format!("{name} needs per_second > 0 and burst >= 1"))
         }
     }
 }
@@ -114,6 +95,11 @@ pub struct SourceConfig {
     /// How many refusals of this source are written to the rejection audit table.
     /// Default `{ per_second = 20, burst = 200 }`; past it, refusals are counted only.
     pub rejection_audit_limit: Option<RateLimit>,
+    /// The rate limit of the source's outbound calls (its capabilities, called
+    /// through the gateway), per (provider, key). Default: none.
+    pub outbound_rate_limit: Option<RateLimit>,
+    /// How long an outbound call waits for a token before it is refused. Default 10.
+    pub outbound_max_wait_secs: Option<f64>,
     /// Every other key: the source's own options, checked by its connector.
     #[serde(flatten)]
     pub options: toml::Table,
@@ -140,6 +126,10 @@ pub struct SourceSpec {
     pub rate_limit: Option<RateLimit>,
     /// The budget of rejection audit rows.
     pub rejection_audit_limit: RateLimit,
+    /// The outbound calls' rate limit.
+    pub outbound_rate_limit: Option<RateLimit>,
+    /// How long an outbound call may wait for a token.
+    pub outbound_max_wait: std::time::Duration,
     /// The source's own options.
     pub options: toml::Table,
 }
@@ -169,6 +159,7 @@ impl SourceConfig {
         for (name, limit) in [
             ("rate_limit", &self.rate_limit),
             ("rejection_audit_limit", &self.rejection_audit_limit),
+            ("outbound_rate_limit", &self.outbound_rate_limit),
         ] {
             if let Some(r) = limit {
                 r.check(name).map_err(bad)?;
@@ -182,6 +173,14 @@ impl SourceConfig {
         }
         let retention_ms =
             secs_to_ms("dedupe_retention_secs", retention).map_err(|e| bad(e.to_string()))?;
+        let max_wait = self
+            .outbound_max_wait_secs
+            .unwrap_or(DEFAULT_OUTBOUND_MAX_WAIT_SECS);
+        if !(0.0..=3600.0).contains(&max_wait) {
+            return Err(bad(
+                "outbound_max_wait_secs must be between 0 and 3600".into()
+            ));
+        }
         Ok(SourceSpec {
             id: id.clone(),
             provider: self.provider.clone(),
@@ -193,6 +192,8 @@ impl SourceConfig {
             rejection_audit_limit: self
                 .rejection_audit_limit
                 .unwrap_or(DEFAULT_REJECTION_AUDIT_LIMIT),
+            outbound_rate_limit: self.outbound_rate_limit,
+            outbound_max_wait: std::time::Duration::from_secs_f64(max_wait),
             options: self.options.clone(),
         })
     }

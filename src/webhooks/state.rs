@@ -10,7 +10,7 @@ use super::binding_match::BindingMatcher;
 use super::hosted::{self, Committer, Connectors, HostedSource};
 use super::metrics::IngressMetrics;
 use super::source::{Secret, SourceSpec};
-use crate::inbound::context::CustomCounters;
+use crate::inbound::metrics::CustomCounters;
 use crate::store::Store;
 use crate::triggers::live::LiveTriggers;
 

@@ -110,6 +110,7 @@ impl InboundConnector for GenericHmac {
             ctx,
             notion: None,
             secret_headers,
+            github: None,
         }))
     }
 }

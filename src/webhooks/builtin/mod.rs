@@ -14,6 +14,7 @@ pub(crate) mod cron_source;
 #[cfg(test)]
 mod decide_tests;
 pub(crate) mod generic;
+mod github_api;
 pub(crate) mod notion;
 pub(crate) mod webhook;
 

@@ -21,11 +21,11 @@ use std::sync::{Mutex, RwLock};
 use serde_json::json;
 
 use crate::error::Result;
+use crate::inbound::rate_limit::TokenBucket;
+use crate::inbound::RateLimit;
 use crate::inbound::{InboundResponse, Received, Refusal, SourceContext};
 use crate::secret::Secret;
 use crate::webhooks::ingest::{decide, IngestDecision, Request, WebhookSpec};
-use crate::webhooks::rate_limit::TokenBucket;
-use crate::webhooks::source::RateLimit;
 
 /// State key of a captured Notion verification token.
 pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";

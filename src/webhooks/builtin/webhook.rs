@@ -8,15 +8,19 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::checks::{require_secret, tolerance};
+use super::github_api::{GithubApi, DEFAULT_API_URL};
 use super::notion::{NotionToken, DEFAULT_NOTION_RECHECK_LIMIT};
+use crate::connector::{Capability, ExecuteContext};
+use crate::encoding::Payload;
+use crate::error::Error;
 use crate::error::Result;
+use crate::inbound::RateLimit;
 use crate::inbound::{
     InboundConnector, InboundEvent, InboundRequest, InboundResponse, InboundSource, Received,
     Refusal, SourceContext, SourceKind,
 };
 use crate::webhooks::classify::Provider;
 use crate::webhooks::ingest::{decide, IngestDecision, Request, Rule, WebhookSpec};
-use crate::webhooks::source::RateLimit;
 
 /// A built-in signed webhook provider.
 pub(crate) struct SignedWebhooks(pub(crate) Provider);
@@ -31,6 +35,10 @@ struct SignedOptions {
     timestamp_grace_secs: Option<i64>,
     /// Notion only: the budget of stored-token re-checks.
     notion_recheck_limit: Option<RateLimit>,
+    /// GitHub only: the REST API root for `github.api`.
+    api_url: Option<String>,
+    /// GitHub only: the environment variable holding the API token.
+    api_token_env: Option<String>,
 }
 
 #[async_trait]
@@ -49,11 +57,13 @@ impl InboundConnector for SignedWebhooks {
             Some(limit) => Some(NotionToken::load(&ctx, limit).await?),
             None => None,
         };
+        let github = github_api(self.0, &ctx)?;
         Ok(Box::new(WebhookSource {
             spec,
             ctx,
             notion,
             secret_headers: Vec::new(),
+            github,
         }))
     }
 }
@@ -106,6 +116,29 @@ pub(crate) fn signed_spec(
     Ok((spec, recheck))
 }
 
+/// The GitHub API client of a `github` source that names `api_token_env`.
+fn github_api(provider: Provider, ctx: &SourceContext) -> Result<Option<GithubApi>> {
+    let o: SignedOptions = ctx.options()?;
+    if provider != Provider::Github {
+        if o.api_url.is_some() || o.api_token_env.is_some() {
+            return Err(ctx.invalid("api_url and api_token_env apply to provider github only"));
+        }
+        return Ok(None);
+    }
+    let Some(var) = o.api_token_env else {
+        if o.api_url.is_some() {
+            return Err(ctx.invalid("api_url needs api_token_env"));
+        }
+        return Ok(None);
+    };
+    let token = ctx.env_secret(&var)?;
+    let base = o.api_url.as_deref().unwrap_or(DEFAULT_API_URL);
+    if !(base.starts_with("https://") || base.starts_with("http://")) {
+        return Err(ctx.invalid(&format!("api_url {base:?} is not an http(s) URL")));
+    }
+    GithubApi::new(base, token).map(Some)
+}
+
 /// Standard Webhooks secrets are base64 after an optional `whsec_` prefix; a secret
 /// in another form could never verify, so it is refused at start.
 fn check_standard_secrets(ctx: &SourceContext) -> Result<()> {
@@ -135,6 +168,8 @@ pub(crate) struct WebhookSource {
     /// Headers that carry a secret beyond the standard list (generic HMAC's
     /// configured signature header), blanked in what is stored.
     pub(crate) secret_headers: Vec<String>,
+    /// GitHub: the API client behind `github.api`, when a token is configured.
+    pub(crate) github: Option<GithubApi>,
 }
 
 impl WebhookSource {
@@ -200,6 +235,28 @@ impl InboundSource for WebhookSource {
 
     fn secret_headers(&self) -> &[String] {
         &self.secret_headers
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        match &self.github {
+            Some(_) => vec![GithubApi::capability()],
+            None => Vec::new(),
+        }
+    }
+
+    async fn execute(
+        &self,
+        capability: Option<&str>,
+        payload: Payload,
+        _ctx: &ExecuteContext,
+    ) -> Result<Payload> {
+        match (&self.github, capability) {
+            (Some(api), Some("github.api") | None) => api.call(payload).await,
+            _ => Err(Error::Connector(format!(
+                "this source has no capability {:?}",
+                capability.unwrap_or("")
+            ))),
+        }
     }
 
     async fn describe(&self, full: bool) -> serde_json::Value {
