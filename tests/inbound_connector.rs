@@ -33,7 +33,13 @@ use switchboard::{
 };
 
 /// Acme's webhooks: a shared token in `X-Acme-Token`, a body `{"orders": [...]}`.
-struct Acme;
+/// Records what the runtime told its sources: the bindings of each activation, and
+/// whether it was shut down.
+#[derive(Clone, Default)]
+struct Acme {
+    activations: Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+    shut_down: Arc<std::sync::atomic::AtomicBool>,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +51,7 @@ struct AcmeOptions {
 struct AcmeSource {
     ctx: SourceContext,
     prefix: String,
+    seen: Acme,
 }
 
 #[async_trait]
@@ -65,6 +72,7 @@ impl InboundConnector for Acme {
         Ok(Box::new(AcmeSource {
             ctx,
             prefix: o.prefix,
+            seen: self.clone(),
         }))
     }
 }
@@ -73,6 +81,19 @@ impl InboundConnector for Acme {
 impl InboundSource for AcmeSource {
     fn kind(&self) -> SourceKind {
         SourceKind::Webhook
+    }
+
+    async fn activate(&self, bindings: &[String]) -> switchboard::Result<()> {
+        self.seen
+            .activations
+            .lock()
+            .unwrap()
+            .push(bindings.to_vec());
+        Ok(())
+    }
+
+    async fn shutdown(&self, _deadline: std::time::Instant) {
+        self.seen.shut_down.store(true, Ordering::SeqCst);
     }
 
     async fn receive(&self, req: &InboundRequest<'_>) -> Received {
@@ -172,7 +193,8 @@ handler = { local = "orders", capability = "record" }
 async fn acme_runtime(rec: &Recorder) -> Rt {
     let rec = rec.clone();
     Rt::sqlite_with(ACME, move |b| {
-        b.inbound_connector(Acme).local_connector("orders", rec)
+        b.inbound_connector(Acme::default())
+            .local_connector("orders", rec)
     })
     .await
 }
@@ -348,7 +370,7 @@ async fn options_are_checked_at_start_and_a_taken_provider_id_is_refused() {
     let config = |text: &str| config(&dir, text);
     let misspelt = "[[sources]]\nid = \"shop\"\nprovider = \"acme\"\nsecret_env = \"GENERIC_SECRET\"\nprefx = \"order\"\n";
     let err = Runtime::builder(config(misspelt))
-        .inbound_connector(Acme)
+        .inbound_connector(Acme::default())
         .start()
         .await
         .unwrap_err()
@@ -388,4 +410,100 @@ async fn options_are_checked_at_start_and_a_taken_provider_id_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("\"github\" is already registered"), "{err}");
+}
+
+#[tokio::test]
+async fn sources_are_told_their_bindings_at_start_and_after_a_reload_and_are_shut_down() {
+    let acme = Acme::default();
+    let seen = acme.clone();
+    // A reload reads the file's secrets from the process environment.
+    std::env::set_var("GENERIC_SECRET", "generic-secret");
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+    let path = dir.path().join("switchboard.toml");
+    let rt = Rt::on_with(url, dir, ACME, move |b| {
+        b.config_path(&path)
+            .inbound_connector(acme)
+            .local_connector("orders", Recorder::default())
+    })
+    .await;
+    rt.write_config(ACME);
+    eventually("activated with the one binding", || async {
+        seen.activations.lock().unwrap().last() == Some(&vec!["created".to_owned()])
+    })
+    .await;
+    rt.write_config(&format!(
+        "{ACME}\n[[triggers]]\nid = \"everything\"\nhandler = {{ local = \"orders\", capability = \"record\" }}\n"
+    ));
+    rt.rt().reload().await.unwrap();
+    eventually("activated again with both bindings", || async {
+        seen.activations.lock().unwrap().last()
+            == Some(&vec!["created".to_owned(), "everything".to_owned()])
+    })
+    .await;
+    let mut rt = rt;
+    rt.stop().await;
+    assert!(
+        seen.shut_down.load(Ordering::SeqCst),
+        "shutdown reached the source"
+    );
+}
+
+/// A GitHub delivery signed with `secret`.
+async fn post_github(rt: &Rt, secret: &str, delivery: &str) -> u16 {
+    use hmac::Mac as _;
+    let body = br#"{"action":"opened","issue":{"number":1}}"#;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    let sig = format!("sha256={}", support::hex(&mac.finalize().into_bytes()));
+    reqwest::Client::new()
+        .post(format!("{}/hooks/gh", rt.base))
+        .header("x-hub-signature-256", sig)
+        .header("x-github-event", "issues")
+        .header("x-github-delivery", delivery)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_rotated_secret_file_applies_at_the_next_reload() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let secret = dir.path().join("github-secret");
+    std::fs::write(&secret, "first-secret\n").unwrap();
+    let config = format!(
+        "[[sources]]\nid = \"gh\"\nprovider = \"github\"\nsecret_file = \"{}\"\n",
+        secret.display()
+    );
+    let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+    let path = dir.path().join("switchboard.toml");
+    let rt = Rt::on_with(url, dir, &config, move |b| b.config_path(&path)).await;
+    rt.write_config(&config);
+    assert_eq!(post_github(&rt, "first-secret", "d-1").await, 200);
+
+    std::fs::write(&secret, "second-secret\n").unwrap();
+    assert_eq!(
+        post_github(&rt, "second-secret", "d-2").await,
+        401,
+        "a rotated file is read at the reload, not before"
+    );
+    rt.rt().reload().await.unwrap();
+    assert_eq!(post_github(&rt, "second-secret", "d-3").await, 200);
+    assert_eq!(
+        post_github(&rt, "first-secret", "d-4").await,
+        401,
+        "the old secret verifies no more"
+    );
+
+    // A file that is gone fails the reload and changes nothing.
+    std::fs::remove_file(&secret).unwrap();
+    let err = rt.rt().reload().await.unwrap_err().to_string();
+    assert!(
+        err.contains("secret_file") && err.contains("github-secret"),
+        "{err}"
+    );
+    assert_eq!(post_github(&rt, "second-secret", "d-5").await, 200);
 }

@@ -54,6 +54,9 @@ use trigger_control::{Scope, TriggerControl};
 /// short store operations, except `triggers.invoke`, which waits for a handler.
 const RUNTIME_MAX_CONCURRENT: usize = 256;
 
+/// How long the sources' `shutdown` may take, together.
+const SOURCE_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A running runtime.
 pub struct Runtime {
     addr: SocketAddr,
@@ -66,6 +69,7 @@ pub struct Runtime {
     registration: Option<RegistrationHandle>,
     ops: Arc<DeliverOps>,
     control: Arc<TriggerControl>,
+    sources: Vec<Arc<crate::webhooks::hosted::HostedSource>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -302,6 +306,11 @@ impl RuntimeBuilder {
             &ingress.committer,
             &cancel,
         ));
+        tasks.push(tokio::spawn(crate::webhooks::poller::activation_loop(
+            ingress.order.clone(),
+            live.clone(),
+            cancel.clone(),
+        )));
         tasks.push(tokio::spawn(sweeper::run(
             store.clone(),
             sweeper::Retention {
@@ -343,6 +352,7 @@ impl RuntimeBuilder {
                 store: backend,
                 breakers: ingress.router.breakers().clone(),
             }));
+        let sources = ingress.order.clone();
         let limits = config.limits;
         let app = router(
             ingress,
@@ -367,6 +377,7 @@ impl RuntimeBuilder {
             registration,
             ops,
             control,
+            sources,
         })
     }
 }
@@ -500,6 +511,17 @@ impl Runtime {
             .map_err(|e| Error::Io(std::io::Error::other(e)))?;
         for t in self.tasks.drain(..) {
             let _ = t.await;
+        }
+        // Every source gets the same deadline to finish what it holds.
+        let deadline = std::time::Instant::now() + SOURCE_SHUTDOWN_GRACE;
+        let stopping = futures_util::future::join_all(
+            self.sources.iter().map(|s| s.source.shutdown(deadline)),
+        );
+        if tokio::time::timeout(SOURCE_SHUTDOWN_GRACE, stopping)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a source's shutdown overran its deadline; it is abandoned");
         }
         if let Some(d) = self.dispatcher.take() {
             d.shutdown().await;

@@ -24,6 +24,7 @@ use super::hosted::{Committer, HostedSource, SourceCommit, CURSOR_KEY};
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::inbound::{EventSink, Polled, SourceKind};
 use crate::store::now_ms;
+use crate::triggers::live::LiveTriggers;
 
 /// How long a poll source waits between polls when it names no time itself.
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
@@ -37,6 +38,45 @@ const MAX_SLEEP: Duration = Duration::from_secs(30);
 /// several processes sharing a recovering store or provider do not retry in step.
 fn retry_policy() -> BackoffPolicy {
     BackoffPolicy::new(Duration::from_millis(250), Duration::from_secs(30))
+}
+
+/// Tells each source which bindings take its events ([`InboundSource::activate`]):
+/// at start and after every change of the bindings in force (a reload, a run-time
+/// registration, another process's change), only when a source's set changed. A
+/// failed activation is logged and tried again at the next change.
+///
+/// [`InboundSource::activate`]: crate::InboundSource::activate
+pub(crate) async fn activation_loop(
+    sources: Vec<Arc<HostedSource>>,
+    live: Arc<LiveTriggers>,
+    cancel: CancellationToken,
+) {
+    let mut last: Vec<Option<Vec<String>>> = vec![None; sources.len()];
+    loop {
+        let changed = live.changed();
+        let routing = live.routing();
+        for (source, seen) in sources.iter().zip(last.iter_mut()) {
+            let ids: Vec<String> = routing
+                .bindings()
+                .iter()
+                .filter(|b| b.sources.is_empty() || b.sources.iter().any(|s| s == source.id()))
+                .map(|b| b.id.clone())
+                .collect();
+            if seen.as_ref() == Some(&ids) {
+                continue;
+            }
+            match source.source.activate(&ids).await {
+                Ok(()) => *seen = Some(ids),
+                Err(e) => {
+                    tracing::warn!(source = source.id(), error = %e, "the source's activation failed")
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = changed => {}
+        }
+    }
 }
 
 /// Starts the driver of every poll and stream source.
