@@ -202,3 +202,104 @@ impl InboundSource for CronSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2024-01-01T00:00:30Z: half a minute past a minute boundary.
+    const NOW: i64 = 1_704_067_230_000;
+    const MINUTE: i64 = 60_000;
+
+    async fn source(options: &str, state: &[(&str, &str)]) -> Box<dyn InboundSource> {
+        let options: toml::Table = toml::from_str(options).unwrap();
+        let ctx = SourceContext::detached("c", "cron", "t", options, Vec::new());
+        for (k, v) in state {
+            ctx.state().put(k, Some(v)).await.unwrap();
+        }
+        Cron.init(ctx).await.unwrap()
+    }
+
+    fn at(polled: &Polled) -> Vec<i64> {
+        polled
+            .events
+            .iter()
+            .map(|e| e.occurred_at_ms.unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_first_start_fires_nothing_and_takes_now_as_its_cursor() {
+        let s = source("schedule = \"0 * * * * *\"", &[]).await;
+        let p = s.poll(None, NOW).await.unwrap();
+        assert!(p.events.is_empty());
+        assert_eq!(p.cursor.as_deref(), Some(NOW.to_string().as_str()));
+        assert_eq!(
+            p.next_poll_at_ms,
+            Some(NOW + 30_000),
+            "the next minute boundary"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_poll_catches_up_by_mode_and_later_polls_fire_every_fire() {
+        let ten_ago = (NOW - 10 * MINUTE).to_string();
+        for (mode, expect) in [("all", 10), ("latest", 1), ("skip", 0)] {
+            let s = source(
+                &format!("schedule = \"0 * * * * *\"\ncatch_up = \"{mode}\"\npayload = {{ job = \"r\" }}"),
+                &[],
+            )
+            .await;
+            let first = s.poll(Some(&ten_ago), NOW).await.unwrap();
+            assert_eq!(first.events.len(), expect, "{mode}");
+            assert_eq!(
+                first.cursor.as_deref(),
+                Some(NOW.to_string().as_str()),
+                "{mode}"
+            );
+            // Two minutes later (a slow poll, not an outage): both fires, whatever the mode.
+            let later = s
+                .poll(first.cursor.as_deref(), NOW + 2 * MINUTE)
+                .await
+                .unwrap();
+            assert_eq!(at(&later), [NOW + 30_000, NOW + 90_000], "{mode}");
+            let tick = &later.events[0];
+            assert_eq!(tick.kind, "tick");
+            assert_eq!(tick.dedupe_key, format!("cron:c:{}", (NOW + 30_000) / 1000));
+            assert_eq!(tick.payload["job"], "r");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_older_releases_last_fire_is_the_first_cursor() {
+        let last = (NOW - 3 * MINUTE).to_string();
+        let s = source(
+            "schedule = \"0 * * * * *\"\ncatch_up = \"all\"",
+            &[(LAST_FIRE_KEY, &last)],
+        )
+        .await;
+        let p = s.poll(None, NOW).await.unwrap();
+        assert_eq!(p.events.len(), 3);
+        let shown = s.describe(false).await;
+        assert_eq!(shown["last_fire_ms"], NOW - 30_000);
+        assert_eq!(shown["catch_up"], "all");
+    }
+
+    #[tokio::test]
+    async fn options_are_checked() {
+        let options: toml::Table = toml::from_str("timezone = \"UTC\"").unwrap();
+        let ctx = SourceContext::detached("c", "cron", "t", options, Vec::new());
+        let err = Cron.init(ctx).await.err().unwrap().to_string();
+        assert!(err.contains("need `schedule`"), "{err}");
+        let options: toml::Table = toml::from_str("schedule = \"* * * * *\"").unwrap();
+        let ctx = SourceContext::detached(
+            "c",
+            "cron",
+            "t",
+            options,
+            vec![crate::secret::Secret::new("s")],
+        );
+        let err = Cron.init(ctx).await.err().unwrap().to_string();
+        assert!(err.contains("takes no secret_env"), "{err}");
+    }
+}
