@@ -39,10 +39,12 @@
 //! feeds it from either transport, handles and the runner; `entry` is
 //! [`run`]. `outbox` holds the outbox's rows, retry schedule, outcome decisions and
 //! the store trait they need; `triggers` the events, bindings, filters and binding
-//! registry. `store` implements the store traits, one folder per backend. `outbound`
+//! registry; `inbound` the inbound connectors' public contract (the traits a provider
+//! implements, the context it gets, what it returns). `store` implements the store
+//! traits, one folder per backend. `outbound`
 //! is the runtime's HTTP client for handlers (signing, egress policy, per-endpoint
-//! breakers); `dispatch` claims and executes outbox rows; `webhooks` are the inbound
-//! connectors. `runtime`
+//! breakers); `dispatch` claims and executes outbox rows; `webhooks` hosts the inbound
+//! connectors (the built-ins, the HTTP ingress, the poll and stream drivers). `runtime`
 //! reads its config file and wires ingest, bindings, outbox and dispatcher onto the
 //! mux; `gateway` is the other side of the wire, built on layers 1 to 3.
 #![forbid(unsafe_code)]
