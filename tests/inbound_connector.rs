@@ -264,12 +264,7 @@ async fn a_batch_becomes_one_event_per_order_and_matching_ones_are_delivered() {
         .unwrap()
         .iter()
         .all(|e| e["duplicate"] == true));
-    let metrics = reqwest::get(format!("{}/metrics", rt.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rt.metrics().await;
     assert!(
         metrics
             .contains(r#"switchboard_ingress_requests_total{source="shop",outcome="duplicate"} 1"#),

@@ -154,12 +154,7 @@ outbound_max_wait_secs = 2.5
         2,
         "the refused call sent nothing"
     );
-    let metrics = reqwest::get(format!("{}/metrics", rt.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rt.metrics().await;
     for outcome in ["immediate", "waited", "refused"] {
         let line = format!(
             r#"switchboard_ingress_outbound_calls_total{{source="gh",outcome="{outcome}"}} 1"#

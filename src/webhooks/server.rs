@@ -265,6 +265,17 @@ async fn store_events(
     events: Vec<InboundEvent>,
 ) -> Result<Stored, Response> {
     let id = source.id();
+    let refuse_here = |refusal| {
+        let body_len = req.body.len() as i64;
+        refuse(
+            app,
+            source,
+            req.headers,
+            body_len,
+            req.received_at_ms,
+            refusal,
+        )
+    };
     if events.len() > MAX_EVENTS_PER_DELIVERY {
         let refusal = Refusal::new(
             413,
@@ -274,14 +285,7 @@ async fn store_events(
                 events.len()
             ),
         );
-        return Err(refuse(
-            app,
-            source,
-            req.headers,
-            req.body.len() as i64,
-            req.received_at_ms,
-            refusal,
-        ));
+        return Err(refuse_here(refusal));
     }
     let headers = stored_headers(req.headers, source.source.secret_headers());
     let origin = Origin {
@@ -295,15 +299,7 @@ async fn store_events(
         match materialise(source.stamp(), e, &origin, IdSeed::random()) {
             Ok(e) => stored.push(e),
             Err(e) => {
-                let refusal = Refusal::new(400, "malformed", e.to_string());
-                return Err(refuse(
-                    app,
-                    source,
-                    req.headers,
-                    req.body.len() as i64,
-                    req.received_at_ms,
-                    refusal,
-                ));
+                return Err(refuse_here(Refusal::new(400, "malformed", e.to_string())));
             }
         }
     }

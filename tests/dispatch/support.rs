@@ -342,6 +342,16 @@ impl Rt {
             .unwrap()
     }
 
+    /// The `/metrics` exposition.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Enqueues `payload` for `binding` through the admin API.
     pub async fn enqueue(&self, binding: &str, payload: Value) -> String {
         let (status, v) = self
