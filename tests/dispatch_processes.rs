@@ -12,10 +12,8 @@ mod common;
 #[path = "ingest/support.rs"]
 mod support;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +29,7 @@ use switchboard::{
 };
 
 use common::eventually;
+use common::serve::{free_port, Serve};
 use support::{env, fresh_postgres_schema, postgres_url, skip_postgres};
 
 /// The tenant of the recorder and of every runtime's registration.
@@ -178,12 +177,9 @@ async fn gateway_with(rec: &Recorder) -> (TestGateway, Arc<MultiConnectorRunner>
 // ---------------------------------------------------------------------------------
 // `switchboard serve` children.
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// What every runtime of these tests reads its webhook secret from.
+fn secret_env() -> [(&'static str, String); 1] {
+    [("GENERIC_SECRET", env("GENERIC_SECRET").unwrap())]
 }
 
 /// A runtime config: listen port, store, the gateway registration, the `[dispatcher]`
@@ -200,110 +196,6 @@ fn config(
         "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n\n[gateway]\nurl = \"{}\"\ntenant = \"{TENANT}\"\ninstance_id = \"{instance}\"\n\n[dispatcher]\n{dispatcher}\n{SOURCE}\n{triggers}",
         gw.ws_url()
     )
-}
-
-/// A `switchboard serve` child process; killed (SIGKILL) when dropped.
-struct Serve {
-    child: Option<Child>,
-    log: PathBuf,
-    base: String,
-}
-
-impl Serve {
-    /// Writes `text` to `<dir>/<name>.toml` and starts `switchboard serve` on it,
-    /// its stderr appended to `<dir>/<name>.log`. Does not wait for it to listen.
-    fn start(dir: &Path, name: &str, port: u16, text: &str) -> Serve {
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("GENERIC_SECRET", env("GENERIC_SECRET").unwrap())
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("switchboard serve starts");
-        Serve {
-            child: Some(child),
-            log,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    /// Starts it and waits until it answers `/healthz`.
-    async fn started(dir: &Path, name: &str, port: u16, text: &str) -> Serve {
-        let s = Serve::start(dir, name, port, text);
-        s.wait_healthy().await;
-        s
-    }
-
-    async fn wait_healthy(&self) {
-        let http = reqwest::Client::new();
-        let url = format!("{}/healthz", self.base);
-        eventually(&format!("{} to answer /healthz", self.base), || async {
-            http.get(&url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await;
-    }
-
-    /// SIGKILL: no shutdown, no lease release, nothing flushed.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// The child's stderr so far, for failure messages.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let resp = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
-        assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
-        resp.json().await.unwrap()
-    }
-
-    /// `dispatched` of every binding, from `/api/v1/triggers` (this process's counts).
-    async fn dispatched(&self) -> BTreeMap<String, u64> {
-        let v = self.get("/api/v1/triggers").await;
-        v["triggers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| {
-                (
-                    t["id"].as_str().unwrap().to_owned(),
-                    t["counts"]["dispatched"].as_u64().unwrap_or(0),
-                )
-            })
-            .collect()
-    }
-
-    /// Whether the outbox holds no row at all (none due, leased or scheduled).
-    async fn drained(&self) -> bool {
-        let s = self.get("/api/v1/outbox/stats").await;
-        ["due", "leased", "scheduled"]
-            .iter()
-            .all(|k| s[k].as_u64() == Some(0))
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -404,7 +296,7 @@ async fn killed_while_dispatching_then_restarted_delivers_every_accepted_event(
         "lease = \"2s\"",
         ONE_BINDING,
     );
-    let mut first = Serve::started(dir.path(), "serve", port, &text).await;
+    let mut first = Serve::started(dir.path(), "serve", port, &text, &secret_env()).await;
 
     // Post from 16 workers, each redelivering until its webhook is acknowledged
     // (across the kill and the restart).
@@ -441,7 +333,7 @@ async fn killed_while_dispatching_then_restarted_delivers_every_accepted_event(
     first.kill();
     let first_log = first.log();
 
-    let second = Serve::started(dir.path(), "serve", port, &text).await;
+    let second = Serve::started(dir.path(), "serve", port, &text, &secret_env()).await;
     for p in posters {
         p.await.unwrap();
     }
@@ -553,12 +445,14 @@ async fn two_processes_on_one_postgres_share_the_work_once_each_and_keep_key_ord
         "a",
         pa,
         &config(pa, &store, &gw, "runtime-a", dispatcher, SHARED_BINDINGS),
+        &secret_env(),
     );
     let b = Serve::start(
         dir.path(),
         "b",
         pb,
         &config(pb, &store, &gw, "runtime-b", dispatcher, SHARED_BINDINGS),
+        &secret_env(),
     );
     a.wait_healthy().await;
     b.wait_healthy().await;
@@ -685,6 +579,7 @@ async fn a_reload_on_one_postgres_process_is_honoured_by_the_other_before_it_sta
         "a",
         pa,
         &config(pa, &store, &gw, "runtime-a", a_opts, &versioned("record")),
+        &secret_env(),
     )
     .await;
     let b = Serve::started(
@@ -692,6 +587,7 @@ async fn a_reload_on_one_postgres_process_is_honoured_by_the_other_before_it_sta
         "b",
         pb,
         &config(pb, &store, &gw, "runtime-b", b_opts, &versioned("record")),
+        &secret_env(),
     )
     .await;
     std::fs::write(
@@ -780,7 +676,7 @@ async fn the_admin_cli_reads_stats_and_dead_letters_of_a_running_process() {
     let port = free_port();
     let store = format!("sqlite:{}", dir.path().join("events.db").display());
     let text = config(port, &store, &gw, "runtime-cli", "", CLI_BINDINGS);
-    let serve = Serve::started(dir.path(), "serve", port, &text).await;
+    let serve = Serve::started(dir.path(), "serve", port, &text, &secret_env()).await;
     let http = reqwest::Client::new();
     let event = post_once(&http, &serve.base, &signed("cli-1", "k", 1))
         .await
@@ -884,6 +780,7 @@ async fn sighup_reloads_and_the_triggers_cli_lists_pauses_resumes_drains_and_sho
         "serve",
         port,
         &config(port, &store, &gw, "runtime-life", "", LIFECYCLE_V1),
+        &secret_env(),
     )
     .await;
     let url = serve.base.as_str();

@@ -46,6 +46,10 @@ pub(crate) const VARIABLES: &[&str] = &[
     "received_at_ms",
 ];
 
+/// The one variable of an item expression ([`Expression::compile_item`]): the
+/// polled or streamed item, as JSON.
+pub(crate) const ITEM_VARIABLES: &[&str] = &["item"];
+
 /// The standard environment, built once: building it registers every standard
 /// function, which is too much work to repeat per event.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
@@ -76,23 +80,36 @@ impl Expression {
     /// [`VARIABLES`] (nor bound by a comprehension, nor a type such as `int`); the
     /// error names the binding, the option and the line:column.
     pub fn compile(binding_id: &str, option: &str, source: &str) -> Result<Expression> {
-        let bad = |what: String| Error::Config(format!("trigger {binding_id:?}: {option}: {what}"));
-        let program = ENV.compile(source).map_err(|e| bad(syntax_errors(&e)))?;
+        Self::compile_over(source, VARIABLES)
+            .map_err(|what| Error::Config(format!("trigger {binding_id:?}: {option}: {what}")))
+    }
+
+    /// Compiles `source` as an expression over one JSON value named `item` (the
+    /// dedupe key of a polled or streamed item, `item.id`), with the same checks as
+    /// [`Expression::compile`]; `Err` is the reason, for the caller to prefix with
+    /// its source and option.
+    pub(crate) fn compile_item(source: &str) -> std::result::Result<Expression, String> {
+        Self::compile_over(source, ITEM_VARIABLES)
+    }
+
+    /// Compiles `source`, allowing the free names in `variables`.
+    fn compile_over(source: &str, variables: &[&str]) -> std::result::Result<Expression, String> {
+        let program = ENV.compile(source).map_err(|e| syntax_errors(&e))?;
         let mut free = Vec::new();
         free_identifiers(program.expression(), &mut Vec::new(), &mut free);
         let unknown = free
             .into_iter()
-            .find(|(name, _)| !VARIABLES.contains(name) && ENV.types().find_type(name).is_none());
+            .find(|(name, _)| !variables.contains(name) && ENV.types().find_type(name).is_none());
         if let Some((name, id)) = unknown {
             let at = program
                 .source_info()
                 .offset_for(id)
                 .map(|(start, _)| position(source, start as usize))
                 .unwrap_or_else(|| "?".into());
-            return Err(bad(format!(
+            return Err(format!(
                 "unknown variable {name:?} at {at}; an expression can use {}",
-                VARIABLES.join(", ")
-            )));
+                variables.join(", ")
+            ));
         }
         Ok(Expression {
             source: source.to_owned(),
@@ -131,26 +148,57 @@ impl Expression {
         &self,
         ctx: &EventContext<'_>,
     ) -> std::result::Result<Option<String>, String> {
-        Ok(Some(match self.execute(ctx)? {
-            Value::Null => return Ok(None),
-            Value::String(s) => Arc::unwrap_or_clone(s),
-            Value::Int(i) => i.to_string(),
-            Value::UInt(u) => u.to_string(),
-            Value::Float(f) => f.to_string(),
-            Value::Bool(b) => b.to_string(),
-            other => {
-                return Err(format!(
-                    "the ordering key gave {}; it must give a string, a number, a bool or null",
-                    describe(&other)
-                ))
-            }
-        }))
+        key_of(self.execute(ctx)?)
     }
 
-    fn execute(&self, ctx: &EventContext<'_>) -> std::result::Result<Value, String> {
+    /// Evaluates an expression made by [`Expression::compile_item`] over `item`, as a
+    /// key rendered as [`Expression::eval_key`] renders one.
+    pub(crate) fn eval_item_key(
+        &self,
+        item: &serde_json::Value,
+    ) -> std::result::Result<Option<String>, String> {
+        key_of(self.execute(&ItemContext {
+            item,
+            value: OnceLock::new(),
+        })?)
+    }
+
+    fn execute(&self, ctx: &dyn VariableResolver) -> std::result::Result<Value, String> {
         let mut context = Context::with_env(ENV.clone());
         context.set_variable_resolver(ctx);
         self.program.execute(&context).map_err(|e| e.to_string())
+    }
+}
+
+/// A string is the key; an int, uint, double or bool is rendered as text; `null` is
+/// no key; anything else is `Err`.
+fn key_of(value: Value) -> std::result::Result<Option<String>, String> {
+    Ok(Some(match value {
+        Value::Null => return Ok(None),
+        Value::String(s) => Arc::unwrap_or_clone(s),
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => {
+            return Err(format!(
+                "the key expression gave {}; it must give a string, a number, a bool or null",
+                describe(&other)
+            ))
+        }
+    }))
+}
+
+/// The variables of an item expression: `item` alone, converted on first use.
+struct ItemContext<'i> {
+    item: &'i serde_json::Value,
+    value: OnceLock<Box<dyn Val + 'i>>,
+}
+
+impl VariableResolver for ItemContext<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        (variable == "item")
+            .then(|| CowVal::Borrowed(self.value.get_or_init(|| json_val(self.item)).as_ref()))
     }
 }
 

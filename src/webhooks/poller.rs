@@ -1,7 +1,8 @@
 //! The drivers of poll and stream sources: one task per source, so a source never
 //! has two polls (or two connections) at once.
 //!
-//! **Poll**: read the stored cursor; call `poll(cursor, now)`; commit the events and
+//! **Poll**: read the stored cursor (again whenever the source's state was written
+//! through its handle, e.g. the admin API deleting it); call `poll(cursor, now)`; commit the events and
 //! the new cursor in one transaction (retrying the commit, with backoff, until the
 //! store takes it: the page is not fetched again); sleep until the time the source
 //! asked for ([`Polled::next_poll_at_ms`]), at once when it has more, or after
@@ -146,11 +147,24 @@ async fn stored_cursor(
 async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
     let source = commit.source.clone();
     let id = source.id().to_owned();
+    // Read before the cursor, so a write between the two is seen at the next poll.
+    let mut generation = source.ctx.state().generation();
     let Some(mut cursor) = stored_cursor(&source, &cancel).await else {
         return;
     };
     let mut backoff = Backoff::new(retry_policy());
     loop {
+        // The cursor is kept in memory between polls; a write to the source's state
+        // through its handle (the admin API deleting `switchboard.cursor` to start
+        // over, or the source itself) makes it read again.
+        let now_generation = source.ctx.state().generation();
+        if now_generation != generation {
+            generation = now_generation;
+            let Some(stored) = stored_cursor(&source, &cancel).await else {
+                return;
+            };
+            cursor = stored;
+        }
         let now = now_ms();
         let polled = tokio::select! {
             _ = cancel.cancelled() => return,

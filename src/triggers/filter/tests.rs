@@ -131,3 +131,26 @@ fn expressions_are_shareable_across_threads_and_cheap_to_clone() {
     assert_eq!(e.clone().source(), "true");
     assert_eq!(format!("{e:?}"), "Expression(\"true\")");
 }
+
+#[test]
+fn an_item_expression_names_only_item_and_gives_a_key() {
+    let e = Expression::compile_item(r#"string(item.id) + ":" + item.updated_at"#).unwrap();
+    let item = serde_json::json!({"id": 42, "updated_at": "2024-01-01T00:00:00Z"});
+    assert_eq!(
+        e.eval_item_key(&item),
+        Ok(Some("42:2024-01-01T00:00:00Z".into()))
+    );
+    let id = Expression::compile_item("item.id").unwrap();
+    assert_eq!(
+        id.eval_item_key(&serde_json::json!({"id": 7})),
+        Ok(Some("7".into()))
+    );
+    assert_eq!(id.eval_item_key(&serde_json::json!({"id": null})), Ok(None));
+    assert!(id.eval_item_key(&serde_json::json!({})).is_err());
+    let err = Expression::compile_item("payload.id").unwrap_err();
+    assert!(
+        err.contains("unknown variable \"payload\"") && err.contains("item"),
+        "{err}"
+    );
+    assert!(Expression::compile_item("item.").is_err());
+}

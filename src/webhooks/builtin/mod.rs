@@ -2,7 +2,10 @@
 //! [`InboundConnector`] trait and registered by default: the signed webhook providers
 //! ([`webhook`]: GitHub, Slack, Linear, Stripe, Standard Webhooks, and Notion with its
 //! captured token, [`notion`]), generic HMAC ([`generic`]), cron ([`cron_source`],
-//! a poll source whose cursor is its last fire) and `http_poll` ([`http_poll`]).
+//! a poll source whose cursor is its last fire), `http_poll` ([`http_poll`], a poll
+//! source over a paged JSON API) and `sse` ([`sse`], a stream source over
+//! Server-Sent Events, parsed by [`sse_parser`]); the last two share
+//! [`http_client`].
 //!
 //! They are the first users of the public API: nothing in the ingest path knows a
 //! provider. Their decisions stay sans-IO (`super::ingest::decide`, `super::cron`),
@@ -15,7 +18,11 @@ pub(crate) mod cron_source;
 mod decide_tests;
 pub(crate) mod generic;
 mod github_api;
+pub(crate) mod http_client;
+pub(crate) mod http_poll;
 pub(crate) mod notion;
+pub(crate) mod sse;
+pub(crate) mod sse_parser;
 pub(crate) mod webhook;
 
 use std::sync::Arc;
@@ -52,6 +59,8 @@ fn connectors() -> Vec<Arc<dyn InboundConnector>> {
     all.push(Arc::new(webhook::SignedWebhooks(Provider::Notion)));
     all.push(Arc::new(generic::GenericHmac));
     all.push(Arc::new(cron_source::Cron));
+    all.push(Arc::new(http_poll::HttpPoll));
+    all.push(Arc::new(sse::Sse));
     all
 }
 
