@@ -1,14 +1,16 @@
 //! The drivers of poll and stream sources: one task per source, so a source never
 //! has two polls (or two connections) at once.
 //!
-//! **Poll**: read the stored cursor (again whenever the source's state was written
-//! through its handle, e.g. the admin API deleting it); call `poll(cursor, now)`; commit the events and
-//! the new cursor in one transaction (retrying the commit, with backoff, until the
+//! **Poll**: read the stored cursor (before every poll, so another process's commits
+//! and an operator's deletion count at once); call `poll(cursor, now)`; commit the
+//! events and the new cursor in one transaction (retrying the commit, with backoff, until the
 //! store takes it: the page is not fetched again); sleep until the time the source
 //! asked for ([`Polled::next_poll_at_ms`]), at once when it has more, or after
 //! [`DEFAULT_POLL_INTERVAL`]. A failed poll is retried from the same cursor after a
 //! jittered backoff. A crash between a poll and its commit leaves the old cursor, so
-//! the page is read again and its events dedupe; none is skipped.
+//! the page is read again and its events dedupe; none is skipped. Several processes
+//! on one store each poll (there is no lease yet): dedupe keeps every event single,
+//! at the cost of repeated fetches.
 //!
 //! **Stream**: read the stored cursor; call `stream(cursor, sink)`; each
 //! [`crate::EventSink::emit`] commits events and cursor together. When the stream
@@ -147,24 +149,15 @@ async fn stored_cursor(
 async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
     let source = commit.source.clone();
     let id = source.id().to_owned();
-    // Read before the cursor, so a write between the two is seen at the next poll.
-    let mut generation = source.ctx.state().generation();
-    let Some(mut cursor) = stored_cursor(&source, &cancel).await else {
-        return;
-    };
     let mut backoff = Backoff::new(retry_policy());
     loop {
-        // The cursor is kept in memory between polls; a write to the source's state
-        // through its handle (the admin API deleting `switchboard.cursor` to start
-        // over, or the source itself) makes it read again.
-        let now_generation = source.ctx.state().generation();
-        if now_generation != generation {
-            generation = now_generation;
-            let Some(stored) = stored_cursor(&source, &cancel).await else {
-                return;
-            };
-            cursor = stored;
-        }
+        // The cursor is read from the store before every poll (one read per poll):
+        // what another process sharing the store committed, or the operator deleted
+        // (`DELETE /api/v1/sources/{id}/state/switchboard.cursor`, from any process),
+        // counts at once, and the stored cursor never steps back.
+        let Some(mut cursor) = stored_cursor(&source, &cancel).await else {
+            return;
+        };
         let now = now_ms();
         let polled = tokio::select! {
             _ = cancel.cancelled() => return,
