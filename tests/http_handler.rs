@@ -197,10 +197,12 @@ async fn retry_after_on_a_429_schedules_the_next_attempt_that_much_later() {
         .await
         .unwrap()
         .expect("the row is scheduled");
-    // The policy alone would have retried 20 ms later.
+    // The policy alone would have retried 20 ms later. The dispatcher reads its clock
+    // around the request, the endpoint when the request arrives: they differ by a
+    // little either way, so the window starts a second early.
     let delay = due - answered_at;
     assert!(
-        (30_000..35_000).contains(&delay),
+        (29_000..35_000).contains(&delay),
         "the next attempt is due {delay} ms after the 429, not 30 s"
     );
     let counts = rt.get_direct_counts("hook").await;

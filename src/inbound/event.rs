@@ -193,6 +193,7 @@ impl Refusal {
 
 /// What a webhook source made of one delivery.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Received {
     /// Store these events (one, a batch, or none), then answer 200 with their ids:
     /// `{"id", "duplicate"}` for one event, `{"events": [{"id", "duplicate"}, …]}`
