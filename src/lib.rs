@@ -85,7 +85,7 @@ pub(crate) mod outbox;
 pub mod phoenix;
 #[cfg(feature = "runtime")]
 pub(crate) mod runtime;
-#[cfg(feature = "runtime")]
+#[cfg(any(feature = "runtime", feature = "gateway"))]
 pub(crate) mod secret;
 #[cfg(feature = "runtime")]
 pub(crate) mod store;
@@ -150,7 +150,7 @@ pub use runtime::config::{ResolvedConfig, RuntimeConfig};
 pub use runtime::ops::{EnqueueRequest, Enqueued};
 #[cfg(feature = "runtime")]
 pub use runtime::{ReloadHandle, Runtime, RuntimeBuilder};
-#[cfg(feature = "runtime")]
+#[cfg(any(feature = "runtime", feature = "gateway"))]
 pub use secret::Secret;
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]

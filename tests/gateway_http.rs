@@ -182,3 +182,92 @@ async fn http_api_lists_executes_and_maps_failures_to_status_codes() {
         "{metrics}"
     );
 }
+
+/// `GET {url}` with an optional bearer token: the status and the
+/// `WWW-Authenticate` header.
+async fn get_with(url: String, token: Option<&str>) -> (u16, Option<String>) {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (resp.status().as_u16(), challenge)
+}
+
+#[tokio::test]
+async fn the_operator_token_guards_the_http_api_but_not_the_connectors_routes() {
+    let config = switchboard::gateway::GatewayConfig::default().with_admin_token("op-token");
+    let gw = TestGateway::start_with(config).await;
+    let base = gw.http_url();
+    // A connector still registers over the socket: its route is not the operator's.
+    let (_runner, _join) = start(
+        RunnerOptions::default(),
+        vec![tagged(&gw.ws_url(), "acme", "ok")],
+    )
+    .await;
+    for path in [
+        "/api/v1/connectors",
+        "/api/v1/stats",
+        "/api/v1/approvals",
+        "/metrics",
+    ] {
+        let (code, challenge) = get_with(format!("{base}{path}"), None).await;
+        assert_eq!(code, 401, "{path} without a token");
+        assert_eq!(challenge.as_deref(), Some("Bearer"), "{path}");
+        assert_eq!(
+            get_with(format!("{base}{path}"), Some("nope")).await.0,
+            401,
+            "{path}"
+        );
+        assert_eq!(
+            get_with(format!("{base}{path}"), Some("op-token")).await.0,
+            200,
+            "{path} with the token"
+        );
+    }
+    let execute = format!("{base}/api/v1/connectors/matrix:acme:tagged:ok/execute");
+    assert_eq!(
+        post(execute.clone(), json!({"payload": {"a": 1}})).await.0,
+        401
+    );
+    let resp = reqwest::Client::new()
+        .post(execute)
+        .bearer_auth("op-token")
+        .json(&json!({"payload": {"a": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The gateway's public keys stay public: connectors verify tokens with them.
+    assert_eq!(
+        get_with(format!("{base}/.well-known/jwks.json"), None)
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn manual_approval_on_a_public_address_needs_an_operator_token() {
+    use switchboard::gateway::{ApprovalMode, Gateway, GatewayConfig};
+    let manual = || GatewayConfig::default().with_approval(ApprovalMode::Manual);
+    let public: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let err = Gateway::start(manual(), public)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("operator token"), "{err}");
+    let gw = Gateway::start(manual().with_admin_token("op-token"), public)
+        .await
+        .expect("with a token it starts");
+    gw.shutdown().await;
+    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let gw = Gateway::start(manual(), loopback)
+        .await
+        .expect("loopback needs no token");
+    gw.shutdown().await;
+}

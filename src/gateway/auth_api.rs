@@ -37,12 +37,19 @@ pub(crate) const MAX_AUTH_BODY_BYTES: usize = 64 * 1024;
 /// The `client_assertion_type` of RFC 7523 private-key JWT client authentication.
 const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
-/// The approval routes, to merge into the gateway's router.
-pub(crate) fn routes() -> Router<Arc<GatewayState>> {
+/// The operator's approval routes (list pending, approve, reject), which the
+/// gateway's router puts behind its operator token.
+pub(crate) fn operator_routes() -> Router<Arc<GatewayState>> {
     Router::new()
         .route("/api/v1/approvals", get(pending))
         .route("/api/v1/connectors/{arn}/approve", post(approve))
         .route("/api/v1/connectors/{arn}/reject", post(reject))
+}
+
+/// The connectors' side of approval (key registration, tokens, the gateway's keys),
+/// open to every connector: each authenticates with its own credentials.
+pub(crate) fn routes() -> Router<Arc<GatewayState>> {
+    Router::new()
         .route(REGISTER_PATH, post(register_key))
         .route(TOKEN_PATH, post(token))
         .route("/.well-known/jwks.json", get(jwks))

@@ -133,6 +133,14 @@ pub struct GatewayConfig {
     pub grpc_listen: Option<std::net::SocketAddr>,
     /// How registers are decided (default [`ApprovalMode::Auto`]).
     pub approval: ApprovalMode,
+    /// The operator token: when set, `/api/*` (list, execute, approve, reject,
+    /// stats) and `/metrics` need `Authorization: Bearer <token>`. The connectors'
+    /// own routes (the Phoenix and gRPC sockets, key registration, the token
+    /// endpoint, JWKS) stay open: connectors authenticate there with their own
+    /// credentials. Default none; [`super::Gateway::start`] refuses manual approval on
+    /// a non-loopback address without one, since whoever reaches the HTTP API could
+    /// otherwise approve any connector.
+    pub admin_token: Option<crate::Secret>,
     /// Where the approval state lives: the gateway's signing key, approved identities
     /// and their public keys, issued session tokens (hashed) and rejected identities.
     /// `None` (the default) keeps it in memory only, so a restart forgets every
@@ -177,6 +185,7 @@ impl Default for GatewayConfig {
             max_in_flight_per_socket: 4096,
             grpc_listen: None,
             approval: ApprovalMode::Auto,
+            admin_token: None,
             data_dir: None,
             public_url: None,
             ott_lifetime: Duration::from_secs(10 * 60),
@@ -228,6 +237,12 @@ impl GatewayConfig {
     /// Sets [`GatewayConfig::approval`].
     pub fn with_approval(mut self, mode: ApprovalMode) -> Self {
         self.approval = mode;
+        self
+    }
+
+    /// Sets [`GatewayConfig::admin_token`].
+    pub fn with_admin_token(mut self, token: impl Into<Vec<u8>>) -> Self {
+        self.admin_token = Some(crate::Secret::new(token));
         self
     }
 

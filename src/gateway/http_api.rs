@@ -20,14 +20,54 @@ use crate::error::Error;
 use crate::proto::PayloadEncoding;
 
 pub(crate) fn router(state: Arc<GatewayState>) -> Router {
-    Router::new()
-        .route("/socket/connector/websocket", get(upgrade))
+    // The operator's routes, behind the operator token when one is set.
+    let operator = Router::new()
         .route("/api/v1/connectors", get(list))
         .route("/api/v1/connectors/{arn}/execute", post(execute))
         .route("/api/v1/stats", get(stats))
         .route("/metrics", get(metrics))
+        .merge(super::auth_api::operator_routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_operator,
+        ));
+    Router::new()
+        .route("/socket/connector/websocket", get(upgrade))
+        .merge(operator)
         .merge(super::auth_api::routes())
         .with_state(state)
+}
+
+/// Lets a request through when no operator token is set, or when it carries
+/// `Authorization: Bearer <token>` (compared in constant time); 401 otherwise.
+async fn require_operator(
+    State(state): State<Arc<GatewayState>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use subtle::ConstantTimeEq as _;
+    let Some(token) = &state.config.admin_token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(token.expose())) {
+        return next.run(req).await;
+    }
+    let body = json!({
+        "error": "unauthorized",
+        "message": "this gateway's HTTP API needs its operator token: Authorization: Bearer <token>"
+    });
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        Json(body),
+    )
+        .into_response()
 }
 
 /// Upgrades to the Phoenix socket. Both WebSocket limits are `max_frame_bytes`, so the

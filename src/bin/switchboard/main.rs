@@ -61,6 +61,11 @@ enum Command {
         /// within 5 s, cached 10 min). Repeatable.
         #[arg(long = "trust-issuer", value_name = "ISSUER=JWKS_URL")]
         trust_issuer: Vec<switchboard::gateway::TrustedIssuer>,
+        /// The environment variable holding the operator token: when set, /api/* and
+        /// /metrics need `Authorization: Bearer <token>`. Required for manual approval
+        /// on a non-loopback address.
+        #[arg(long, value_name = "VAR")]
+        admin_token_env: Option<String>,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -129,8 +134,18 @@ async fn main() -> std::process::ExitCode {
             data_dir,
             public_url,
             trust_issuer,
+            admin_token_env,
         } => {
             let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
+            if let Some(var) = admin_token_env {
+                match std::env::var(&var) {
+                    Ok(token) if !token.is_empty() => config = config.with_admin_token(token),
+                    _ => {
+                        eprintln!("--admin-token-env names {var}, which is unset or empty");
+                        std::process::exit(2);
+                    }
+                }
+            }
             if let GrpcListen(Some(at)) = grpc_listen {
                 config = config.with_grpc_listen(at);
             }
