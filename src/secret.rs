@@ -17,6 +17,17 @@ impl Secret {
     pub fn expose(&self) -> &[u8] {
         &self.0
     }
+
+    /// Whether an `Authorization` header value is `Bearer <this secret>`, compared in
+    /// constant time: what the runtime's admin API and the gateway's operator routes
+    /// both check.
+    pub(crate) fn is_bearer(&self, authorization: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq as _;
+        let given = authorization
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        bool::from(given.as_bytes().ct_eq(&self.0))
+    }
 }
 
 impl std::fmt::Debug for Secret {

@@ -45,17 +45,11 @@ async fn require_operator(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    use subtle::ConstantTimeEq as _;
     let Some(token) = &state.config.admin_token else {
         return next.run(req).await;
     };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if bool::from(given.as_bytes().ct_eq(token.expose())) {
+    let given = req.headers().get(header::AUTHORIZATION);
+    if token.is_bearer(given.and_then(|v| v.to_str().ok())) {
         return next.run(req).await;
     }
     let body = json!({

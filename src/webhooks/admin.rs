@@ -28,7 +28,6 @@ use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
 
 use super::hosted::{HostedSource, CURSOR_KEY};
 use super::state::Ingress;
@@ -103,15 +102,8 @@ pub(crate) async fn require_token(
     next: Next,
 ) -> Response {
     if let Some(want) = &app.admin_token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let ok =
-            given.len() == want.expose().len() && bool::from(given.as_bytes().ct_eq(want.expose()));
-        if !ok {
+        let given = req.headers().get(header::AUTHORIZATION);
+        if !want.is_bearer(given.and_then(|v| v.to_str().ok())) {
             let msg = "the admin API needs Authorization: Bearer <admin token>";
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", msg).into_response();
         }
