@@ -345,7 +345,11 @@ async fn a_poll_source_of_its_own_is_polled_and_its_cursor_committed() {
     .await;
     assert_eq!(shown["kind"], "poll");
     assert_eq!(shown["ingress_path"], Value::Null);
-    assert!(polls.load(Ordering::SeqCst) >= 4);
+    // Three pages, then a poll that finds nothing new and asks for an hour's rest.
+    eventually("the fourth poll", || async {
+        polls.load(Ordering::SeqCst) >= 4
+    })
+    .await;
 }
 
 fn config(dir: &tempfile::TempDir, text: &str) -> switchboard::ResolvedConfig {
@@ -501,4 +505,83 @@ async fn a_rotated_secret_file_applies_at_the_next_reload() {
         "{err}"
     );
     assert_eq!(post_github(&rt, "second-secret", "d-5").await, 200);
+}
+
+/// A poll source that counts how many of its polls run at once, across every
+/// runtime that hosts it: each poll holds for a moment, returns the next number.
+#[derive(Clone, Default)]
+struct Overlap {
+    running: Arc<AtomicU64>,
+    most: Arc<AtomicU64>,
+}
+
+struct OverlapSource(Overlap);
+
+#[async_trait]
+impl InboundConnector for Overlap {
+    fn provider(&self) -> &str {
+        "overlap"
+    }
+
+    fn kinds(&self) -> Vec<SourceKind> {
+        vec![SourceKind::Poll]
+    }
+
+    async fn init(&self, _ctx: SourceContext) -> switchboard::Result<Box<dyn InboundSource>> {
+        Ok(Box::new(OverlapSource(self.clone())))
+    }
+}
+
+#[async_trait]
+impl InboundSource for OverlapSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Poll
+    }
+
+    async fn poll(&self, cursor: Option<&str>, now_ms: i64) -> switchboard::Result<Polled> {
+        let now = self.0.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.0.most.fetch_max(now, Ordering::SeqCst);
+        // Work that takes a while: long enough for another poller to start meanwhile,
+        // were it allowed to.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+        let n: u64 = cursor.map_or(0, |c| c.parse().unwrap()) + 1;
+        if n > 20 {
+            return Ok(Polled::new(vec![], None).next_poll_at(now_ms + 3_600_000));
+        }
+        let event = InboundEvent::new("n", format!("n:{n}"), json!({ "n": n }));
+        Ok(Polled::new(vec![event], Some(n.to_string())).next_poll_at(now_ms + 5))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runtimes_on_one_store_never_poll_a_source_at_once() {
+    let overlap = Overlap::default();
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let url = format!("sqlite:{}", dir.path().join("rt.db").display());
+    let config = "[[sources]]\nid = \"o\"\nprovider = \"overlap\"\npoll_lease_secs = 1\n";
+    let (a, b) = (overlap.clone(), overlap.clone());
+    let first = Rt::on_with(url.clone(), dir.clone(), config, move |x| {
+        x.inbound_connector(a)
+    })
+    .await;
+    let second = Rt::on_with(url, dir, config, move |x| x.inbound_connector(b)).await;
+    let events = eventually_some("twenty numbers", || async {
+        let e = first.get("/api/v1/events?source=o&limit=100").await;
+        let e = e["events"].as_array().unwrap().clone();
+        (e.len() >= 20).then_some(e)
+    })
+    .await;
+    let mut ns: Vec<i64> = events
+        .iter()
+        .map(|e| e["payload"]["n"].as_i64().unwrap())
+        .collect();
+    ns.sort();
+    assert_eq!(ns, (1..=20).collect::<Vec<_>>(), "each number once");
+    assert_eq!(
+        overlap.most.load(Ordering::SeqCst),
+        1,
+        "two polls of the source ran at once"
+    );
+    drop(second);
 }

@@ -392,7 +392,9 @@ async fn a_process_killed_between_fetching_and_committing_a_page_reads_it_again(
     let store = format!("sqlite:{}", dir.path().join("events.db").display());
     let config = |port: u16| {
         format!(
-            "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n{}headers = {{ Authorization = \"POLL_TOKEN\" }}\n",
+            // A one-second lease: the killed process cannot give its lease back, so
+            // the restarted one takes it over once it has expired.
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{store}\"\n{}headers = {{ Authorization = \"POLL_TOKEN\" }}\npoll_lease_secs = 1\n",
             source("paged", &base, Paging::Field, "100ms")
         )
     };

@@ -22,6 +22,13 @@ pub(crate) trait StateBackend: Send + Sync + 'static {
     async fn get(&self, source: &str, key: &str) -> Result<Option<String>>;
     async fn put(&self, source: &str, key: &str, value: Option<&str>) -> Result<()>;
     async fn put_if_absent(&self, source: &str, key: &str, value: &str) -> Result<Option<String>>;
+    async fn swap(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool>;
 }
 
 /// A [`StateBackend`] in memory, for sources built outside a runtime (the fuzz
@@ -54,6 +61,22 @@ impl StateBackend for MemoryState {
         }
         map.insert(k, value.to_owned());
         Ok(None)
+    }
+
+    async fn swap(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let k = (source.to_owned(), key.to_owned());
+        if map.get(&k).map(String::as_str) != expected {
+            return Ok(false);
+        }
+        map.insert(k, value.to_owned());
+        Ok(true)
     }
 }
 
@@ -105,6 +128,15 @@ impl SourceState {
     /// returns the value already stored, or `None` when this one was written.
     pub async fn put_if_absent(&self, key: &str, value: &str) -> Result<Option<String>> {
         let done = self.backend.put_if_absent(&self.source, key, value).await;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        done
+    }
+
+    /// Compare-and-set: stores `value` only if `key` holds `expected` (`None`: no
+    /// value), atomically across processes; true when it wrote. For leases and
+    /// counters that several processes move.
+    pub async fn swap(&self, key: &str, expected: Option<&str>, value: &str) -> Result<bool> {
+        let done = self.backend.swap(&self.source, key, expected, value).await;
         self.generation.fetch_add(1, Ordering::AcqRel);
         done
     }

@@ -165,6 +165,17 @@ pub trait Backend: OutboxStore + VersionStore + Send + Sync + 'static {
         value: &str,
     ) -> Result<Option<String>>;
 
+    /// Compare-and-set: writes `value` only if the stored value is `expected` (`None`:
+    /// absent), atomically across processes; true when it wrote. What a per-source
+    /// lease is built on (one poller at a time per source).
+    async fn swap_state(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool>;
+
     /// Deletes claims that expired at or before `now_ms` and audit rows received before
     /// `rejections_before_ms`.
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept>;

@@ -133,6 +133,19 @@ impl StateBackend for StoreState {
             .put_state_if_absent(source, key, value)
             .await
     }
+
+    async fn swap(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool> {
+        self.0
+            .backend()
+            .swap_state(source, key, expected, value)
+            .await
+    }
 }
 
 /// Starts every source of `specs` with its connector (`init`), in order. An unknown

@@ -13,8 +13,8 @@
 //! sources, and the one path from a source's event to a stored one), `state` (what
 //! the HTTP halves and the drivers share), `server` and `admin` (the HTTP surface,
 //! axum; `server` mounts `admin`, and neither imports the other's state), `poller`
-//! (the poll and stream drivers), `listener` (connections, with the header and body
-//! timeouts), [`metrics`], `binding_match` (which trigger bindings an accepted event
+//! (the poll and stream drivers), `lease` (one poller per source across processes), `listener` (connections,
+//! with the header and body timeouts), [`metrics`], `binding_match` (which trigger bindings an accepted event
 //! goes to), `breaker` (a binding's filter circuit breaker, a decision core). The
 //! runtime (`crate::runtime`, the layer above) wires them to the store.
 
@@ -26,6 +26,7 @@ pub(crate) mod classify;
 pub(crate) mod cron;
 pub(crate) mod hosted;
 pub(crate) mod ingest;
+pub(crate) mod lease;
 pub(crate) mod limits;
 pub(crate) mod listener;
 pub(crate) mod metrics;

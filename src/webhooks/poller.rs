@@ -8,9 +8,9 @@
 //! asked for ([`Polled::next_poll_at_ms`]), at once when it has more, or after
 //! [`DEFAULT_POLL_INTERVAL`]. A failed poll is retried from the same cursor after a
 //! jittered backoff. A crash between a poll and its commit leaves the old cursor, so
-//! the page is read again and its events dedupe; none is skipped. Several processes
-//! on one store each poll (there is no lease yet): dedupe keeps every event single,
-//! at the cost of repeated fetches.
+//! the page is read again and its events dedupe; none is skipped. Of several processes
+//! on one store, one at a time polls a source: it holds the source's lease
+//! (`super::lease`), taken before each poll.
 //!
 //! **Stream**: read the stored cursor; call `stream(cursor, sink)`; each
 //! [`crate::EventSink::emit`] commits events and cursor together. When the stream
@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::hosted::{Committer, HostedSource, SourceCommit, CURSOR_KEY};
+use super::lease::Lease;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::inbound::{EventSink, Polled, SourceKind};
 use crate::store::now_ms;
@@ -147,10 +148,35 @@ async fn stored_cursor(
 }
 
 async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
+    let lease = Lease::new(commit.source.spec.poll_lease);
+    poll_until_cancelled(&commit, &lease, &cancel).await;
+    lease.release(commit.source.ctx.state()).await;
+}
+
+async fn poll_until_cancelled(commit: &SourceCommit, lease: &Lease, cancel: &CancellationToken) {
+    let cancel = cancel.clone();
     let source = commit.source.clone();
     let id = source.id().to_owned();
     let mut backoff = Backoff::new(retry_policy());
     loop {
+        // One process at a time polls a source (see `super::lease`).
+        match lease.acquire(source.ctx.state(), now_ms()).await {
+            Ok(None) => {}
+            Ok(Some(until)) => {
+                if !sleep_until(until, &cancel).await {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => {
+                let delay = backoff.next_delay(rand::random());
+                tracing::warn!(source = %id, error = %e, retry_in = ?delay, "cannot take the source's poll lease");
+                if !pause(delay, &cancel).await {
+                    return;
+                }
+                continue;
+            }
+        }
         // The cursor is read from the store before every poll (one read per poll):
         // what another process sharing the store committed, or the operator deleted
         // (`DELETE /api/v1/sources/{id}/state/switchboard.cursor`, from any process),
@@ -166,7 +192,7 @@ async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
         let next_at = match polled {
             Ok(page) => {
                 backoff.reset();
-                let Some(next) = commit_page(&commit, page, &mut cursor, &cancel).await else {
+                let Some(next) = commit_page(commit, page, &mut cursor, &cancel).await else {
                     return;
                 };
                 next

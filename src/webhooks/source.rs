@@ -100,6 +100,9 @@ pub struct SourceConfig {
     pub outbound_rate_limit: Option<RateLimit>,
     /// How long an outbound call waits for a token before it is refused. Default 10.
     pub outbound_max_wait_secs: Option<f64>,
+    /// Poll sources: how long the lease a process takes before each poll lasts; a
+    /// killed process's sources are taken over within it. Default 30.
+    pub poll_lease_secs: Option<f64>,
     /// Every other key: the source's own options, checked by its connector.
     #[serde(flatten)]
     pub options: toml::Table,
@@ -130,6 +133,8 @@ pub struct SourceSpec {
     pub outbound_rate_limit: Option<RateLimit>,
     /// How long an outbound call may wait for a token.
     pub outbound_max_wait: std::time::Duration,
+    /// How long a poll lease lasts.
+    pub poll_lease: std::time::Duration,
     /// The source's own options.
     pub options: toml::Table,
 }
@@ -181,6 +186,12 @@ impl SourceConfig {
                 "outbound_max_wait_secs must be between 0 and 3600".into()
             ));
         }
+        let lease = self
+            .poll_lease_secs
+            .unwrap_or(crate::webhooks::lease::DEFAULT_POLL_LEASE.as_secs_f64());
+        if !(0.1..=3600.0).contains(&lease) {
+            return Err(bad("poll_lease_secs must be between 0.1 and 3600".into()));
+        }
         Ok(SourceSpec {
             id: id.clone(),
             provider: self.provider.clone(),
@@ -194,6 +205,7 @@ impl SourceConfig {
                 .unwrap_or(DEFAULT_REJECTION_AUDIT_LIMIT),
             outbound_rate_limit: self.outbound_rate_limit,
             outbound_max_wait: std::time::Duration::from_secs_f64(max_wait),
+            poll_lease: std::time::Duration::from_secs_f64(lease),
             options: self.options.clone(),
         })
     }

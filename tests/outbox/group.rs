@@ -11,6 +11,7 @@ use super::support::{postgres_url, skip_postgres, StoreKind};
 on_both_stores!(
     a_group_commits_its_events_their_rows_and_the_cursor_together,
     a_failed_group_stores_neither_events_nor_cursor,
+    swap_state_writes_only_over_the_expected_value,
 );
 
 fn page(keys: &[&str]) -> Vec<GroupAppend> {
@@ -146,5 +147,38 @@ async fn a_failed_group_stores_neither_events_nor_cursor(kind: StoreKind) {
         .unwrap();
     stored(ok[0].clone());
     stored(ok[1].clone());
+    f.close().await;
+}
+
+async fn swap_state_writes_only_over_the_expected_value(kind: StoreKind) {
+    let f = Fixture::open(&kind).await;
+    let b = &f.backend;
+    assert!(b.swap_state("gh", "lease", None, "a 10").await.unwrap());
+    assert!(
+        !b.swap_state("gh", "lease", None, "b 20").await.unwrap(),
+        "absent was expected, a value is there"
+    );
+    assert!(!b
+        .swap_state("gh", "lease", Some("a 9"), "b 20")
+        .await
+        .unwrap());
+    assert!(b
+        .swap_state("gh", "lease", Some("a 10"), "b 20")
+        .await
+        .unwrap());
+    assert_eq!(
+        b.get_state("gh", "lease").await.unwrap().as_deref(),
+        Some("b 20")
+    );
+    // Another process's backend sees the same value and races on it.
+    let other = f.second_process().await;
+    assert!(!other
+        .swap_state("gh", "lease", Some("a 10"), "c")
+        .await
+        .unwrap());
+    assert!(other
+        .swap_state("gh", "lease", Some("b 20"), "c 30")
+        .await
+        .unwrap());
     f.close().await;
 }

@@ -443,6 +443,37 @@ impl Backend for PostgresBackend {
         Ok(Some(row.get(0)))
     }
 
+    async fn swap_state(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool> {
+        let client = self.client().await?;
+        let written = match expected {
+            None => {
+                client
+                    .execute(
+                        "INSERT INTO source_state (source, key, value) VALUES ($1, $2, $3)
+                         ON CONFLICT (source, key) DO NOTHING",
+                        &[&source, &key, &value],
+                    )
+                    .await
+            }
+            Some(old) => {
+                client
+                    .execute(
+                        "UPDATE source_state SET value = $4
+                         WHERE source = $1 AND key = $2 AND value = $3",
+                        &[&source, &key, &old, &value],
+                    )
+                    .await
+            }
+        };
+        Ok(written.map_err(pg_err("write state"))? == 1)
+    }
+
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept> {
         let client = self.client().await?;
         let claims = client

@@ -265,6 +265,34 @@ impl Backend for SqliteBackend {
         .await
     }
 
+    async fn swap_state(
+        &self,
+        source: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: &str,
+    ) -> Result<bool> {
+        let (source, key) = (source.to_owned(), key.to_owned());
+        let (expected, value) = (expected.map(str::to_owned), value.to_owned());
+        Self::with(&self.writer, move |c| {
+            match expected {
+                None => c.execute(
+                    "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (source, key) DO NOTHING",
+                    params![source, key, value],
+                ),
+                Some(old) => c.execute(
+                    "UPDATE source_state SET value = ?4
+                     WHERE source = ?1 AND key = ?2 AND value = ?3",
+                    params![source, key, old, value],
+                ),
+            }
+            .map(|n| n == 1)
+            .map_err(sql_err("write state"))
+        })
+        .await
+    }
+
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept> {
         Self::with(&self.writer, move |c| {
             let claims = c
