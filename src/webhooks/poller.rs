@@ -33,6 +33,9 @@ use crate::triggers::live::LiveTriggers;
 /// How long a poll source waits between polls when it names no time itself.
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How long a source's `activate` may take before the next source's turn.
+const ACTIVATE_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Longest single sleep: the schedule is re-read against the wall clock at least this
 /// often, so a clock step (NTP, suspend) delays a poll by at most this much.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -69,11 +72,16 @@ pub(crate) async fn activation_loop(
             if seen.as_ref() == Some(&ids) {
                 continue;
             }
-            match source.source.activate(&ids).await {
-                Ok(()) => *seen = Some(ids),
-                Err(e) => {
+            // Bounded, so one source that hangs here cannot keep the others waiting.
+            match tokio::time::timeout(ACTIVATE_DEADLINE, source.source.activate(&ids)).await {
+                Ok(Ok(())) => *seen = Some(ids),
+                Ok(Err(e)) => {
                     tracing::warn!(source = source.id(), error = %e, "the source's activation failed")
                 }
+                Err(_) => tracing::warn!(
+                    source = source.id(),
+                    "the source's activation did not finish within {ACTIVATE_DEADLINE:?}"
+                ),
             }
         }
         tokio::select! {
