@@ -180,8 +180,9 @@ pub(crate) struct ContextParts {
     pub(crate) outbound: (Option<RateLimit>, std::time::Duration, Buckets),
 }
 
-/// Everything a source gets from the runtime, given to [`InboundConnector::init`]
-/// (`crate::InboundConnector`); cheap to clone, so a source keeps one.
+/// Everything a source gets from the runtime, given to
+/// [`InboundConnector::init`](crate::InboundConnector::init); cheap to clone, so a
+/// source keeps one.
 #[derive(Clone)]
 pub struct SourceContext {
     inner: Arc<Inner>,

@@ -80,7 +80,7 @@ pub struct AttemptFailure {
     pub message: String,
     /// When the handler was told when to come back (an HTTP `Retry-After`), the delay
     /// in ms: the next attempt is due then instead of at the retry policy's time
-    /// (capped at [`MAX_RETRY_AFTER`]).
+    /// (capped at an hour, `MAX_RETRY_AFTER`).
     pub retry_after_ms: Option<i64>,
     /// Retrying cannot help (an HTTP endpoint refused the request with a 4xx): the
     /// row is dead-lettered at once, whatever attempts are left.
