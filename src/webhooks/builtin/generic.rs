@@ -39,6 +39,27 @@ pub(crate) struct GenericOptions {
     timestamp_tolerance_secs: Option<i64>,
 }
 
+/// `name` as a `&'static str`, the type the signature functions (and their
+/// refusals' `MissingHeader`) take header names as. Each distinct name is allocated
+/// once for the life of the process and kept in one set, so a source started again
+/// (a test, a fuzz target building rules per input) allocates nothing new and
+/// nothing is lost track of.
+fn intern(name: String) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = names.get(name.as_str()) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
 /// The rule of a generic source, or what is wrong with its options.
 pub(crate) fn rule(ctx: &SourceContext, o: &GenericOptions) -> Result<GenericRule> {
     let scheme = match o.scheme.as_deref().unwrap_or("header") {
@@ -56,9 +77,7 @@ pub(crate) fn rule(ctx: &SourceContext, o: &GenericOptions) -> Result<GenericRul
                 }
             };
             GenericScheme::Header {
-                // Leaked once per configured source at startup: the signature
-                // functions take header names as &'static str.
-                header: Box::leak(header.into_boxed_str()),
+                header: intern(header),
                 prefix: o.prefix.clone().unwrap_or_default(),
                 encoding,
             }
