@@ -24,7 +24,7 @@
 //! 4. the multiplexer: `mux`, `entry`
 //! 5. models, no I/O: `outbox`, `triggers`, `inbound`
 //! 6. storage: `store`
-//! 7. the runtime's parts: `outbound`, `dispatch`, `webhooks`
+//! 7. the runtime's parts, and the consoles' kit: `console`, `outbound`, `dispatch`, `webhooks`
 //! 8. assemblies: `runtime`, `gateway`
 //! 9. the benches' and fuzz targets' window on internals: `__private`
 //!
@@ -44,9 +44,12 @@
 //! traits, one folder per backend. `outbound`
 //! is the runtime's HTTP client for handlers (signing, egress policy, per-endpoint
 //! breakers); `dispatch` claims and executes outbox rows; `webhooks` hosts the inbound
-//! connectors (the built-ins, the HTTP ingress, the poll and stream drivers). `runtime`
+//! connectors (the built-ins, the HTTP ingress, the poll and stream drivers);
+//! `console` is what the gateway's and the runtime's HTML consoles share (sign-in
+//! sessions, CSRF, security headers, live regions, charts, assets). `runtime`
 //! reads its config file and wires ingest, bindings, outbox and dispatcher onto the
-//! mux; `gateway` is the other side of the wire, built on layers 1 to 3.
+//! mux; `gateway` is the other side of the wire, built on layers 1 to 3 and the
+//! console kit.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 // The public API is the list of re-exports below, plus three public modules: `proto`
@@ -63,6 +66,8 @@ pub(crate) mod backoff;
 pub(crate) mod breaker;
 pub(crate) mod clock;
 pub(crate) mod connector;
+#[cfg(any(feature = "runtime", feature = "gateway"))]
+pub(crate) mod console;
 pub(crate) mod context_keys;
 #[cfg(feature = "runtime")]
 pub(crate) mod dispatch;

@@ -22,11 +22,17 @@ impl Secret {
     /// constant time: what the runtime's admin API and the gateway's operator routes
     /// both check.
     pub(crate) fn is_bearer(&self, authorization: Option<&str>) -> bool {
-        use subtle::ConstantTimeEq as _;
         let given = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        bool::from(given.as_bytes().ct_eq(&self.0))
+        self.matches(given.as_bytes())
+    }
+
+    /// Whether `given` is this secret, compared in constant time (the consoles'
+    /// sign-in form, the bearer check above).
+    pub(crate) fn matches(&self, given: &[u8]) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(given.ct_eq(&self.0))
     }
 }
 

@@ -22,12 +22,11 @@ use axum::{Form, Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::approvals::{credentials_issued, notification, now_ms, REGISTER_PATH, TOKEN_PATH};
+use super::approvals::{now_ms, REGISTER_PATH, TOKEN_PATH};
 use super::credentials::OttError;
 use super::state::GatewayState;
 use super::tokens::{AccessClaims, ClientKey, ACCESS_TOKEN_AUDIENCE};
 use crate::identity::RegistrationKey;
-use crate::proto::RegistrationStatus;
 
 /// Largest request body these routes read (64 KiB): a PEM public key, a JWT or a
 /// reason is well under a kilobyte, and an unauthenticated caller must not make the
@@ -93,29 +92,10 @@ async fn pending(State(state): State<Arc<GatewayState>>) -> Response {
 }
 
 async fn approve(State(state): State<Arc<GatewayState>>, Path(arn): Path<String>) -> Response {
-    let Some((key, link)) = state.registry().approve(&arn) else {
-        return not_pending(&arn);
-    };
-    let now = now_ms();
-    let lifetime = u64::try_from(state.approvals.ott_lifetime.as_millis()).unwrap_or(u64::MAX);
-    let random: [u8; 32] = {
-        use rand::Rng as _;
-        rand::rng().random()
-    };
-    let ott = state
-        .approvals
-        .with(|c| c.issue_ott(&key, now, lifetime, random));
-    tracing::info!(%arn, "registration approved by the operator");
-    let approved = notification(
-        &key,
-        RegistrationStatus::Approved,
-        format!("{arn} approved; register a key with the one-time token that follows"),
-    );
-    let creds = credentials_issued(&key, ott, &state.approvals.issuer, now);
-    if !(link.push(&approved).await && link.push(&creds).await) {
-        tracing::warn!(%arn, link_id = link.id, "approved, but its link closed before it was told");
+    match super::operator::approve(&state, &arn).await {
+        Ok(()) => Json(json!({ "arn": arn, "status": "approved" })).into_response(),
+        Err(super::operator::NotPending) => not_pending(&arn),
     }
-    Json(json!({ "arn": arn, "status": "approved" })).into_response()
 }
 
 #[derive(Deserialize, Default)]
@@ -143,22 +123,10 @@ async fn reject(
             }
         }
     };
-    let reason = if body.reason.trim().is_empty() {
-        "rejected by the gateway operator".to_owned()
-    } else {
-        body.reason
-    };
-    let Some((key, link)) = state.registry().remove_pending(&arn) else {
-        return not_pending(&arn);
-    };
-    state.publish_registration_count();
-    state.approvals.with(|c| c.reject(&key, &reason, now_ms()));
-    tracing::info!(%arn, %reason, "registration rejected by the operator");
-    let msg = notification(&key, RegistrationStatus::Rejected, reason);
-    if !link.push(&msg).await {
-        tracing::debug!(%arn, "rejected after its link closed");
+    match super::operator::reject(&state, &arn, &body.reason).await {
+        Ok(()) => Json(json!({ "arn": arn, "status": "rejected" })).into_response(),
+        Err(super::operator::NotPending) => not_pending(&arn),
     }
-    Json(json!({ "arn": arn, "status": "rejected" })).into_response()
 }
 
 #[derive(Deserialize)]

@@ -72,6 +72,7 @@ mod http_api;
 mod invoke;
 mod issuers;
 mod link;
+mod operator;
 mod pending;
 mod persist;
 mod registry;

@@ -1,0 +1,104 @@
+//! Line charts as SVG, drawn on the server from a sampled series: no chart library,
+//! no script, and the same escaping as the rest of the page (labels are text nodes).
+
+use maud::{html, Markup};
+
+/// One line: its legend label and its values, oldest first, one per sample.
+pub(crate) struct Series<'a> {
+    pub(crate) label: &'a str,
+    pub(crate) values: Vec<f64>,
+}
+
+const W: f64 = 600.0;
+const H: f64 = 150.0;
+
+/// A chart of `series` over `slots` samples (the ring's capacity, so a young series
+/// fills from the right as the ring does), scaled to the largest value.
+pub(crate) fn line(title: &str, series: &[Series<'_>], slots: usize) -> Markup {
+    let slots = slots.max(2);
+    let max = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max);
+    let top = nice_ceiling(max);
+    let points = |values: &[f64]| -> String {
+        let offset = slots.saturating_sub(values.len());
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let x = (offset + i) as f64 * W / (slots - 1) as f64;
+                let y = H - (v.max(0.0) / top).min(1.0) * (H - 12.0);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    html! {
+        figure.chart {
+            svg.chart viewBox=(format!("0 0 {W} {H}")) preserveAspectRatio="none" role="img" aria-label=(title) {
+                line x1="0" y1=(H - 0.5) x2=(W) y2=(H - 0.5) stroke="#d8dde3" {}
+                text x="4" y="10" { (format_value(top)) }
+                @for (i, s) in series.iter().enumerate() {
+                    polyline class=(format!("line{}", i % 3)) points=(points(&s.values)) {}
+                }
+            }
+            figcaption.legend {
+                strong { (title) } " "
+                @for (i, s) in series.iter().enumerate() {
+                    span class=(format!("k{}", i % 3)) {
+                        "— " (s.label) " " (format_value(s.values.last().copied().unwrap_or(0.0)))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The smallest of 1, 2 or 5 times a power of ten at or above `v` (at least 1), so
+/// the axis reads round numbers.
+pub(crate) fn nice_ceiling(v: f64) -> f64 {
+    if !(v > 1.0) {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|c| *c >= v)
+        .unwrap_or(10.0 * p)
+}
+
+fn format_value(v: f64) -> String {
+    if v >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_axis_rounds_up_to_one_two_or_five() {
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(f64::NAN), 1.0);
+        assert_eq!(nice_ceiling(1.5), 2.0);
+        assert_eq!(nice_ceiling(3.0), 5.0);
+        assert_eq!(nice_ceiling(7.0), 10.0);
+        assert_eq!(nice_ceiling(120.0), 200.0);
+        assert_eq!(nice_ceiling(5000.0), 5000.0);
+    }
+
+    #[test]
+    fn a_young_series_fills_from_the_right_and_labels_are_text() {
+        let s = [Series { label: "<b>x</b>", values: vec![0.0, 10.0] }];
+        let svg = line("t", &s, 3).into_string();
+        // Two of three slots: x = 300 and 600; 10 is the top (y = 12).
+        assert!(svg.contains("points=\"300.0,150.0 600.0,12.0\""), "{svg}");
+        assert!(svg.contains("&lt;b&gt;x&lt;/b&gt;"), "labels are escaped: {svg}");
+    }
+}

@@ -1,0 +1,169 @@
+//! The page shell and live regions.
+//!
+//! A console page is a title and a list of [`Region`]s, each an element with an id.
+//! [`respond`] answers a browser's navigation with the whole document, and the same
+//! URL asked for `text/event-stream` (what `EventSource` sends) with a stream: every
+//! [`super::LIVE_TICK`] the page is rendered again and each region whose HTML changed
+//! is sent as an SSE event `region` with `{"id", "html"}`; `console.js` puts it in
+//! place. The stream ends when the console closes (listener shutdown), so an open tab
+//! never holds a graceful shutdown.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt as _;
+use maud::{html, Markup, DOCTYPE};
+
+use super::{assets, ConsoleKit, SessionInfo};
+
+/// One live part of a page: an element id and its content.
+pub(crate) struct Region {
+    pub(crate) id: &'static str,
+    pub(crate) html: Markup,
+}
+
+impl Region {
+    /// The region `id` holding `html`.
+    pub(crate) fn new(id: &'static str, html: Markup) -> Self {
+        Region { id, html }
+    }
+}
+
+/// A rendered page: its title and regions, in order.
+pub(crate) struct Page {
+    pub(crate) title: String,
+    pub(crate) regions: Vec<Region>,
+}
+
+/// Whether a request asks for an event stream (an `EventSource`).
+pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// An HTML answer that no cache keeps (pages show live state and a CSRF token).
+pub(crate) fn html_response(doc: Markup) -> Response {
+    let mut resp = doc.into_string().into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The whole document around `body`: head, navigation and, for a signed-in page
+/// (`csrf` given), the sign-out form.
+pub(crate) fn document(kit: &ConsoleKit, title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · switchboard " (kit.name) }
+                link rel="stylesheet" href=(assets::href("console.css"));
+                script src=(assets::href("console.js")) defer {}
+            }
+            body data-live=[csrf.map(|_| "1")] {
+                header.top {
+                    a.brand href="/console" { "switchboard " span { (kit.name) } }
+                    @if csrf.is_some() {
+                        nav {
+                            @for (href, label) in &kit.nav {
+                                a href=(href) { (label) }
+                            }
+                        }
+                        span #live-status title="live updates" { "●" }
+                        @if kit.token.is_some() {
+                            form.logout method="post" action="/console/logout" {
+                                input type="hidden" name="csrf" value=[csrf];
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn hash(s: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// Answers a page: the document, or its live stream (see the module docs). `render`
+/// builds the page; an `Err` is answered as it is on the first render (a 404 page) and
+/// skipped by the stream (the next tick tries again).
+pub(crate) async fn respond<F, Fut>(
+    kit: Arc<ConsoleKit>,
+    session: SessionInfo,
+    headers: &HeaderMap,
+    render: F,
+) -> Response
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Page, Response>> + Send + 'static,
+{
+    if !wants_stream(headers) {
+        return match render().await {
+            Ok(p) => {
+                let body = html! {
+                    @for r in &p.regions { div id=(r.id) { (r.html) } }
+                };
+                html_response(document(&kit, &p.title, Some(&session.csrf), body))
+            }
+            Err(resp) => resp,
+        };
+    }
+    let closing = kit.closing.clone();
+    let mut ticks = tokio::time::interval(super::LIVE_TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = (render, ticks, HashMap::<&'static str, u64>::new());
+    let stream = futures_util::stream::unfold(state, move |(render, mut ticks, mut sent)| {
+        let closing = closing.clone();
+        async move {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = closing.cancelled() => return None,
+            }
+            let mut events = Vec::new();
+            if let Ok(page) = render().await {
+                for r in page.regions {
+                    let html = r.html.into_string();
+                    let h = hash(&html);
+                    if sent.insert(r.id, h) != Some(h) {
+                        let data = serde_json::json!({"id": r.id, "html": html}).to_string();
+                        events.push(Ok::<_, Infallible>(Event::default().event("region").data(data)));
+                    }
+                }
+            }
+            Some((futures_util::stream::iter(events), (render, ticks, sent)))
+        }
+    })
+    .flatten();
+    let mut resp = Sse::new(stream).keep_alive(KeepAlive::default()).into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A page of its own for a missing thing (an unknown event id, a gone registration).
+pub(crate) fn not_found(kit: &ConsoleKit, session: &SessionInfo, what: &str) -> Response {
+    let body = html! { section { h1 { "Not found" } p { (what) } p { a href="/console" { "Back" } } } };
+    let mut resp = html_response(document(kit, "Not found", Some(&session.csrf), body));
+    *resp.status_mut() = axum::http::StatusCode::NOT_FOUND;
+    resp
+}
