@@ -188,11 +188,11 @@ async fn check_csrf(req: Request, csrf: &str) -> Result<Request, Response> {
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
-/// Percent-encodes everything but unreserved characters and `/`.
+/// Percent-encodes everything but unreserved characters (a query value, a path segment).
 pub(crate) fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

@@ -35,7 +35,8 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router {
         .route("/socket/connector/websocket", get(upgrade))
         .merge(operator)
         .merge(super::auth_api::routes())
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(super::console::routes(state))
 }
 
 /// Lets a request through when no operator token is set, or when it carries

@@ -63,6 +63,7 @@
 mod approvals;
 mod auth_api;
 mod config;
+mod console;
 mod credentials;
 mod execute;
 mod faults;
