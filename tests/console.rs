@@ -1,0 +1,212 @@
+//! The consoles in a real browser (issue 25): headless Chromium over WebDriver
+//! against a real gateway and a real runtime, driven the way an operator uses them.
+//! `console/browser.rs` holds the harness; the gateway's scenarios are here, the
+//! runtime's in `console/runtime.rs`; `console/http.rs` checks the same rules with a
+//! plain HTTP client (cookies, CSRF, headers), which needs no browser.
+#![cfg(all(feature = "gateway", feature = "runtime"))]
+
+mod common;
+#[path = "console/browser.rs"]
+mod browser;
+#[path = "console/http.rs"]
+mod http;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::json;
+use switchboard::gateway::{ApprovalMode, GatewayConfig, TestGateway, TEST_EXECUTE_TIMEOUT};
+use switchboard::{
+    BackoffPolicy, BaseConnector, ConnectorConfig, MultiConnectorRunner, Payload, Registration,
+    RunnerOptions,
+};
+
+use browser::Browser;
+use common::{spawn, start, tagged, DEADLINE};
+
+/// The operator token every console here is started with.
+pub const TOKEN: &str = "console-test-token";
+
+async fn gateway(approval: ApprovalMode) -> TestGateway {
+    TestGateway::start_with(
+        GatewayConfig::default()
+            .with_default_execute_timeout(TEST_EXECUTE_TIMEOUT)
+            .with_approval(approval)
+            .with_admin_token(TOKEN),
+    )
+    .await
+}
+
+/// The markup a hostile connector or payload would like to see run.
+pub const HOSTILE: &str =
+    "<script>window.__pwned=1</script>\"><img src=x onerror=\"window.__pwned=2\">";
+
+/// A connector whose metadata holds markup.
+struct Hostile;
+
+#[async_trait]
+impl BaseConnector for Hostile {
+    fn connector_type(&self) -> &str {
+        "hostile"
+    }
+    fn metadata(&self) -> HashMap<String, String> {
+        HashMap::from([("note".to_owned(), HOSTILE.to_owned())])
+    }
+    async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
+        Ok(p)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_is_required_and_a_wrong_token_is_refused() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let Some(b) = Browser::start("sign_in").await else { return };
+    let base = gw.http_url();
+
+    b.goto(&format!("{base}/console/registrations")).await;
+    b.wait_js("redirected to sign-in", "return location.pathname === '/console/login';").await;
+    assert!(b.url().await.contains("next=%2Fconsole%2Fregistrations"));
+    b.screenshot("sign-in").await;
+
+    b.type_into("#token", "not-the-token").await;
+    b.click("section.login button").await;
+    b.wait_text("p.error", "not this console's operator token").await;
+    assert!(b.url().await.ends_with("/console/login"), "still signing in");
+
+    b.type_into("#token", TOKEN).await;
+    b.click("section.login button").await;
+    b.wait_text("main h1", "Registrations").await;
+    assert!(b.url().await.ends_with("/console/registrations"), "back where it was going");
+    // The session cookie is HttpOnly: the page's script cannot read it.
+    let cookies = b.js("return document.cookie;", vec![]).await;
+    assert_eq!(cookies, json!(""), "no script-readable cookie");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_appear_count_and_disappear_without_a_reload() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let Some(b) = Browser::start("live_registrations").await else { return };
+    let base = gw.http_url();
+    b.sign_in(&base, TOKEN).await;
+    b.goto(&format!("{base}/console/registrations")).await;
+    b.wait_js("live stream open", "return window.switchboardConsole && window.switchboardConsole.connected;").await;
+    b.wait_text("#gw-registrations", "0 matching").await;
+    let marker = b.js("window.__same_page = true; return true;", vec![]).await;
+    assert_eq!(marker, json!(true));
+
+    let shown = Instant::now();
+    let (runner, join) = start(
+        RunnerOptions::default(),
+        vec![tagged(&gw.ws_url(), "acme", "alpha"), tagged(&gw.ws_url(), "acme", "beta")],
+    )
+    .await;
+    b.wait_text("#gw-registrations", "alpha").await;
+    b.wait_text("#gw-registrations", "beta").await;
+    let appeared = shown.elapsed();
+    println!("console: registrations appeared {appeared:?} after the runner started (live tick 500 ms)");
+
+    // An execute moves the overview's count, still without a reload.
+    b.goto(&format!("{base}/console")).await;
+    b.wait_text("#stat-executes", "0").await;
+    b.js("window.__same_page = true; return true;", vec![]).await;
+    let arn = gw.registrations()[0].arn.clone();
+    for _ in 0..3 {
+        assert!(gw.execute(&arn, json!({"n": 1})).await.unwrap().success);
+    }
+    b.wait_text("#stat-executes", "3").await;
+    b.screenshot("gateway-overview").await;
+
+    b.goto(&format!("{base}/console/registrations")).await;
+    b.wait_text("#gw-registrations", "alpha").await;
+    b.js("window.__same_page = true; return true;", vec![]).await;
+    b.screenshot("gateway-registrations").await;
+    runner.shutdown_handle().shutdown();
+    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+    b.wait_gone("#gw-registrations tr[data-arn]").await;
+    let same = b.js("return window.__same_page === true;", vec![]).await;
+    assert_eq!(same, json!(true), "the rows went without a reload");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_connector_is_approved_by_a_click_and_then_executable() {
+    let gw = gateway(ApprovalMode::Manual).await;
+    let Some(b) = Browser::start("approval").await else { return };
+    let base = gw.http_url();
+    b.sign_in(&base, TOKEN).await;
+
+    let creds = tempfile::tempdir().unwrap();
+    let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
+        .instance_id("waiting")
+        .credentials_dir(creds.path())
+        .reconnect(BackoffPolicy::new(Duration::from_millis(20), Duration::from_millis(200)))
+        .build()
+        .unwrap();
+    let reg = Registration::new(cfg, common::Tagged("waiting".into()));
+    let (runner, join) = spawn(MultiConnectorRunner::new(RunnerOptions::default(), vec![reg]).unwrap());
+    let h = common::find(&runner, "waiting");
+
+    b.wait_text("#gw-approvals", "waiting").await;
+    b.wait_text("#stat-pending", "1").await;
+    b.screenshot("gateway-approvals").await;
+    b.click("#gw-approvals button[data-action=approve]").await;
+    let arn = h.wait_registered(DEADLINE).await.expect("registered after the click");
+    b.wait_text("#gw-approvals", "None.").await;
+    let out = gw.execute(&arn, json!({"n": 1})).await.unwrap();
+    assert!(out.success, "executable once approved: {:?}", out.error);
+    assert_eq!(out.payload["instance"], "waiting");
+
+    runner.shutdown_handle().shutdown();
+    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markup_from_a_connector_renders_as_text_and_never_runs() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let Some(b) = Browser::start("markup").await else { return };
+    let base = gw.http_url();
+    let cfg = ConnectorConfig::builder(gw.ws_url(), "acme").instance_id("h").build().unwrap();
+    let (runner, join) = start(RunnerOptions::default(), vec![Registration::new(cfg, Hostile)]).await;
+    let arn = gw.registrations()[0].arn.clone();
+
+    b.sign_in(&base, TOKEN).await;
+    let href = b
+        .js(
+            "return encodeURIComponent(arguments[0]);",
+            vec![json!(arn)],
+        )
+        .await;
+    b.goto(&format!("{base}/console/registrations/{}", href.as_str().unwrap())).await;
+    let text = b.wait_text("#gw-registration", "window.__pwned=1").await;
+    assert!(text.contains(HOSTILE), "shown as the text it is: {text}");
+    // Give the live stream a swap too, then check nothing ran.
+    b.wait_js("a live update arrived", "return window.switchboardConsole.updates > 0;").await;
+    let pwned = b.js("return typeof window.__pwned;", vec![]).await;
+    assert_eq!(pwned, json!("undefined"), "no injected script or handler ran");
+    let imgs = b.js("return document.querySelectorAll('main img').length;", vec![]).await;
+    assert_eq!(imgs, json!(0), "no element was injected");
+
+    runner.shutdown_handle().shutdown();
+    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_without_the_csrf_token_is_refused_in_the_browser() {
+    let gw = gateway(ApprovalMode::Manual).await;
+    let Some(b) = Browser::start("csrf").await else { return };
+    let base = gw.http_url();
+    b.sign_in(&base, TOKEN).await;
+    // The session cookie goes with it (same origin), the CSRF field does not.
+    let status = b
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             fetch('/console/registrations/arn%3Ax/approve', {method: 'POST',
+               headers: {'content-type': 'application/x-www-form-urlencoded'}, body: 'back=%2Fconsole'})
+               .then(r => done(r.status), e => done(String(e)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, json!(403));
+}

@@ -1,0 +1,207 @@
+//! The console's rules seen by a plain HTTP client (no browser needed): the sign-in
+//! redirect and cookie, the security headers on every response, CSRF and Origin on
+//! every POST, the assets' caching, and the open console of a gateway without a token.
+
+use reqwest::header::{self, HeaderMap};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+use switchboard::gateway::{ApprovalMode, GatewayConfig, TestGateway};
+
+use super::{gateway, TOKEN};
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+fn assert_hardened(h: &HeaderMap, what: &str) {
+    let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{what}: {csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{what}: {csp}");
+    assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{what}");
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{what}");
+}
+
+/// Signs in; returns the `Cookie` header value and the CSRF token of the overview.
+async fn session(base: &str) -> (String, String) {
+    let resp = client()
+        .post(format!("{base}/console/login"))
+        .form(&[("token", TOKEN), ("next", "/console")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let set = resp.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let page = client()
+        .get(format!("{base}/console"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("a CSRF field on the page")
+        .to_owned();
+    (cookie, csrf)
+}
+
+#[tokio::test]
+async fn pages_need_a_session_and_every_response_is_hardened() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let base = gw.http_url();
+    let resp = client().get(format!("{base}/console")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/console/login?next=%2Fconsole");
+    assert_hardened(resp.headers(), "redirect");
+    let live = client()
+        .get(format!("{base}/console"))
+        .header(header::ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::UNAUTHORIZED, "no live stream without a session");
+
+    let wrong = client()
+        .post(format!("{base}/console/login"))
+        .form(&[("token", "nope")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get(header::SET_COOKIE).is_none());
+    assert_hardened(wrong.headers(), "sign-in page");
+
+    let (cookie, _) = session(&base).await;
+    let page = client()
+        .get(format!("{base}/console"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_hardened(page.headers(), "overview");
+    assert_eq!(page.headers()[header::CACHE_CONTROL], "no-store");
+    let body = page.text().await.unwrap();
+    assert!(!body.contains("<script>") && !body.contains(" on"), "no inline script or handler");
+    // The cookie opens the console, not the API: that takes the bearer token.
+    let api = client()
+        .get(format!("{base}/api/v1/connectors"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn posts_need_the_csrf_token_and_this_origin() {
+    let gw = gateway(ApprovalMode::Manual).await;
+    let base = gw.http_url();
+    let (cookie, csrf) = session(&base).await;
+    let post = |form: Vec<(&'static str, String)>, origin: Option<&'static str>| {
+        let mut req = client()
+            .post(format!("{base}/console/registrations/arn%3Aacme%3Ax/approve"))
+            .header(header::COOKIE, &cookie)
+            .form(&form);
+        if let Some(o) = origin {
+            req = req.header(header::ORIGIN, o);
+        }
+        async move { req.send().await.unwrap() }
+    };
+    let none = post(vec![("back", "/console".into())], None).await;
+    assert_eq!(none.status(), StatusCode::FORBIDDEN);
+    assert!(none.text().await.unwrap().contains("CSRF"));
+    let wrong = post(vec![("csrf", "0".repeat(64))], None).await;
+    assert_eq!(wrong.status(), StatusCode::FORBIDDEN);
+    let elsewhere = post(vec![("csrf", csrf.clone())], Some("http://evil.example")).await;
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
+    assert!(elsewhere.text().await.unwrap().contains("another origin"));
+    // With the token the action runs: nothing is pending under that ARN.
+    let ok = post(vec![("csrf", csrf.clone())], None).await;
+    assert_eq!(ok.status(), StatusCode::NOT_FOUND);
+    assert!(ok.text().await.unwrap().contains("no pending registration"));
+    // Signing out ends the session.
+    let out = client()
+        .post(format!("{base}/console/logout"))
+        .header(header::COOKIE, &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let after = client()
+        .get(format!("{base}/console"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), StatusCode::SEE_OTHER, "the old cookie signs in no more");
+}
+
+#[tokio::test]
+async fn assets_are_embedded_versioned_and_revalidated() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let base = gw.http_url();
+    let (cookie, _) = session(&base).await;
+    let page = client()
+        .get(format!("{base}/console"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let js = page
+        .split("src=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert!(js.starts_with("/console/assets/console.js?v="), "{js}");
+    let resp = client().get(format!("{base}{js}")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()[header::CACHE_CONTROL].to_str().unwrap().contains("immutable"));
+    assert_hardened(resp.headers(), "asset");
+    let etag = resp.headers()[header::ETAG].clone();
+    assert!(resp.text().await.unwrap().contains("EventSource"));
+    let again = client()
+        .get(format!("{base}{js}"))
+        .header(header::IF_NONE_MATCH, etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    let missing = client().get(format!("{base}/console/assets/x.js")).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn without_a_token_the_console_opens_like_the_api_with_csrf_still_on() {
+    let gw = TestGateway::start_with(GatewayConfig::default()).await;
+    let base = gw.http_url();
+    let root = client().get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(root.headers()[header::LOCATION], "/console");
+    let resp = client().get(format!("{base}/console")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let set = resp.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(set.starts_with("sb_console_gateway="), "a session for CSRF: {set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let refused = client()
+        .post(format!("{base}/console/registrations/x/approve"))
+        .header(header::COOKIE, &cookie)
+        .form(&[("back", "/console")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN, "CSRF is checked without a token too");
+}
