@@ -160,6 +160,24 @@ where
     resp
 }
 
+/// [`respond`] for the common shape: a page rendered from a shared context `ctx`
+/// (an assembly's state) and the session's CSRF token, which its forms carry.
+pub(crate) async fn respond_with<C, F, Fut>(
+    kit: Arc<ConsoleKit>,
+    session: SessionInfo,
+    headers: &HeaderMap,
+    ctx: Arc<C>,
+    render: F,
+) -> Response
+where
+    C: Send + Sync + 'static,
+    F: Fn(Arc<C>, String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Page, Response>> + Send + 'static,
+{
+    let csrf = session.csrf.clone();
+    respond(kit, session, headers, move || render(ctx.clone(), csrf.clone())).await
+}
+
 /// A page of its own for a missing thing (an unknown event id, a gone registration).
 pub(crate) fn not_found(kit: &ConsoleKit, session: &SessionInfo, what: &str) -> Response {
     let body = html! { section { h1 { "Not found" } p { (what) } p { a href="/console" { "Back" } } } };

@@ -65,11 +65,9 @@ async fn serve<F>(app: Arc<ConsoleApp>, session: SessionInfo, headers: &HeaderMa
 where
     F: Fn(&GatewayState, &str) -> Result<Page, Response> + Send + Sync + 'static,
 {
-    let state = app.state.clone();
-    let csrf = session.csrf.clone();
     let render = Arc::new(render);
-    page::respond(app.kit.clone(), session, headers, move || {
-        let (state, csrf, render) = (state.clone(), csrf.clone(), render.clone());
+    page::respond_with(app.kit.clone(), session, headers, app.state.clone(), move |state, csrf| {
+        let render = render.clone();
         async move { render(&state, &csrf) }
     })
     .await

@@ -16,6 +16,7 @@
 
 pub(crate) mod admin;
 mod binding_metrics;
+mod console;
 pub(crate) mod config;
 pub(crate) mod connector;
 pub(crate) mod ops;
@@ -354,11 +355,18 @@ impl RuntimeBuilder {
             }));
         let sources = ingress.order.clone();
         let limits = config.limits;
+        let console = console::routes(
+            ops.clone(),
+            ingress.clone(),
+            config.admin_token.clone(),
+            cancel.child_token(),
+        );
         let app = router(
             ingress,
             admin::routes(ops.clone()),
             limits.max_concurrent_requests,
-        );
+        )
+        .merge(console);
         let server = tokio::spawn(crate::webhooks::listener::serve(
             listener,
             app,

@@ -122,7 +122,7 @@ fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a HostedSource, ApiError> {
 }
 
 /// The runtime's view of a source, with what its connector adds (`describe`).
-async fn describe(src: &HostedSource, full: bool) -> Value {
+pub(crate) async fn describe(src: &HostedSource, full: bool) -> Value {
     let s = &src.spec;
     let webhook = src.kind == SourceKind::Webhook;
     let mut v = json!({

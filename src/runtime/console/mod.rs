@@ -1,0 +1,95 @@
+//! The runtime's console (issue 25), on the runtime's listener beside its admin API and
+//! behind the same admin token (signed in once, then a session cookie; every action a
+//! POST carrying the page's CSRF token, checked by `crate::console` before any handler
+//! runs).
+//!
+//! Pages, each rendering what its JSON endpoint answers (the same operations, never
+//! the HTTP API itself): `/console` (the outbox and its depth, sources and bindings at
+//! a glance), `/console/sources`, `/console/events` (paged, filtered) and
+//! `/console/events/{id}`, `/console/bindings` and `/console/bindings/{id}` (pause,
+//! resume, drain, the lifecycle history), `/console/dead-letters` and
+//! `/console/dead-letters/{id}` (replay), `/console/queues`.
+
+mod bindings;
+mod events;
+mod overview;
+mod recovery;
+mod widgets;
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use super::ops::DeliverOps;
+use crate::console::{page, ConsoleKit, Page, SessionInfo};
+use crate::secret::Secret;
+use crate::webhooks::state::Ingress;
+
+/// What the console's handlers share.
+pub(crate) struct RuntimeConsole {
+    pub(crate) kit: Arc<ConsoleKit>,
+    pub(crate) ops: Arc<DeliverOps>,
+    pub(crate) ingress: Arc<Ingress>,
+}
+
+pub(crate) type App = axum::extract::State<Arc<RuntimeConsole>>;
+
+/// The console's routes: sign-in and assets, and the pages behind the session.
+pub(crate) fn routes(
+    ops: Arc<DeliverOps>,
+    ingress: Arc<Ingress>,
+    token: Option<Secret>,
+    closing: CancellationToken,
+) -> Router {
+    let kit = ConsoleKit::new(
+        "runtime",
+        token,
+        vec![
+            ("/console", "Overview"),
+            ("/console/sources", "Sources"),
+            ("/console/events", "Events"),
+            ("/console/bindings", "Bindings"),
+            ("/console/dead-letters", "Dead letters"),
+            ("/console/queues", "Queues"),
+        ],
+        closing,
+    );
+    let app = Arc::new(RuntimeConsole {
+        kit: kit.clone(),
+        ops,
+        ingress,
+    });
+    let pages = Router::new()
+        .route("/console", get(overview::overview))
+        .route("/console/sources", get(overview::sources))
+        .route("/console/queues", get(overview::queues))
+        .route("/console/events", get(events::list))
+        .route("/console/events/{id}", get(events::detail))
+        .route("/console/events/{id}/replay", post(events::replay))
+        .route("/console/bindings", get(bindings::list))
+        .route("/console/bindings/{id}", get(bindings::detail))
+        .route("/console/bindings/{id}/{action}", post(bindings::act))
+        .route("/console/dead-letters", get(recovery::list))
+        .route("/console/dead-letters/{id}", get(recovery::detail))
+        .route("/console/dead-letters/{id}/replay", post(recovery::replay))
+        .with_state(app);
+    crate::console::guard::public_routes(kit.clone()).merge(crate::console::guard::protect(kit, pages))
+}
+
+/// Answers a page rendered by `render` from the console's state and the CSRF token.
+pub(crate) async fn serve<F, Fut>(
+    app: Arc<RuntimeConsole>,
+    session: SessionInfo,
+    headers: &HeaderMap,
+    render: F,
+) -> Response
+where
+    F: Fn(Arc<RuntimeConsole>, String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Page, Response>> + Send + 'static,
+{
+    page::respond_with(app.kit.clone(), session, headers, app, render).await
+}

@@ -1,0 +1,153 @@
+//! The overview, sources and queues pages.
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Extension;
+use maud::html;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::widgets::{fields, notice, num, scalar, unavailable};
+use super::{serve, App};
+use crate::console::format::count;
+use crate::console::{Page, Region, SessionInfo};
+use crate::webhooks::admin::describe;
+
+/// A page's `?notice=` (what an action just did).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    #[serde(default)]
+    pub(crate) notice: String,
+}
+
+fn age(ms: Option<i64>) -> String {
+    match ms {
+        None => "—".to_owned(),
+        Some(ms) if ms < 1000 => format!("{ms} ms"),
+        Some(ms) => format!("{:.1} s", ms as f64 / 1000.0),
+    }
+}
+
+/// The outbox's cards and its per-binding table, from `GET /api/v1/outbox/stats`.
+fn outbox(stats: &Value) -> maud::Markup {
+    html! {
+        div.cards {
+            div.card.stat { small { "due" } b #outbox-due { (count(num(stats, "due"))) } }
+            div.card.stat { small { "leased" } b #outbox-leased { (count(num(stats, "leased"))) } }
+            div.card.stat { small { "scheduled" } b { (count(num(stats, "scheduled"))) } }
+            div.card.stat { small { "oldest row" } b { (age(stats["oldest_age_ms"].as_i64())) } }
+            div.card.stat { small { "dead letters" } b #outbox-dead { (count(num(stats, "dead_letters"))) } }
+        }
+        h2 { "By binding" }
+        table #outbox-bindings {
+            tr { th { "binding" } th.num { "due" } th.num { "leased" } th.num { "scheduled" } th.num { "oldest" } th.num { "dead letters" } }
+            @if let Some(map) = stats["by_binding"].as_object() {
+                @for (id, d) in map {
+                    tr {
+                        td { a href=(format!("/console/bindings/{}", crate::console::guard::encode_component(id))) { (id) } }
+                        td.num { (count(num(d, "due"))) } td.num { (count(num(d, "leased"))) }
+                        td.num { (count(num(d, "scheduled"))) } td.num { (age(d["oldest_age_ms"].as_i64())) }
+                        td.num { (count(num(d, "dead_letters"))) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn overview(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    Query(n): Query<Notice>,
+    headers: HeaderMap,
+) -> Response {
+    let notice_text = n.notice;
+    serve(app, session, &headers, move |app, _csrf| {
+        let notice_text = notice_text.clone();
+        async move {
+            let stats = match app.ops.stats().await {
+                Ok(s) => outbox(&s),
+                Err(e) => unavailable(&e),
+            };
+            let triggers = app.ops.triggers();
+            let bindings = html! {
+                h2 { "Bindings" }
+                (super::bindings::table(&triggers, None))
+            };
+            Ok(Page {
+                title: "Overview".into(),
+                regions: vec![
+                    Region::new("rt-notice", notice(&notice_text)),
+                    Region::new("rt-outbox", html! { h1 { "Runtime" } h2 { "Outbox" } (stats) }),
+                    Region::new("rt-bindings", bindings),
+                ],
+            })
+        }
+    })
+    .await
+}
+
+/// Fields the sources table shows in its own columns.
+const SOURCE_COLUMNS: [&str; 5] = ["id", "provider", "kind", "tenant", "ingress_path"];
+
+pub(crate) async fn sources(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    headers: HeaderMap,
+) -> Response {
+    serve(app, session, &headers, |app, _csrf| async move {
+        let mut described = Vec::with_capacity(app.ingress.order.len());
+        for s in &app.ingress.order {
+            described.push(describe(s, false).await);
+        }
+        let body = html! {
+            h1 { "Sources" }
+            @if described.is_empty() { p.muted { "No sources are configured." } }
+            table #sources {
+                tr { th { "source" } th { "provider" } th { "kind" } th { "tenant" } th { "ingress" } th { "details" } }
+                @for s in &described {
+                    tr data-source=(scalar(&s["id"])) {
+                        td { strong { (scalar(&s["id"])) } }
+                        td { (scalar(&s["provider"])) } td { (scalar(&s["kind"])) }
+                        td { (scalar(&s["tenant"])) } td { code { (scalar(&s["ingress_path"])) } }
+                        td {
+                            @let rest: serde_json::Map<String, Value> = s.as_object().into_iter().flatten()
+                                .filter(|(k, _)| !SOURCE_COLUMNS.contains(&k.as_str()))
+                                .map(|(k, v)| (k.clone(), v.clone())).collect();
+                            (fields(&Value::Object(rest)))
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Page { title: "Sources".into(), regions: vec![Region::new("rt-sources", body)] })
+    })
+    .await
+}
+
+pub(crate) async fn queues(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    headers: HeaderMap,
+) -> Response {
+    serve(app, session, &headers, |app, _csrf| async move {
+        let body = match app.ops.stats().await {
+            Err(e) => unavailable(&e),
+            Ok(stats) => html! {
+                @let queues = stats["queues"].as_object().cloned().unwrap_or_default();
+                @if queues.is_empty() { p.muted { "No queues are configured." } }
+                table #queues {
+                    tr { th { "queue" } th.num { "visible" } th.num { "received, not acked" } th.num { "scheduled" } th.num { "oldest" } th.num { "dead letters" } }
+                    @for (name, d) in &queues {
+                        tr { td { (name) } td.num { (count(num(d, "due"))) } td.num { (count(num(d, "leased"))) }
+                             td.num { (count(num(d, "scheduled"))) } td.num { (age(d["oldest_age_ms"].as_i64())) }
+                             td.num { (count(num(d, "dead_letters"))) } }
+                    }
+                }
+            },
+        };
+        Ok(Page { title: "Queues".into(), regions: vec![Region::new("rt-queues", html! { h1 { "Queues" } (body) })] })
+    })
+    .await
+}

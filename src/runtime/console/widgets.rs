@@ -1,0 +1,87 @@
+//! Pieces the runtime's pages share: action buttons, notices, JSON shown as tables or
+//! pretty text, the answer to an action.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{html, Markup};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::console::guard::encode_component;
+use crate::runtime::ops::OpError;
+
+/// A console action's form: its CSRF token is checked by the kit; `back` is the page
+/// to return to.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct ActionForm {
+    #[serde(default)]
+    pub(crate) back: String,
+}
+
+/// A POST button (a one-field form) labelled `label`, returning to `back`.
+pub(crate) fn button(action: &str, label: &str, csrf: &str, back: &str, class: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="back" value=(back);
+            button type="submit" class=(class) data-action=(label.to_lowercase()) { (label) }
+        }
+    }
+}
+
+/// Back to `back` (a console page; else the overview) with `notice` shown there.
+pub(crate) fn done(back: &str, notice: &str) -> Response {
+    let back = if back.starts_with("/console") && !back.starts_with("//") {
+        back
+    } else {
+        "/console"
+    };
+    let sep = if back.contains('?') { '&' } else { '?' };
+    Redirect::to(&format!("{back}{sep}notice={}", encode_component(notice))).into_response()
+}
+
+/// An operation's error as a plain answer with its status.
+pub(crate) fn failed(e: OpError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, format!("{}: {}\n", e.code(), e.message())).into_response()
+}
+
+/// The notice an action left in the query.
+pub(crate) fn notice(text: &str) -> Markup {
+    html! { @if !text.is_empty() { p.notice role="status" { (text) } } }
+}
+
+/// A JSON value for a person: strings bare, the rest as compact JSON.
+pub(crate) fn scalar(v: &Value) -> String {
+    match v {
+        Value::Null => "—".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A JSON value pretty-printed in a `<pre>` (escaped like every interpolation).
+pub(crate) fn pretty(v: &Value) -> Markup {
+    html! { pre { (serde_json::to_string_pretty(v).unwrap_or_default()) } }
+}
+
+/// An object's fields as a two-column table (nested values as compact JSON).
+pub(crate) fn fields(v: &Value) -> Markup {
+    html! {
+        table {
+            @if let Some(map) = v.as_object() {
+                @for (k, val) in map { tr { th { (k) } td { code { (scalar(val)) } } } }
+            }
+        }
+    }
+}
+
+/// An error from the store while rendering, as a region's content.
+pub(crate) fn unavailable(e: &OpError) -> Markup {
+    html! { p.error { "Unavailable: " (e.message()) } }
+}
+
+/// `count` of a `u64` field of a JSON object.
+pub(crate) fn num(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
