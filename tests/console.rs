@@ -10,6 +10,8 @@ mod common;
 mod browser;
 #[path = "console/http.rs"]
 mod http;
+#[path = "console/runtime.rs"]
+mod runtime;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

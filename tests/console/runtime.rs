@@ -1,0 +1,199 @@
+//! The runtime's console in a real browser: webhooks arriving in the events list live,
+//! an event's detail, a failing binding's dead letter replayed by a click, pause /
+//! resume / drain by clicks, and a payload's markup shown as text.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use switchboard::{BaseConnector, Payload, Runtime, RuntimeConfig};
+
+use super::browser::Browser;
+use super::{HOSTILE, TOKEN};
+
+/// A handler that fails while `failing` is set and counts what it delivered.
+#[derive(Clone, Default)]
+struct Switch {
+    failing: Arc<AtomicBool>,
+    delivered: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl BaseConnector for Switch {
+    fn connector_type(&self) -> &str {
+        "switch"
+    }
+    async fn execute(&self, _: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(switchboard::Error::Connector("the partner said 500".into()));
+        }
+        self.delivered.fetch_add(1, Ordering::SeqCst);
+        Ok(Payload::Json(json!({"ok": true})))
+    }
+}
+
+const CONFIG: &str = r#"
+admin_token_env = "RT_ADMIN"
+
+[[sources]]
+id = "hook"
+provider = "generic_hmac"
+secret_env = "GENERIC_SECRET"
+header = "X-Signature"
+prefix = "sha256="
+
+[[triggers]]
+id = "orders"
+sources = ["hook"]
+handler = { local = "switch", capability = "record" }
+retry = { max_attempts = 1 }
+"#;
+
+struct Rt {
+    runtime: Runtime,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn runtime(handler: Switch) -> Rt {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nstore = \"sqlite:{}\"\n{CONFIG}",
+        dir.path().join("rt.db").display()
+    );
+    let config = RuntimeConfig::from_toml(&text)
+        .unwrap()
+        .resolve_with(|name| match name {
+            "RT_ADMIN" => Some(TOKEN.to_owned()),
+            "GENERIC_SECRET" => Some("generic-secret".to_owned()),
+            _ => None,
+        })
+        .unwrap();
+    let runtime = Runtime::builder(config)
+        .local_connector("switch", handler)
+        .start()
+        .await
+        .unwrap();
+    let base = format!("http://{}", runtime.local_addr());
+    Rt {
+        runtime,
+        base,
+        _dir: dir,
+    }
+}
+
+/// Posts a signed webhook; returns its status.
+async fn post_hook(base: &str, body: &Value) -> u16 {
+    use hmac::{Hmac, Mac};
+    let body = body.to_string();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"generic-secret").unwrap();
+    mac.update(body.as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    reqwest::Client::new()
+        .post(format!("{base}/hooks/hook"))
+        .header("X-Signature", format!("sha256={hex}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
+    let handler = Switch::default();
+    handler.failing.store(true, Ordering::SeqCst);
+    let rt = runtime(handler.clone()).await;
+    let Some(b) = Browser::start("runtime_events").await else { return };
+    b.sign_in(&rt.base, TOKEN).await;
+
+    b.goto(&format!("{}/console/events", rt.base)).await;
+    b.wait_text("#rt-events", "No events.").await;
+    b.js("window.__same_page = true; return true;", vec![]).await;
+    assert_eq!(post_hook(&rt.base, &json!({"order": 17})).await, 200);
+    b.wait_text("#rt-events", "hook").await;
+    assert_eq!(b.js("return window.__same_page === true;", vec![]).await, json!(true));
+    b.screenshot("runtime-events").await;
+
+    // Its detail: the stored headers (the signature redacted) and the payload.
+    b.click("#events tr[data-event] a").await;
+    let detail = b.wait_text("#rt-event", "\"order\": 17").await;
+    assert!(detail.contains("x-signature"), "{detail}");
+    assert!(!detail.contains("sha256="), "the signature is not shown: {detail}");
+    b.screenshot("runtime-event").await;
+
+    // The failing binding dead-letters it; replayed by a click once the partner is back.
+    b.goto(&format!("{}/console/dead-letters", rt.base)).await;
+    b.wait_text("#rt-dead-letters", "the partner said 500").await;
+    b.screenshot("runtime-dead-letters").await;
+    handler.failing.store(false, Ordering::SeqCst);
+    b.click("#dead-letters button[data-action=replay]").await;
+    b.wait_text("#rt-notice", "replayed").await;
+    super::common::eventually("the replay delivered", || async {
+        handler.delivered.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    rt.runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
+    let rt = runtime(Switch::default()).await;
+    let Some(b) = Browser::start("runtime_bindings").await else { return };
+    b.sign_in(&rt.base, TOKEN).await;
+    b.goto(&format!("{}/console/bindings", rt.base)).await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "active").await;
+    b.screenshot("runtime-bindings").await;
+
+    b.click("#bindings tr[data-binding=orders] button[data-action=pause]").await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "paused").await;
+    b.wait_text("#rt-notice", "orders: pause done").await;
+    let api = reqwest::Client::new()
+        .get(format!("{}/api/v1/triggers", rt.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(api["triggers"][0]["paused"], json!(true), "the click paused it: {api}");
+
+    b.click("#bindings tr[data-binding=orders] button[data-action=resume]").await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "active").await;
+
+    b.click("#bindings tr[data-binding=orders] button[data-action=drain]").await;
+    b.wait_js(
+        "drained",
+        "const td = document.querySelector('#bindings tr[data-binding=orders] td.state'); \
+         return !td || td.textContent !== 'active';",
+    )
+    .await;
+    b.goto(&format!("{}/console/bindings/orders", rt.base)).await;
+    b.wait_text("#history", "drain").await;
+    rt.runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_with_markup_renders_as_text() {
+    let rt = runtime(Switch::default()).await;
+    let Some(b) = Browser::start("runtime_markup").await else { return };
+    assert_eq!(post_hook(&rt.base, &json!({"note": HOSTILE})).await, 200);
+    b.sign_in(&rt.base, TOKEN).await;
+    b.goto(&format!("{}/console/events", rt.base)).await;
+    b.click("#events tr[data-event] a").await;
+    let text = b.wait_text("#event-payload", "window.__pwned=1").await;
+    assert!(text.contains("<script>"), "the markup is shown as text: {text}");
+    b.wait_js("a live update arrived", "return window.switchboardConsole.updates > 0;").await;
+    assert_eq!(b.js("return typeof window.__pwned;", vec![]).await, json!("undefined"));
+    assert_eq!(b.js("return document.querySelectorAll('main img').length;", vec![]).await, json!(0));
+    rt.runtime.shutdown().await.unwrap();
+}
