@@ -9,25 +9,28 @@ use std::process::{Command, Output};
 /// rows of `flaky-sync` are dead-lettered.
 const WEBHOOKS: &str = "8";
 
-fn demo(tmp: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args([
-            "demo",
-            "--tenants",
-            "1",
-            "--per-tenant",
-            "2",
-            "--requests",
-            "20",
-            "--concurrency",
-            "2",
-            "--webhooks",
-            WEBHOOKS,
-            "--webhook-concurrency",
-            "2",
+/// The small run's arguments.
+const SMALL: [&str; 15] = [
+    "demo",
+    "--tenants",
+    "1",
+    "--per-tenant",
+    "2",
+    "--requests",
+    "20",
+    "--concurrency",
+    "2",
+    "--webhooks",
+    WEBHOOKS,
+    "--webhook-concurrency",
+    "2",
             "--deadline-secs",
             "20",
-        ])
+];
+
+fn demo(tmp: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(SMALL)
         .env("TMPDIR", tmp)
         .env_remove("RUST_LOG")
         .output()
@@ -74,4 +77,58 @@ fn the_demo_removes_its_sqlite_store_from_the_temp_dir() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `--keep-running`: both consoles' URLs are printed and answer until Ctrl-C, after
+/// which the demo still exits 0.
+#[test]
+fn with_keep_running_both_consoles_stay_up_until_interrupted() {
+    use std::io::{BufRead as _, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(SMALL)
+        .arg("--keep-running")
+        .env("TMPDIR", tmp.path())
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("switchboard demo runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut urls = Vec::new();
+    // Reading blocks until the demo prints; the process ending ends the loop.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("consoles: ") {
+            urls = rest
+                .split_whitespace()
+                .filter(|w| w.starts_with("http://"))
+                .map(|w| w.trim_end_matches(',').to_owned())
+                .collect();
+        }
+        if line.contains("both consoles stay up") {
+            break;
+        }
+    }
+    assert_eq!(urls.len(), 2, "two console URLs printed");
+    for url in &urls {
+        assert_eq!(status_of(url), 200, "{url} answers while the demo keeps running");
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "the interrupted demo exits 0: {exit:?}");
+}
+
+/// A GET's status, on a small runtime of its own (reqwest's blocking client is not
+/// built here).
+fn status_of(url: &str) -> u16 {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { reqwest::get(url).await.unwrap().status().as_u16() })
 }

@@ -53,6 +53,9 @@ pub(super) struct Sizing {
     pub(super) webhooks: u32,
     pub(super) concurrency: usize,
     pub(super) deadline: Duration,
+    /// Keep the gateway and the runtime up after the table, until Ctrl-C, so that a
+    /// person can look at both consoles.
+    pub(super) keep_running: bool,
 }
 
 /// What the section saw, for the table and the checks.
@@ -142,7 +145,17 @@ async fn with_runtime(
     let config = RuntimeConfig::from_toml(&text)?
         .resolve_with(|name| (name == SECRET_ENV).then(|| SECRET.to_owned()))?;
     let runtime = Runtime::start(config).await?;
+    println!(
+        "consoles: gateway {}/console, runtime http://{}/console{}",
+        gateway.http_url(),
+        runtime.local_addr(),
+        if sizing.keep_running { "" } else { " (--keep-running keeps them up)" }
+    );
     let observed = drive(sizing, gateway, &runtime, journal).await;
+    if sizing.keep_running {
+        println!("demo: the deliver section is done; both consoles stay up until Ctrl-C");
+        let _ = tokio::signal::ctrl_c().await;
+    }
     let stopped = runtime.shutdown().await;
     let observed = observed?;
     stopped?;

@@ -17,6 +17,9 @@
 //! so if the loop ever fails the first table already says whether the sockets work. It
 //! is also the only section in a build without the `runtime` feature.
 //!
+//! The deliver section prints both consoles' URLs (the gateway's and the runtime's
+//! `/console`); `--keep-running` keeps everything up after the tables until Ctrl-C.
+//!
 //! Each section prints a table; any failed expectation (a wrong answer, a delivery
 //! missing, a count that disagrees) ends the demo with a message and a non-zero exit.
 
@@ -67,6 +70,11 @@ pub(crate) struct DemoArgs {
     #[cfg(feature = "runtime")]
     #[arg(long, default_value_t = 30)]
     deadline_secs: u64,
+    /// After the deliver section, keep the gateway, the runtime and the connectors
+    /// running until Ctrl-C, so their consoles (URLs printed) can be looked at.
+    #[cfg(feature = "runtime")]
+    #[arg(long)]
+    keep_running: bool,
 }
 
 pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
@@ -94,6 +102,7 @@ async fn sections(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<()>
             webhooks: args.webhooks,
             concurrency: args.webhook_concurrency.max(1),
             deadline: Duration::from_secs(args.deadline_secs),
+            keep_running: args.keep_running,
         };
         deliver::run(sizing, gateway, sockets_before).await?;
     }
