@@ -212,3 +212,88 @@ async fn a_post_without_the_csrf_token_is_refused_in_the_browser() {
         .unwrap();
     assert_eq!(status, json!(403));
 }
+
+/// What the browser measured of one page load (Navigation and Paint Timing).
+#[derive(Debug)]
+struct Load {
+    /// Bytes of the document, its stylesheet and its script as sent (a cold cache's
+    /// load: the assets count even when this load found them cached).
+    transferred: u64,
+    /// First contentful paint, ms after navigation start.
+    first_paint_ms: f64,
+    /// The document's response, first byte to last, ms.
+    response_ms: f64,
+}
+
+async fn measure(b: &Browser, url: &str) -> Load {
+    b.goto(url).await;
+    b.wait_js("painted", "return performance.getEntriesByType('paint').some(p => p.name === 'first-contentful-paint');").await;
+    let v = b
+        .js(
+            "const nav = performance.getEntriesByType('navigation')[0];
+             const assets = performance.getEntriesByType('resource')
+               .filter(r => r.initiatorType === 'link' || r.initiatorType === 'script');
+             const fcp = performance.getEntriesByType('paint').find(p => p.name === 'first-contentful-paint');
+             return {doc: nav.encodedBodySize, assets: assets.reduce((a, r) => a + r.encodedBodySize, 0),
+                     fcp: fcp.startTime, response: nav.responseEnd - nav.responseStart};",
+            vec![],
+        )
+        .await;
+    Load {
+        transferred: v["doc"].as_u64().unwrap_or(0) + v["assets"].as_u64().unwrap_or(0),
+        first_paint_ms: v["fcp"].as_f64().unwrap_or(f64::NAN),
+        response_ms: v["response"].as_f64().unwrap_or(f64::NAN),
+    }
+}
+
+/// The console's own weight and time to first render, with no registrations (the
+/// baseline of the same run) and with 10,000, printed for the README (targets: under
+/// 200 KiB transferred, first render under 300 ms with 10,000 registrations). A
+/// measurement, not a check: it asserts only that the page was usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_weight_and_first_render_with_ten_thousand_registrations() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let Some(b) = Browser::start("weight").await else { return };
+    let base = gw.http_url();
+    b.sign_in(&base, TOKEN).await;
+    let page = format!("{base}/console/registrations");
+    let empty = measure(&b, &page).await;
+
+    let (tenants, per_tenant) = (20usize, 500usize);
+    let connector: std::sync::Arc<dyn BaseConnector> = std::sync::Arc::new(switchboard::EchoConnector);
+    let regs: Vec<Registration> = (0..tenants)
+        .flat_map(|t| (0..per_tenant).map(move |i| (t, i)))
+        .map(|(t, i)| {
+            let cfg = ConnectorConfig::builder(gw.ws_url(), format!("tenant-{t}"))
+                .instance_id(format!("idle-{i}"))
+                .build()
+                .unwrap();
+            Registration::shared(cfg, connector.clone())
+        })
+        .collect();
+    let runner = std::sync::Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs).unwrap());
+    let run = tokio::spawn({
+        let r = runner.clone();
+        async move { r.run().await }
+    });
+    runner.wait_registered(Duration::from_secs(120)).await.unwrap();
+    assert_eq!(gw.registrations().len(), tenants * per_tenant);
+
+    let full = measure(&b, &format!("{page}?q=")).await;
+    b.wait_text("#gw-registrations", "10,000 matching").await;
+    let rows = b.js("return document.querySelectorAll('#registrations tr[data-arn]').length;", vec![]).await;
+    assert_eq!(rows, json!(50), "one page of rows, not the whole registry");
+    b.screenshot("gateway-registrations-10k").await;
+    println!("| console page | registrations | bytes, cold cache | first contentful paint | document response |");
+    println!("|---|---|---|---|---|");
+    for (n, l) in [(0, &empty), (tenants * per_tenant, &full)] {
+        println!(
+            "| /console/registrations | {n} | {:.1} KiB | {:.0} ms | {:.1} ms |",
+            l.transferred as f64 / 1024.0,
+            l.first_paint_ms,
+            l.response_ms
+        );
+    }
+    runner.shutdown_handle().shutdown();
+    run.await.unwrap().unwrap();
+}
