@@ -5,9 +5,9 @@
 //! plain HTTP client (cookies, CSRF, headers), which needs no browser.
 #![cfg(all(feature = "gateway", feature = "runtime"))]
 
-mod common;
 #[path = "console/browser.rs"]
 mod browser;
+mod common;
 #[path = "console/http.rs"]
 mod http;
 #[path = "console/runtime.rs"]
@@ -63,23 +63,36 @@ impl BaseConnector for Hostile {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_is_required_and_a_wrong_token_is_refused() {
     let gw = gateway(ApprovalMode::Auto).await;
-    let Some(b) = Browser::start("sign_in").await else { return };
+    let Some(b) = Browser::start("sign_in").await else {
+        return;
+    };
     let base = gw.http_url();
 
     b.goto(&format!("{base}/console/registrations")).await;
-    b.wait_js("redirected to sign-in", "return location.pathname === '/console/login';").await;
+    b.wait_js(
+        "redirected to sign-in",
+        "return location.pathname === '/console/login';",
+    )
+    .await;
     assert!(b.url().await.contains("next=%2Fconsole%2Fregistrations"));
     b.screenshot("sign-in").await;
 
     b.type_into("#token", "not-the-token").await;
     b.click("section.login button").await;
-    b.wait_text("p.error", "not this console's operator token").await;
-    assert!(b.url().await.ends_with("/console/login"), "still signing in");
+    b.wait_text("p.error", "not this console's operator token")
+        .await;
+    assert!(
+        b.url().await.ends_with("/console/login"),
+        "still signing in"
+    );
 
     b.type_into("#token", TOKEN).await;
     b.click("section.login button").await;
     b.wait_text("main h1", "Registrations").await;
-    assert!(b.url().await.ends_with("/console/registrations"), "back where it was going");
+    assert!(
+        b.url().await.ends_with("/console/registrations"),
+        "back where it was going"
+    );
     // The session cookie is HttpOnly: the page's script cannot read it.
     let cookies = b.js("return document.cookie;", vec![]).await;
     assert_eq!(cookies, json!(""), "no script-readable cookie");
@@ -88,30 +101,44 @@ async fn sign_in_is_required_and_a_wrong_token_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_appear_count_and_disappear_without_a_reload() {
     let gw = gateway(ApprovalMode::Auto).await;
-    let Some(b) = Browser::start("live_registrations").await else { return };
+    let Some(b) = Browser::start("live_registrations").await else {
+        return;
+    };
     let base = gw.http_url();
     b.sign_in(&base, TOKEN).await;
     b.goto(&format!("{base}/console/registrations")).await;
-    b.wait_js("live stream open", "return window.switchboardConsole && window.switchboardConsole.connected;").await;
+    b.wait_js(
+        "live stream open",
+        "return window.switchboardConsole && window.switchboardConsole.connected;",
+    )
+    .await;
     b.wait_text("#gw-registrations", "0 matching").await;
-    let marker = b.js("window.__same_page = true; return true;", vec![]).await;
+    let marker = b
+        .js("window.__same_page = true; return true;", vec![])
+        .await;
     assert_eq!(marker, json!(true));
 
     let shown = Instant::now();
     let (runner, join) = start(
         RunnerOptions::default(),
-        vec![tagged(&gw.ws_url(), "acme", "alpha"), tagged(&gw.ws_url(), "acme", "beta")],
+        vec![
+            tagged(&gw.ws_url(), "acme", "alpha"),
+            tagged(&gw.ws_url(), "acme", "beta"),
+        ],
     )
     .await;
     b.wait_text("#gw-registrations", "alpha").await;
     b.wait_text("#gw-registrations", "beta").await;
     let appeared = shown.elapsed();
-    println!("console: registrations appeared {appeared:?} after the runner started (live tick 500 ms)");
+    println!(
+        "console: registrations appeared {appeared:?} after the runner started (live tick 500 ms)"
+    );
 
     // An execute moves the overview's count, still without a reload.
     b.goto(&format!("{base}/console")).await;
     b.wait_text("#stat-executes", "0").await;
-    b.js("window.__same_page = true; return true;", vec![]).await;
+    b.js("window.__same_page = true; return true;", vec![])
+        .await;
     let arn = gw.registrations()[0].arn.clone();
     for _ in 0..3 {
         assert!(gw.execute(&arn, json!({"n": 1})).await.unwrap().success);
@@ -121,10 +148,15 @@ async fn registrations_appear_count_and_disappear_without_a_reload() {
 
     b.goto(&format!("{base}/console/registrations")).await;
     b.wait_text("#gw-registrations", "alpha").await;
-    b.js("window.__same_page = true; return true;", vec![]).await;
+    b.js("window.__same_page = true; return true;", vec![])
+        .await;
     b.screenshot("gateway-registrations").await;
     runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(DEADLINE, join)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     b.wait_gone("#gw-registrations tr[data-arn]").await;
     let same = b.js("return window.__same_page === true;", vec![]).await;
     assert_eq!(same, json!(true), "the rows went without a reload");
@@ -133,7 +165,9 @@ async fn registrations_appear_count_and_disappear_without_a_reload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_connector_is_approved_by_a_click_and_then_executable() {
     let gw = gateway(ApprovalMode::Manual).await;
-    let Some(b) = Browser::start("approval").await else { return };
+    let Some(b) = Browser::start("approval").await else {
+        return;
+    };
     let base = gw.http_url();
     b.sign_in(&base, TOKEN).await;
 
@@ -141,61 +175,101 @@ async fn a_pending_connector_is_approved_by_a_click_and_then_executable() {
     let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
         .instance_id("waiting")
         .credentials_dir(creds.path())
-        .reconnect(BackoffPolicy::new(Duration::from_millis(20), Duration::from_millis(200)))
+        .reconnect(BackoffPolicy::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
         .build()
         .unwrap();
     let reg = Registration::new(cfg, common::Tagged("waiting".into()));
-    let (runner, join) = spawn(MultiConnectorRunner::new(RunnerOptions::default(), vec![reg]).unwrap());
+    let (runner, join) =
+        spawn(MultiConnectorRunner::new(RunnerOptions::default(), vec![reg]).unwrap());
     let h = common::find(&runner, "waiting");
 
     b.wait_text("#gw-approvals", "waiting").await;
     b.wait_text("#stat-pending", "1").await;
     b.screenshot("gateway-approvals").await;
     b.click("#gw-approvals button[data-action=approve]").await;
-    let arn = h.wait_registered(DEADLINE).await.expect("registered after the click");
+    let arn = h
+        .wait_registered(DEADLINE)
+        .await
+        .expect("registered after the click");
     b.wait_text("#gw-approvals", "None.").await;
     let out = gw.execute(&arn, json!({"n": 1})).await.unwrap();
     assert!(out.success, "executable once approved: {:?}", out.error);
     assert_eq!(out.payload["instance"], "waiting");
 
     runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(DEADLINE, join)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markup_from_a_connector_renders_as_text_and_never_runs() {
     let gw = gateway(ApprovalMode::Auto).await;
-    let Some(b) = Browser::start("markup").await else { return };
+    let Some(b) = Browser::start("markup").await else {
+        return;
+    };
     let base = gw.http_url();
-    let cfg = ConnectorConfig::builder(gw.ws_url(), "acme").instance_id("h").build().unwrap();
-    let (runner, join) = start(RunnerOptions::default(), vec![Registration::new(cfg, Hostile)]).await;
+    let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
+        .instance_id("h")
+        .build()
+        .unwrap();
+    let (runner, join) = start(
+        RunnerOptions::default(),
+        vec![Registration::new(cfg, Hostile)],
+    )
+    .await;
     let arn = gw.registrations()[0].arn.clone();
 
     b.sign_in(&base, TOKEN).await;
     let href = b
-        .js(
-            "return encodeURIComponent(arguments[0]);",
-            vec![json!(arn)],
-        )
+        .js("return encodeURIComponent(arguments[0]);", vec![json!(arn)])
         .await;
-    b.goto(&format!("{base}/console/registrations/{}", href.as_str().unwrap())).await;
+    b.goto(&format!(
+        "{base}/console/registrations/{}",
+        href.as_str().unwrap()
+    ))
+    .await;
     let text = b.wait_text("#gw-registration", "window.__pwned=1").await;
     assert!(text.contains(HOSTILE), "shown as the text it is: {text}");
     // Give the live stream a swap too, then check nothing ran.
-    b.wait_js("a live update arrived", "return window.switchboardConsole.updates > 0;").await;
+    b.wait_js(
+        "a live update arrived",
+        "return window.switchboardConsole.updates > 0;",
+    )
+    .await;
     let pwned = b.js("return typeof window.__pwned;", vec![]).await;
-    assert_eq!(pwned, json!("undefined"), "no injected script or handler ran");
-    let imgs = b.js("return document.querySelectorAll('main img').length;", vec![]).await;
+    assert_eq!(
+        pwned,
+        json!("undefined"),
+        "no injected script or handler ran"
+    );
+    let imgs = b
+        .js(
+            "return document.querySelectorAll('main img').length;",
+            vec![],
+        )
+        .await;
     assert_eq!(imgs, json!(0), "no element was injected");
 
     runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(DEADLINE, join)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_without_the_csrf_token_is_refused_in_the_browser() {
     let gw = gateway(ApprovalMode::Manual).await;
-    let Some(b) = Browser::start("csrf").await else { return };
+    let Some(b) = Browser::start("csrf").await else {
+        return;
+    };
     let base = gw.http_url();
     b.sign_in(&base, TOKEN).await;
     // The session cookie goes with it (same origin), the CSRF field does not.
@@ -253,14 +327,17 @@ async fn measure(b: &Browser, url: &str) -> Load {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_weight_and_first_render_with_ten_thousand_registrations() {
     let gw = gateway(ApprovalMode::Auto).await;
-    let Some(b) = Browser::start("weight").await else { return };
+    let Some(b) = Browser::start("weight").await else {
+        return;
+    };
     let base = gw.http_url();
     b.sign_in(&base, TOKEN).await;
     let page = format!("{base}/console/registrations");
     let empty = measure(&b, &page).await;
 
     let (tenants, per_tenant) = (20usize, 500usize);
-    let connector: std::sync::Arc<dyn BaseConnector> = std::sync::Arc::new(switchboard::EchoConnector);
+    let connector: std::sync::Arc<dyn BaseConnector> =
+        std::sync::Arc::new(switchboard::EchoConnector);
     let regs: Vec<Registration> = (0..tenants)
         .flat_map(|t| (0..per_tenant).map(move |i| (t, i)))
         .map(|(t, i)| {
@@ -271,17 +348,26 @@ async fn page_weight_and_first_render_with_ten_thousand_registrations() {
             Registration::shared(cfg, connector.clone())
         })
         .collect();
-    let runner = std::sync::Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs).unwrap());
+    let runner =
+        std::sync::Arc::new(MultiConnectorRunner::new(RunnerOptions::default(), regs).unwrap());
     let run = tokio::spawn({
         let r = runner.clone();
         async move { r.run().await }
     });
-    runner.wait_registered(Duration::from_secs(120)).await.unwrap();
+    runner
+        .wait_registered(Duration::from_secs(120))
+        .await
+        .unwrap();
     assert_eq!(gw.registrations().len(), tenants * per_tenant);
 
     let full = measure(&b, &format!("{page}?q=")).await;
     b.wait_text("#gw-registrations", "10,000 matching").await;
-    let rows = b.js("return document.querySelectorAll('#registrations tr[data-arn]').length;", vec![]).await;
+    let rows = b
+        .js(
+            "return document.querySelectorAll('#registrations tr[data-arn]').length;",
+            vec![],
+        )
+        .await;
     assert_eq!(rows, json!(50), "one page of rows, not the whole registry");
     b.screenshot("gateway-registrations-10k").await;
     println!("| console page | registrations | bytes, cold cache | first contentful paint | document response |");

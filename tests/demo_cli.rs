@@ -24,8 +24,8 @@ const SMALL: [&str; 15] = [
     WEBHOOKS,
     "--webhook-concurrency",
     "2",
-            "--deadline-secs",
-            "20",
+    "--deadline-secs",
+    "20",
 ];
 
 fn demo(tmp: &std::path::Path) -> Output {
@@ -112,7 +112,11 @@ fn with_keep_running_both_consoles_stay_up_until_interrupted() {
     }
     assert_eq!(urls.len(), 2, "two console URLs printed");
     for url in &urls {
-        assert_eq!(status_of(url), 200, "{url} answers while the demo keeps running");
+        assert_eq!(
+            status_of(url),
+            200,
+            "{url} answers while the demo keeps running"
+        );
     }
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

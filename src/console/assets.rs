@@ -74,7 +74,10 @@ pub(crate) async fn serve(Path(file): Path<String>, headers: HeaderMap) -> Respo
     if fresh {
         return (StatusCode::NOT_MODIFIED, [cache, etag_header]).into_response();
     }
-    let ct = (header::CONTENT_TYPE, HeaderValue::from_static(a.content_type));
+    let ct = (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(a.content_type),
+    );
     ([ct, cache, etag_header], a.body).into_response()
 }
 

@@ -59,7 +59,7 @@ pub(crate) fn line(title: &str, series: &[Series<'_>], slots: usize) -> Markup {
 /// The smallest of 1, 2 or 5 times a power of ten at or above `v` (at least 1), so
 /// the axis reads round numbers.
 pub(crate) fn nice_ceiling(v: f64) -> f64 {
-    if !(v > 1.0) {
+    if v.is_nan() || v <= 1.0 {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());
@@ -95,10 +95,16 @@ mod tests {
 
     #[test]
     fn a_young_series_fills_from_the_right_and_labels_are_text() {
-        let s = [Series { label: "<b>x</b>", values: vec![0.0, 10.0] }];
+        let s = [Series {
+            label: "<b>x</b>",
+            values: vec![0.0, 10.0],
+        }];
         let svg = line("t", &s, 3).into_string();
         // Two of three slots: x = 300 and 600; 10 is the top (y = 12).
         assert!(svg.contains("points=\"300.0,150.0 600.0,12.0\""), "{svg}");
-        assert!(svg.contains("&lt;b&gt;x&lt;/b&gt;"), "labels are escaped: {svg}");
+        assert!(
+            svg.contains("&lt;b&gt;x&lt;/b&gt;"),
+            "labels are escaped: {svg}"
+        );
     }
 }

@@ -58,7 +58,10 @@ pub(crate) fn protect(kit: Arc<ConsoleKit>, pages: Router) -> Router {
 
 async fn security_headers(mut resp: Response) -> Response {
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -128,11 +131,11 @@ async fn require_session(State(kit): State<Arc<ConsoleKit>>, req: Request, next:
     let (csrf, opened) = match known {
         Some(csrf) => (csrf, None),
         None if kit.token.is_none() => {
-            let (id, csrf) = kit
-                .sessions
-                .lock()
-                .expect("sessions lock")
-                .open(now, random32(), random32());
+            let (id, csrf) =
+                kit.sessions
+                    .lock()
+                    .expect("sessions lock")
+                    .open(now, random32(), random32());
             (csrf, Some(id))
         }
         None => {
@@ -261,15 +264,19 @@ async fn login(
     };
     if !ok {
         tracing::warn!(console = kit.name, "console sign-in refused: wrong token");
-        let mut resp = page::html_response(login_form(&kit, next, Some("That token is not this console's operator token.")));
+        let mut resp = page::html_response(login_form(
+            &kit,
+            next,
+            Some("That token is not this console's operator token."),
+        ));
         *resp.status_mut() = StatusCode::UNAUTHORIZED;
         return resp;
     }
-    let (id, _) = kit
-        .sessions
-        .lock()
-        .expect("sessions lock")
-        .open(now_ms(), random32(), random32());
+    let (id, _) =
+        kit.sessions
+            .lock()
+            .expect("sessions lock")
+            .open(now_ms(), random32(), random32());
     let mut resp = Redirect::to(next).into_response();
     resp.headers_mut()
         .append(header::SET_COOKIE, set_cookie(&kit, &id));
@@ -281,7 +288,11 @@ async fn logout(State(kit): State<Arc<ConsoleKit>>, req: Request) -> Response {
     let Some(id) = cookie(req.headers(), &name).map(str::to_owned) else {
         return Redirect::to("/console/login").into_response();
     };
-    let csrf = kit.sessions.lock().expect("sessions lock").touch(&id, now_ms());
+    let csrf = kit
+        .sessions
+        .lock()
+        .expect("sessions lock")
+        .touch(&id, now_ms());
     let Some(csrf) = csrf else {
         return Redirect::to("/console/login").into_response();
     };
@@ -304,7 +315,10 @@ mod tests {
 
     #[test]
     fn sign_in_only_returns_to_console_paths() {
-        assert_eq!(safe_next(Some("/console/events?x=1")), "/console/events?x=1");
+        assert_eq!(
+            safe_next(Some("/console/events?x=1")),
+            "/console/events?x=1"
+        );
         assert_eq!(safe_next(Some("https://evil.example/")), "/console");
         assert_eq!(safe_next(Some("//evil.example/console")), "/console");
         assert_eq!(safe_next(None), "/console");
@@ -315,9 +329,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:4000"));
         assert!(same_origin(&h), "no Origin: a same-origin form or a CLI");
-        h.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:4000"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:4000"),
+        );
         assert!(same_origin(&h));
-        h.insert(header::ORIGIN, HeaderValue::from_static("http://evil.example"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
         assert!(!same_origin(&h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
         assert!(!same_origin(&h));
@@ -326,7 +346,10 @@ mod tests {
     #[test]
     fn cookies_are_found_by_name_among_others() {
         let mut h = HeaderMap::new();
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; sb_console_gateway=abc; b=2"));
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; sb_console_gateway=abc; b=2"),
+        );
         assert_eq!(cookie(&h, "sb_console_gateway"), Some("abc"));
         assert_eq!(cookie(&h, "sb_console_runtime"), None);
     }

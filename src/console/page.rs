@@ -14,7 +14,7 @@ use std::future::Future;
 use std::hash::{Hash as _, Hasher as _};
 use std::sync::Arc;
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
@@ -35,10 +35,36 @@ impl Region {
     }
 }
 
-/// A rendered page: its title and regions, in order.
+/// A rendered page: its title, status and regions, in order.
 pub(crate) struct Page {
     pub(crate) title: String,
+    /// 200, or 404 for a page about something that is not there (the live stream
+    /// keeps sending it, so a row deleted meanwhile turns into "not found" in place).
+    pub(crate) status: StatusCode,
     pub(crate) regions: Vec<Region>,
+}
+
+impl Page {
+    /// A page titled `title` made of `regions`.
+    pub(crate) fn new(title: impl Into<String>, regions: Vec<Region>) -> Self {
+        Page {
+            title: title.into(),
+            status: StatusCode::OK,
+            regions,
+        }
+    }
+
+    /// The 404 page for a thing that is not there (an unknown event id, a gone
+    /// registration); its one region keeps the id `region`, so a live page whose
+    /// subject went away says so in place.
+    pub(crate) fn missing(region: &'static str, what: &str) -> Self {
+        let body = html! { h1 { "Not found" } p { (what) } p { a href="/console" { "Back to the overview" } } };
+        Page {
+            title: "Not found".into(),
+            status: StatusCode::NOT_FOUND,
+            regions: vec![Region::new(region, body)],
+        }
+    }
 }
 
 /// Whether a request asks for an event stream (an `EventSource`).
@@ -105,8 +131,7 @@ fn hash(s: &str) -> u64 {
 }
 
 /// Answers a page: the document, or its live stream (see the module docs). `render`
-/// builds the page; an `Err` is answered as it is on the first render (a 404 page) and
-/// skipped by the stream (the next tick tries again).
+/// builds the page each time.
 pub(crate) async fn respond<F, Fut>(
     kit: Arc<ConsoleKit>,
     session: SessionInfo,
@@ -115,18 +140,16 @@ pub(crate) async fn respond<F, Fut>(
 ) -> Response
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Page, Response>> + Send + 'static,
+    Fut: Future<Output = Page> + Send + 'static,
 {
     if !wants_stream(headers) {
-        return match render().await {
-            Ok(p) => {
-                let body = html! {
-                    @for r in &p.regions { div id=(r.id) { (r.html) } }
-                };
-                html_response(document(&kit, &p.title, Some(&session.csrf), body))
-            }
-            Err(resp) => resp,
+        let p = render().await;
+        let body = html! {
+            @for r in &p.regions { div id=(r.id) { (r.html) } }
         };
+        let mut resp = html_response(document(&kit, &p.title, Some(&session.csrf), body));
+        *resp.status_mut() = p.status;
+        return resp;
     }
     let closing = kit.closing.clone();
     let mut ticks = tokio::time::interval(super::LIVE_TICK);
@@ -140,21 +163,23 @@ where
                 _ = closing.cancelled() => return None,
             }
             let mut events = Vec::new();
-            if let Ok(page) = render().await {
-                for r in page.regions {
-                    let html = r.html.into_string();
-                    let h = hash(&html);
-                    if sent.insert(r.id, h) != Some(h) {
-                        let data = serde_json::json!({"id": r.id, "html": html}).to_string();
-                        events.push(Ok::<_, Infallible>(Event::default().event("region").data(data)));
-                    }
+            for r in render().await.regions {
+                let html = r.html.into_string();
+                let h = hash(&html);
+                if sent.insert(r.id, h) != Some(h) {
+                    let data = serde_json::json!({"id": r.id, "html": html}).to_string();
+                    events.push(Ok::<_, Infallible>(
+                        Event::default().event("region").data(data),
+                    ));
                 }
             }
             Some((futures_util::stream::iter(events), (render, ticks, sent)))
         }
     })
     .flatten();
-    let mut resp = Sse::new(stream).keep_alive(KeepAlive::default()).into_response();
+    let mut resp = Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response();
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
@@ -172,16 +197,11 @@ pub(crate) async fn respond_with<C, F, Fut>(
 where
     C: Send + Sync + 'static,
     F: Fn(Arc<C>, String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Page, Response>> + Send + 'static,
+    Fut: Future<Output = Page> + Send + 'static,
 {
     let csrf = session.csrf.clone();
-    respond(kit, session, headers, move || render(ctx.clone(), csrf.clone())).await
-}
-
-/// A page of its own for a missing thing (an unknown event id, a gone registration).
-pub(crate) fn not_found(kit: &ConsoleKit, session: &SessionInfo, what: &str) -> Response {
-    let body = html! { section { h1 { "Not found" } p { (what) } p { a href="/console" { "Back" } } } };
-    let mut resp = html_response(document(kit, "Not found", Some(&session.csrf), body));
-    *resp.status_mut() = axum::http::StatusCode::NOT_FOUND;
-    resp
+    respond(kit, session, headers, move || {
+        render(ctx.clone(), csrf.clone())
+    })
+    .await
 }

@@ -94,6 +94,7 @@ impl Sessions {
     }
 
     /// How many sessions are kept.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
     }

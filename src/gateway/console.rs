@@ -57,19 +57,31 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
         .route("/console/registrations/{arn}/approve", post(approve))
         .route("/console/registrations/{arn}/reject", post(reject))
         .with_state(app);
-    crate::console::guard::public_routes(kit.clone()).merge(crate::console::guard::protect(kit, pages))
+    crate::console::guard::public_routes(kit.clone())
+        .merge(crate::console::guard::protect(kit, pages))
 }
 
 /// Answers a page whose regions `render` builds from the gateway's state.
-async fn serve<F>(app: Arc<ConsoleApp>, session: SessionInfo, headers: &HeaderMap, render: F) -> Response
+async fn serve<F>(
+    app: Arc<ConsoleApp>,
+    session: SessionInfo,
+    headers: &HeaderMap,
+    render: F,
+) -> Response
 where
-    F: Fn(&GatewayState, &str) -> Result<Page, Response> + Send + Sync + 'static,
+    F: Fn(&GatewayState, &str) -> Page + Send + Sync + 'static,
 {
     let render = Arc::new(render);
-    page::respond_with(app.kit.clone(), session, headers, app.state.clone(), move |state, csrf| {
-        let render = render.clone();
-        async move { render(&state, &csrf) }
-    })
+    page::respond_with(
+        app.kit.clone(),
+        session,
+        headers,
+        app.state.clone(),
+        move |state, csrf| {
+            let render = render.clone();
+            async move { render(&state, &csrf) }
+        },
+    )
     .await
 }
 
@@ -82,7 +94,11 @@ fn arn_href(arn: &str) -> String {
 }
 
 fn status_pill(status: &str) -> Markup {
-    let class = if status == "approved" { "pill ok" } else { "pill warn" };
+    let class = if status == "approved" {
+        "pill ok"
+    } else {
+        "pill warn"
+    };
     html! { span class=(class) { (status) } }
 }
 
@@ -104,7 +120,11 @@ fn approval_buttons(arn: &str, csrf: &str, back: &str) -> Markup {
     }
 }
 
-async fn overview(State(app): App, Extension(session): Extension<SessionInfo>, headers: HeaderMap) -> Response {
+async fn overview(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    headers: HeaderMap,
+) -> Response {
     serve(app, session, &headers, |state, csrf| {
         let stats = state.stats();
         let pending = state.registry().pending();
@@ -146,10 +166,7 @@ async fn overview(State(app): App, Extension(session): Extension<SessionInfo>, h
                 }
             }
         };
-        Ok(Page {
-            title: "Overview".into(),
-            regions: vec![Region::new("gw-stats", cards), Region::new("gw-approvals", approvals)],
-        })
+        Page::new("Overview", vec![Region::new("gw-stats", cards), Region::new("gw-approvals", approvals)])
     })
     .await
 }
@@ -257,13 +274,10 @@ async fn registrations(
                 @if let Some(n) = &next { a #next-page href=(q.href_after(n)) { "Next page" } }
             }
         };
-        Ok(Page {
-            title: "Registrations".into(),
-            regions: vec![
+        Page::new("Registrations", vec![
                 Region::new("gw-filters", html! { h1 { "Registrations" } (filters(&q)) }),
                 Region::new("gw-registrations", table),
-            ],
-        })
+            ])
     })
     .await
 }
@@ -274,11 +288,10 @@ async fn registration(
     Path(arn): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let kit = app.kit.clone();
-    serve(app, session.clone(), &headers, move |state, csrf| {
+    serve(app, session, &headers, move |state, csrf| {
         let found = state.registry().list().into_iter().find(|r| r.arn == arn);
         let Some(r) = found else {
-            return Err(page::not_found(&kit, &session, &format!("No registration {arn} is connected now.")));
+            return Page::missing("gw-registration", &format!("No registration {arn} is connected now."));
         };
         let body = html! {
             h1 { code { (r.arn) } " " (status_pill(&r.status)) }
@@ -310,10 +323,7 @@ async fn registration(
                 },
             }
         };
-        Ok(Page {
-            title: r.arn.clone(),
-            regions: vec![Region::new("gw-registration", body)],
-        })
+        Page::new(r.arn.clone(), vec![Region::new("gw-registration", body)])
     })
     .await
 }
@@ -337,14 +347,22 @@ fn back_to(back: &str) -> Redirect {
     }
 }
 
-async fn approve(State(app): App, Path(arn): Path<String>, Form(form): Form<ActionForm>) -> Response {
+async fn approve(
+    State(app): App,
+    Path(arn): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
     match operator::approve(&app.state, &arn).await {
         Ok(()) => back_to(&form.back).into_response(),
         Err(operator::NotPending) => gone(&arn),
     }
 }
 
-async fn reject(State(app): App, Path(arn): Path<String>, Form(form): Form<ActionForm>) -> Response {
+async fn reject(
+    State(app): App,
+    Path(arn): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
     match operator::reject(&app.state, &arn, &form.reason).await {
         Ok(()) => back_to(&form.back).into_response(),
         Err(operator::NotPending) => gone(&arn),

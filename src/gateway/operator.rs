@@ -40,7 +40,11 @@ pub(crate) async fn approve(state: &GatewayState, arn: &str) -> Result<(), NotPe
 
 /// Rejects the pending registration `arn` with `reason` (a default when blank), tells
 /// its connector, and forgets it.
-pub(crate) async fn reject(state: &GatewayState, arn: &str, reason: &str) -> Result<(), NotPending> {
+pub(crate) async fn reject(
+    state: &GatewayState,
+    arn: &str,
+    reason: &str,
+) -> Result<(), NotPending> {
     let reason = if reason.trim().is_empty() {
         "rejected by the gateway operator".to_owned()
     } else {

@@ -16,9 +16,9 @@
 
 pub(crate) mod admin;
 mod binding_metrics;
-mod console;
 pub(crate) mod config;
 pub(crate) mod connector;
+mod console;
 pub(crate) mod ops;
 mod replay_ops;
 mod source_registrations;

@@ -84,10 +84,11 @@ impl Browser {
         let started = Instant::now();
         let client = loop {
             // chromedriver takes a moment to listen: retry the session until it does.
-            let attempt = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-                .capabilities(caps.clone())
-                .connect(&url)
-                .await;
+            let attempt =
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                    .capabilities(caps.clone())
+                    .connect(&url)
+                    .await;
             match attempt {
                 Ok(c) => break c,
                 Err(e) if started.elapsed() < PAGE_DEADLINE => {
@@ -115,7 +116,10 @@ impl Browser {
 
     /// Runs `script` (a function body; `arguments` are `args`) in the page.
     pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
-        self.client.execute(script, args).await.expect("script runs")
+        self.client
+            .execute(script, args)
+            .await
+            .expect("script runs")
     }
 
     /// Waits until the element at `css` exists and its text contains `text`; returns
@@ -194,7 +198,11 @@ impl Browser {
         self.goto(&format!("{base}/console")).await;
         self.type_into("#token", token).await;
         self.click("section.login button").await;
-        self.wait_js("signed in", "return location.pathname === '/console' && !!document.querySelector('main h1');").await;
+        self.wait_js(
+            "signed in",
+            "return location.pathname === '/console' && !!document.querySelector('main h1');",
+        )
+        .await;
     }
 
     /// Saves a screenshot as `<target>/console-screenshots/<name>.png` (gitignored).

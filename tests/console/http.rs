@@ -18,7 +18,10 @@ fn client() -> reqwest::Client {
 
 fn assert_hardened(h: &HeaderMap, what: &str) {
     let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{what}: {csp}");
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{what}: {csp}"
+    );
     assert!(csp.contains("frame-ancestors 'none'"), "{what}: {csp}");
     assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{what}");
     assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{what}");
@@ -33,8 +36,14 @@ async fn session(base: &str) -> (String, String) {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
-    let set = resp.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    let set = resp.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
     let cookie = set.split(';').next().unwrap().to_owned();
     let page = client()
         .get(format!("{base}/console"))
@@ -58,9 +67,16 @@ async fn session(base: &str) -> (String, String) {
 async fn pages_need_a_session_and_every_response_is_hardened() {
     let gw = gateway(ApprovalMode::Auto).await;
     let base = gw.http_url();
-    let resp = client().get(format!("{base}/console")).send().await.unwrap();
+    let resp = client()
+        .get(format!("{base}/console"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
-    assert_eq!(resp.headers()[header::LOCATION], "/console/login?next=%2Fconsole");
+    assert_eq!(
+        resp.headers()[header::LOCATION],
+        "/console/login?next=%2Fconsole"
+    );
     assert_hardened(resp.headers(), "redirect");
     let live = client()
         .get(format!("{base}/console"))
@@ -68,7 +84,11 @@ async fn pages_need_a_session_and_every_response_is_hardened() {
         .send()
         .await
         .unwrap();
-    assert_eq!(live.status(), StatusCode::UNAUTHORIZED, "no live stream without a session");
+    assert_eq!(
+        live.status(),
+        StatusCode::UNAUTHORIZED,
+        "no live stream without a session"
+    );
 
     let wrong = client()
         .post(format!("{base}/console/login"))
@@ -91,7 +111,10 @@ async fn pages_need_a_session_and_every_response_is_hardened() {
     assert_hardened(page.headers(), "overview");
     assert_eq!(page.headers()[header::CACHE_CONTROL], "no-store");
     let body = page.text().await.unwrap();
-    assert!(!body.contains("<script>") && !body.contains(" on"), "no inline script or handler");
+    assert!(
+        !body.contains("<script>") && !body.contains(" on"),
+        "no inline script or handler"
+    );
     // The cookie opens the console, not the API: that takes the bearer token.
     let api = client()
         .get(format!("{base}/api/v1/connectors"))
@@ -109,7 +132,9 @@ async fn posts_need_the_csrf_token_and_this_origin() {
     let (cookie, csrf) = session(&base).await;
     let post = |form: Vec<(&'static str, String)>, origin: Option<&'static str>| {
         let mut req = client()
-            .post(format!("{base}/console/registrations/arn%3Aacme%3Ax/approve"))
+            .post(format!(
+                "{base}/console/registrations/arn%3Aacme%3Ax/approve"
+            ))
             .header(header::COOKIE, &cookie)
             .form(&form);
         if let Some(o) = origin {
@@ -144,7 +169,11 @@ async fn posts_need_the_csrf_token_and_this_origin() {
         .send()
         .await
         .unwrap();
-    assert_eq!(after.status(), StatusCode::SEE_OTHER, "the old cookie signs in no more");
+    assert_eq!(
+        after.status(),
+        StatusCode::SEE_OTHER,
+        "the old cookie signs in no more"
+    );
 }
 
 #[tokio::test]
@@ -170,7 +199,10 @@ async fn assets_are_embedded_versioned_and_revalidated() {
     assert!(js.starts_with("/console/assets/console.js?v="), "{js}");
     let resp = client().get(format!("{base}{js}")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    assert!(resp.headers()[header::CACHE_CONTROL].to_str().unwrap().contains("immutable"));
+    assert!(resp.headers()[header::CACHE_CONTROL]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
     assert_hardened(resp.headers(), "asset");
     let etag = resp.headers()[header::ETAG].clone();
     assert!(resp.text().await.unwrap().contains("EventSource"));
@@ -181,7 +213,11 @@ async fn assets_are_embedded_versioned_and_revalidated() {
         .await
         .unwrap();
     assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
-    let missing = client().get(format!("{base}/console/assets/x.js")).send().await.unwrap();
+    let missing = client()
+        .get(format!("{base}/console/assets/x.js"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
@@ -191,10 +227,20 @@ async fn without_a_token_the_console_opens_like_the_api_with_csrf_still_on() {
     let base = gw.http_url();
     let root = client().get(format!("{base}/")).send().await.unwrap();
     assert_eq!(root.headers()[header::LOCATION], "/console");
-    let resp = client().get(format!("{base}/console")).send().await.unwrap();
+    let resp = client()
+        .get(format!("{base}/console"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
-    let set = resp.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(set.starts_with("sb_console_gateway="), "a session for CSRF: {set}");
+    let set = resp.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        set.starts_with("sb_console_gateway="),
+        "a session for CSRF: {set}"
+    );
     let cookie = set.split(';').next().unwrap().to_owned();
     let refused = client()
         .post(format!("{base}/console/registrations/x/approve"))
@@ -203,5 +249,9 @@ async fn without_a_token_the_console_opens_like_the_api_with_csrf_still_on() {
         .send()
         .await
         .unwrap();
-    assert_eq!(refused.status(), StatusCode::FORBIDDEN, "CSRF is checked without a token too");
+    assert_eq!(
+        refused.status(),
+        StatusCode::FORBIDDEN,
+        "CSRF is checked without a token too"
+    );
 }

@@ -112,27 +112,37 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
     let handler = Switch::default();
     handler.failing.store(true, Ordering::SeqCst);
     let rt = runtime(handler.clone()).await;
-    let Some(b) = Browser::start("runtime_events").await else { return };
+    let Some(b) = Browser::start("runtime_events").await else {
+        return;
+    };
     b.sign_in(&rt.base, TOKEN).await;
 
     b.goto(&format!("{}/console/events", rt.base)).await;
     b.wait_text("#rt-events", "No events.").await;
-    b.js("window.__same_page = true; return true;", vec![]).await;
+    b.js("window.__same_page = true; return true;", vec![])
+        .await;
     assert_eq!(post_hook(&rt.base, &json!({"order": 17})).await, 200);
     b.wait_text("#rt-events", "hook").await;
-    assert_eq!(b.js("return window.__same_page === true;", vec![]).await, json!(true));
+    assert_eq!(
+        b.js("return window.__same_page === true;", vec![]).await,
+        json!(true)
+    );
     b.screenshot("runtime-events").await;
 
     // Its detail: the stored headers (the signature redacted) and the payload.
     b.click("#events tr[data-event] a").await;
     let detail = b.wait_text("#rt-event", "\"order\": 17").await;
     assert!(detail.contains("x-signature"), "{detail}");
-    assert!(!detail.contains("sha256="), "the signature is not shown: {detail}");
+    assert!(
+        !detail.contains("sha256="),
+        "the signature is not shown: {detail}"
+    );
     b.screenshot("runtime-event").await;
 
     // The failing binding dead-letters it; replayed by a click once the partner is back.
     b.goto(&format!("{}/console/dead-letters", rt.base)).await;
-    b.wait_text("#rt-dead-letters", "the partner said 500").await;
+    b.wait_text("#rt-dead-letters", "the partner said 500")
+        .await;
     b.screenshot("runtime-dead-letters").await;
     handler.failing.store(false, Ordering::SeqCst);
     b.click("#dead-letters button[data-action=replay]").await;
@@ -147,14 +157,19 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
     let rt = runtime(Switch::default()).await;
-    let Some(b) = Browser::start("runtime_bindings").await else { return };
+    let Some(b) = Browser::start("runtime_bindings").await else {
+        return;
+    };
     b.sign_in(&rt.base, TOKEN).await;
     b.goto(&format!("{}/console/bindings", rt.base)).await;
-    b.wait_text("#bindings tr[data-binding=orders] td.state", "active").await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "active")
+        .await;
     b.screenshot("runtime-bindings").await;
 
-    b.click("#bindings tr[data-binding=orders] button[data-action=pause]").await;
-    b.wait_text("#bindings tr[data-binding=orders] td.state", "paused").await;
+    b.click("#bindings tr[data-binding=orders] button[data-action=pause]")
+        .await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "paused")
+        .await;
     b.wait_text("#rt-notice", "orders: pause done").await;
     let api = reqwest::Client::new()
         .get(format!("{}/api/v1/triggers", rt.base))
@@ -165,19 +180,27 @@ async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
         .json::<Value>()
         .await
         .unwrap();
-    assert_eq!(api["triggers"][0]["paused"], json!(true), "the click paused it: {api}");
+    assert_eq!(
+        api["triggers"][0]["paused"],
+        json!(true),
+        "the click paused it: {api}"
+    );
 
-    b.click("#bindings tr[data-binding=orders] button[data-action=resume]").await;
-    b.wait_text("#bindings tr[data-binding=orders] td.state", "active").await;
+    b.click("#bindings tr[data-binding=orders] button[data-action=resume]")
+        .await;
+    b.wait_text("#bindings tr[data-binding=orders] td.state", "active")
+        .await;
 
-    b.click("#bindings tr[data-binding=orders] button[data-action=drain]").await;
+    b.click("#bindings tr[data-binding=orders] button[data-action=drain]")
+        .await;
     b.wait_js(
         "drained",
         "const td = document.querySelector('#bindings tr[data-binding=orders] td.state'); \
          return !td || td.textContent !== 'active';",
     )
     .await;
-    b.goto(&format!("{}/console/bindings/orders", rt.base)).await;
+    b.goto(&format!("{}/console/bindings/orders", rt.base))
+        .await;
     b.wait_text("#history", "drain").await;
     rt.runtime.shutdown().await.unwrap();
 }
@@ -185,15 +208,34 @@ async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_with_markup_renders_as_text() {
     let rt = runtime(Switch::default()).await;
-    let Some(b) = Browser::start("runtime_markup").await else { return };
+    let Some(b) = Browser::start("runtime_markup").await else {
+        return;
+    };
     assert_eq!(post_hook(&rt.base, &json!({"note": HOSTILE})).await, 200);
     b.sign_in(&rt.base, TOKEN).await;
     b.goto(&format!("{}/console/events", rt.base)).await;
     b.click("#events tr[data-event] a").await;
     let text = b.wait_text("#event-payload", "window.__pwned=1").await;
-    assert!(text.contains("<script>"), "the markup is shown as text: {text}");
-    b.wait_js("a live update arrived", "return window.switchboardConsole.updates > 0;").await;
-    assert_eq!(b.js("return typeof window.__pwned;", vec![]).await, json!("undefined"));
-    assert_eq!(b.js("return document.querySelectorAll('main img').length;", vec![]).await, json!(0));
+    assert!(
+        text.contains("<script>"),
+        "the markup is shown as text: {text}"
+    );
+    b.wait_js(
+        "a live update arrived",
+        "return window.switchboardConsole.updates > 0;",
+    )
+    .await;
+    assert_eq!(
+        b.js("return typeof window.__pwned;", vec![]).await,
+        json!("undefined")
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('main img').length;",
+            vec![]
+        )
+        .await,
+        json!(0)
+    );
     rt.runtime.shutdown().await.unwrap();
 }

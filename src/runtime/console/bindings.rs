@@ -15,7 +15,7 @@ use super::widgets::{button, done, failed, notice, num, pretty, scalar, ActionFo
 use super::{serve, App};
 use crate::console::format::{ago, count, time};
 use crate::console::guard::encode_component;
-use crate::console::{page, Page, Region, SessionInfo};
+use crate::console::{Page, Region, SessionInfo};
 
 fn href(id: &str) -> String {
     format!("/console/bindings/{}", encode_component(id))
@@ -86,10 +86,13 @@ pub(crate) async fn list(
         let notice_text = notice_text.clone();
         async move {
             let body = html! { h1 { "Bindings" } (table(&app.ops.triggers(), Some(&csrf))) };
-            Ok(Page {
-                title: "Bindings".into(),
-                regions: vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-bindings", body)],
-            })
+            Page::new(
+                "Bindings",
+                vec![
+                    Region::new("rt-notice", notice(&notice_text)),
+                    Region::new("rt-bindings", body),
+                ],
+            )
         }
     })
     .await
@@ -103,10 +106,8 @@ pub(crate) async fn detail(
     headers: HeaderMap,
 ) -> Response {
     let notice_text = n.notice;
-    let kit = app.kit.clone();
-    let who = session.clone();
     serve(app, session, &headers, move |app, csrf| {
-        let (id, notice_text, kit, who) = (id.clone(), notice_text.clone(), kit.clone(), who.clone());
+        let (id, notice_text) = (id.clone(), notice_text.clone());
         async move {
             let all = app.ops.triggers();
             let found = all["triggers"]
@@ -115,7 +116,7 @@ pub(crate) async fn detail(
                 .cloned();
             let history = app.ops.history(&id, None, Some(100)).await;
             let (Some(b), Ok(history)) = (found, history) else {
-                return Err(page::not_found(&kit, &who, &format!("No binding {id} is known.")));
+                return Page::missing("rt-binding", &format!("No binding {id} is known."));
             };
             let paused = b["paused"].as_bool().unwrap_or(false);
             let body = html! {
@@ -142,10 +143,7 @@ pub(crate) async fn detail(
                     }
                 }
             };
-            Ok(Page {
-                title: id.clone(),
-                regions: vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-binding", body)],
-            })
+            Page::new(id.clone(), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-binding", body)])
         }
     })
     .await

@@ -9,13 +9,12 @@ use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-
 use super::overview::Notice;
 use super::widgets::{button, done, failed, notice, pretty, ActionForm};
 use super::{serve, App};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
-use crate::console::{page, Page, Region, SessionInfo};
+use crate::console::{Page, Region, SessionInfo};
 use crate::store::EventQuery;
 use crate::triggers::TriggerEvent;
 
@@ -103,14 +102,11 @@ pub(crate) async fn list(
                     }
                 }
             };
-            Ok(Page {
-                title: "Events".into(),
-                regions: vec![
+            Page::new("Events", vec![
                     Region::new("rt-notice", notice(&f.notice)),
                     Region::new("rt-event-filters", html! { h1 { "Events" } (filters(&f, &sources)) }),
                     Region::new("rt-events", table),
-                ],
-            })
+                ])
         }
     })
     .await
@@ -131,16 +127,14 @@ pub(crate) async fn detail(
     Query(n): Query<Notice>,
     headers: HeaderMap,
 ) -> Response {
-    let kit = app.kit.clone();
-    let who = session.clone();
     let notice_text = n.notice;
     serve(app, session, &headers, move |app, csrf| {
-        let (id, kit, who, notice_text) = (id.clone(), kit.clone(), who.clone(), notice_text.clone());
+        let (id, notice_text) = (id.clone(), notice_text.clone());
         async move {
             let q = EventQuery { limit: 1, event_id: Some(id.clone()), ..Default::default() };
             let found = app.ingress.store.backend().events(&q).await.ok().and_then(|mut v| v.pop());
             let Some(stored) = found else {
-                return Err(page::not_found(&kit, &who, &format!("No stored event {id}.")));
+                return Page::missing("rt-event", &format!("No stored event {id}."));
             };
             let e = stored.event;
             let facts = serde_json::json!({
@@ -157,10 +151,7 @@ pub(crate) async fn detail(
                 h2 { "Payload" }
                 div #event-payload { (payload(&e)) }
             };
-            Ok(Page {
-                title: format!("Event {}", e.id),
-                regions: vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-event", body)],
-            })
+            Page::new(format!("Event {}", e.id), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-event", body)])
         }
     })
     .await
@@ -180,4 +171,3 @@ pub(crate) async fn replay(
         Err(e) => failed(e),
     }
 }
-

@@ -77,7 +77,8 @@ pub(crate) fn routes(
         .route("/console/dead-letters/{id}", get(recovery::detail))
         .route("/console/dead-letters/{id}/replay", post(recovery::replay))
         .with_state(app);
-    crate::console::guard::public_routes(kit.clone()).merge(crate::console::guard::protect(kit, pages))
+    crate::console::guard::public_routes(kit.clone())
+        .merge(crate::console::guard::protect(kit, pages))
 }
 
 /// Answers a page rendered by `render` from the console's state and the CSRF token.
@@ -89,7 +90,7 @@ pub(crate) async fn serve<F, Fut>(
 ) -> Response
 where
     F: Fn(Arc<RuntimeConsole>, String) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Page, Response>> + Send + 'static,
+    Fut: std::future::Future<Output = Page> + Send + 'static,
 {
     page::respond_with(app.kit.clone(), session, headers, app, render).await
 }

@@ -75,14 +75,17 @@ pub(crate) async fn overview(
                 h2 { "Bindings" }
                 (super::bindings::table(&triggers, None))
             };
-            Ok(Page {
-                title: "Overview".into(),
-                regions: vec![
+            Page::new(
+                "Overview",
+                vec![
                     Region::new("rt-notice", notice(&notice_text)),
-                    Region::new("rt-outbox", html! { h1 { "Runtime" } h2 { "Outbox" } (stats) }),
+                    Region::new(
+                        "rt-outbox",
+                        html! { h1 { "Runtime" } h2 { "Outbox" } (stats) },
+                    ),
                     Region::new("rt-bindings", bindings),
                 ],
-            })
+            )
         }
     })
     .await
@@ -121,7 +124,7 @@ pub(crate) async fn sources(
                 }
             }
         };
-        Ok(Page { title: "Sources".into(), regions: vec![Region::new("rt-sources", body)] })
+        Page::new("Sources", vec![Region::new("rt-sources", body)])
     })
     .await
 }
@@ -147,7 +150,7 @@ pub(crate) async fn queues(
                 }
             },
         };
-        Ok(Page { title: "Queues".into(), regions: vec![Region::new("rt-queues", html! { h1 { "Queues" } (body) })] })
+        Page::new("Queues", vec![Region::new("rt-queues", html! { h1 { "Queues" } (body) })])
     })
     .await
 }

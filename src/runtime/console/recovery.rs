@@ -14,7 +14,7 @@ use super::widgets::{button, done, failed, notice, unavailable, ActionForm};
 use super::{serve, App};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
-use crate::console::{page, Page, Region, SessionInfo};
+use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::{DeadLetter, DeadLetterQuery};
 
 /// Rows on one page of dead letters.
@@ -99,14 +99,11 @@ pub(crate) async fn list(
                     button type="submit" { "Filter" }
                 }
             };
-            Ok(Page {
-                title: "Dead letters".into(),
-                regions: vec![
+            Page::new("Dead letters", vec![
                     Region::new("rt-notice", notice(&f.notice)),
                     Region::new("rt-dl-filters", filters),
                     Region::new("rt-dead-letters", table),
-                ],
-            })
+                ])
         }
     })
     .await
@@ -125,15 +122,13 @@ pub(crate) async fn detail(
     Query(q): Query<DetailQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let kit = app.kit.clone();
-    let who = session.clone();
     let notice_text = q.notice;
     serve(app, session, &headers, move |app, csrf| {
-        let (kit, who, notice_text) = (kit.clone(), who.clone(), notice_text.clone());
+        let notice_text = notice_text.clone();
         async move {
             let found = app.ops.store.backend().dead_letter(id).await.ok().flatten();
             let Some(d) = found else {
-                return Err(page::not_found(&kit, &who, &format!("No dead letter {id}.")));
+                return Page::missing("rt-dead-letter", &format!("No dead letter {id}."));
             };
             let body = html! {
                 h1 { "Dead letter " (d.id) }
@@ -160,10 +155,7 @@ pub(crate) async fn detail(
                     ul { @for a in &d.annotations { li { (a) } } }
                 }
             };
-            Ok(Page {
-                title: format!("Dead letter {}", d.id),
-                regions: vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-dead-letter", body)],
-            })
+            Page::new(format!("Dead letter {}", d.id), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-dead-letter", body)])
         }
     })
     .await

@@ -149,7 +149,11 @@ async fn with_runtime(
         "consoles: gateway {}/console, runtime http://{}/console{}",
         gateway.http_url(),
         runtime.local_addr(),
-        if sizing.keep_running { "" } else { " (--keep-running keeps them up)" }
+        if sizing.keep_running {
+            ""
+        } else {
+            " (--keep-running keeps them up)"
+        }
     );
     let observed = drive(sizing, gateway, &runtime, journal).await;
     if sizing.keep_running {
