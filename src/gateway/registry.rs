@@ -92,7 +92,7 @@ pub(crate) enum Status {
 
 impl Status {
     /// The label in [`RegistrationInfo::status`].
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Status::Approved => "approved",
             Status::Pending => "pending",

@@ -26,7 +26,7 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::figures::RegistrationFiguresView;
 use super::link::{TRANSPORT_GRPC, TRANSPORT_WEBSOCKET};
-use super::registry::{EntryView, RegistrationInfo};
+use super::registry::{EntryView, RegistrationInfo, Status};
 use super::series::{Baseline, Point, SAMPLE_INTERVAL};
 use super::state::GatewayState;
 
@@ -150,7 +150,11 @@ impl RegistrationsQuery {
         }
         Ok(RegistrationFilter {
             tenant: given(self.tenant),
-            status: one_of("status", self.status, &["approved", "pending"])?,
+            status: one_of(
+                "status",
+                self.status,
+                &[Status::Approved.label(), Status::Pending.label()],
+            )?,
             transport: one_of(
                 "transport",
                 self.transport,
@@ -383,9 +387,10 @@ impl GatewayState {
         for e in registry.entries_after(None) {
             let t = by_tenant.entry(&e.info.tenant_id).or_default();
             t.registrations += 1;
-            match e.info.status.as_str() {
-                "pending" => t.pending += 1,
-                _ => t.approved += 1,
+            if e.info.status == Status::Pending.label() {
+                t.pending += 1;
+            } else {
+                t.approved += 1;
             }
         }
         let mut bound = 0;

@@ -10,7 +10,6 @@ use super::*;
 use crate::gateway::approvals::Approvals;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::link::{ConnectorLink, Outbound};
-use crate::gateway::registry::Status;
 use crate::proto::RegisterConnectorRequest;
 
 fn state() -> Arc<GatewayState> {
