@@ -10,6 +10,7 @@ use super::*;
 use crate::gateway::approvals::Approvals;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::link::{ConnectorLink, Outbound};
+use crate::gateway::registry::Status;
 use crate::proto::RegisterConnectorRequest;
 
 fn state() -> Arc<GatewayState> {
@@ -247,4 +248,52 @@ async fn the_sampler_takes_a_point_a_second_and_stops_with_the_gateway() {
         .await
         .expect("the sampler stops when the gateway is cancelled")
         .unwrap();
+}
+
+#[test]
+fn ten_thousand_registrations_page_through_exactly_once() {
+    let s = state();
+    let (tx, _rx) = mpsc::channel(1);
+    let link = Arc::new(ConnectorLink::new(
+        1,
+        Outbound::Grpc { tx },
+        4,
+        CancellationToken::new(),
+        None,
+    ));
+    {
+        let mut registry = s.registry();
+        for i in 0..10_000 {
+            let req = RegisterConnectorRequest {
+                tenant_id: "acme".into(),
+                connector_type: if i % 2 == 0 { "even" } else { "odd" }.into(),
+                instance_id: format!("n{i:05}"),
+                ..Default::default()
+            };
+            registry.register_as(1, "grpc", &req, link.clone(), Status::Approved, 1);
+        }
+    }
+    for (q, expected) in [(None, 10_000), (Some("ODD:"), 5_000)] {
+        let mut filter = RegistrationFilter {
+            q: q.map(str::to_lowercase),
+            limit: MAX_LIMIT,
+            ..Default::default()
+        };
+        let mut seen = 0;
+        let mut last = String::new();
+        loop {
+            let page = s.registrations_page(&filter);
+            assert_eq!(page.total, expected);
+            for item in &page.items {
+                assert!(item.info.arn > last, "ordered, no repeats");
+                last.clone_from(&item.info.arn);
+            }
+            seen += page.items.len();
+            match page.next {
+                Some(next) => filter.after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "{q:?}");
+    }
 }
