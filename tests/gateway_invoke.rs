@@ -22,6 +22,11 @@ use switchboard::proto::{
     PayloadEncoding,
 };
 
+/// `GET url` as JSON.
+async fn get_json(url: &str) -> serde_json::Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
 /// A `timeout_ms` far beyond the tests' [`DEADLINE`]: an answer that arrives within the
 /// deadline cannot be the gateway's timeout.
 const LONG_TIMEOUT_MS: i32 = 3_600_000;
@@ -270,6 +275,23 @@ async fn invoke_outcomes_are_counted_in_stats_and_metrics() {
         "timeout"
     );
 
+    // The console's views count them too: the executes routed to the target and
+    // the invokes addressed to it, by outcome (counted just after the answer).
+    let base = gw.http_url();
+    eventually("the target's live figures", || async {
+        let page = get_json(&format!("{base}/api/v1/registrations?q=raw:target")).await;
+        let t = &page["items"][0];
+        let received = &t["invokes_received"];
+        t["executes"] == 3
+            && t["execute_errors"] == 2
+            && t["execute_timeouts"] == 1
+            && received["ok"] == 1
+            && received["error"] == 1
+            && received["timeout"] == 1
+            && received["forbidden"] == 0
+    })
+    .await;
+
     send_invoke(&mut caller, invoke("closed", TARGET)).await;
     next_execute(&mut target).await;
     drop(target);
@@ -295,6 +317,13 @@ async fn invoke_outcomes_are_counted_in_stats_and_metrics() {
         ("overloaded", 0),
     ] {
         assert_eq!(counted[outcome], n, "{outcome}: {counted:?}");
+        eventually("the caller's link counts what it sent", || async {
+            let page = get_json(&format!("{base}/api/v1/connections")).await;
+            page["items"].as_array().unwrap().iter().any(|link| {
+                link["arns"][0] == "matrix:acme:raw:caller" && link["invokes_sent"][outcome] == n
+            })
+        })
+        .await;
         let line = format!("switchboard_gateway_invokes_total{{outcome=\"{outcome}\"}} {n}\n");
         assert!(metrics.contains(&line), "{line} in {metrics}");
     }

@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::figures::{ExecuteEnd, RegistrationFigures};
 use super::link::ConnectorLink;
 use super::state::GatewayState;
 use crate::context_keys::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
@@ -66,18 +67,21 @@ impl GatewayState {
     /// Sends an execute to the registration `arn` and waits for its response;
     /// [`Error::NotFound`] or [`Error::PendingApproval`] when it may not be executed.
     pub(crate) async fn execute(&self, arn: &str, call: ExecuteCall) -> Result<ExecuteResponse> {
-        let link = self.registry().lookup_executable(arn)?;
-        self.execute_on(&link, arn, call).await
+        let (link, figures) = self.registry().lookup_executable(arn)?;
+        self.execute_on(&link, arn, &figures, call).await
     }
 
     /// Sends an execute to `arn` on `link` and waits for its response, at most the
     /// call's effective deadline, which rides along as `context["timeout_ms"]`.
     /// Errors: [`Error::Overloaded`] when the socket is at its in-flight cap,
-    /// [`Error::Timeout`], [`Error::ConnectionClosed`].
+    /// [`Error::Timeout`], [`Error::ConnectionClosed`]. A routed execute is counted
+    /// in the registration's `figures` (found by the same look-up as `link`, so this
+    /// takes no lock for it) and, once it ends, in the live chart's totals.
     pub(crate) async fn execute_on(
         &self,
         link: &ConnectorLink,
         arn: &str,
+        figures: &RegistrationFigures,
         call: ExecuteCall,
     ) -> Result<ExecuteResponse> {
         let _slot = link.admit(
@@ -124,14 +128,31 @@ impl GatewayState {
             return Err(closed());
         }
         self.counters.executes_routed.fetch_add(1, Relaxed);
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(_)) => Err(closed()),
-            Err(_) => Err(Error::timeout(
-                format!("execute {request_id} on {arn}"),
-                timeout,
-            )),
-        }
+        let _in_flight = figures.start_execute();
+        let sent = Instant::now();
+        let (result, end) = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(resp)) => {
+                let end = if resp.success {
+                    ExecuteEnd::Ok
+                } else {
+                    ExecuteEnd::Failed
+                };
+                (Ok(resp), end)
+            }
+            Ok(Err(_)) => (Err(closed()), ExecuteEnd::Failed),
+            Err(_) => (
+                Err(Error::timeout(
+                    format!("execute {request_id} on {arn}"),
+                    timeout,
+                )),
+                ExecuteEnd::TimedOut,
+            ),
+        };
+        figures.end_execute(end);
+        let answered_in = result.is_ok().then(|| sent.elapsed());
+        self.counters
+            .execute_ended(answered_in, end == ExecuteEnd::Ok);
+        result
     }
 }
 

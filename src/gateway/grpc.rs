@@ -85,6 +85,7 @@ impl ConnectorService for Service {
             Outbound::Grpc { tx },
             state.config.max_in_flight_per_socket,
             kill.clone(),
+            request.remote_addr(),
         ));
         state.add_link(link.clone());
         state.counters.grpc_streams_accepted.fetch_add(1, Relaxed);
@@ -244,8 +245,15 @@ impl AsyncWrite for CountedIo {
     }
 }
 
+/// The connection's addresses, so that `Request::remote_addr` names the peer each
+/// stream's link records for `GET /api/v1/connections`.
 impl tonic::transport::server::Connected for CountedIo {
-    type ConnectInfo = ();
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
-    fn connect_info(&self) -> Self::ConnectInfo {}
+    fn connect_info(&self) -> Self::ConnectInfo {
+        tonic::transport::server::TcpConnectInfo {
+            local_addr: self.tcp.local_addr().ok(),
+            remote_addr: self.tcp.peer_addr().ok(),
+        }
+    }
 }

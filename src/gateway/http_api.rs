@@ -1,21 +1,52 @@
 //! The HTTP side of the gateway: the socket upgrade route and the JSON API; the
 //! approval routes (`auth_api.rs`) are merged in.
+//!
+//! Operator routes (behind the operator token when one is set, [`require_operator`]):
+//!
+//! - `GET /api/v1/connectors`: every registration, a JSON array (kept as it was for
+//!   existing clients; `GET /api/v1/registrations` is the paged form).
+//! - `POST /api/v1/connectors/{arn}/execute`: `{"payload", "capability_id"?,
+//!   "timeout_ms"?}` → the outcome; 404, 409, 502, 503, 504 as the error says.
+//! - `GET /api/v1/stats` (JSON) and `GET /metrics` (Prometheus text): the counters.
+//! - `GET /api/v1/registrations?tenant=&status=&transport=&q=&limit=&after=`: one
+//!   page, by ARN, `{"items", "next", "total"}`. Each item is a `/connectors` item plus
+//!   `since_ms`, `executes`, `execute_errors`, `execute_timeouts`, `in_flight`,
+//!   `invokes_received` (by outcome). `status` is `approved` or `pending`,
+//!   `transport` `websocket` or `grpc`, `q` a case-insensitive substring of the ARN
+//!   (so of the type and instance), `limit` 1–500 (default 50), `after` the previous
+//!   page's `next`; `total` counts every match. Empty values mean "not given".
+//! - `GET /api/v1/tenants`: `{"items": [{"tenant_id", "connections",
+//!   "registrations", "approved", "pending"}], "unbound_connections"}`.
+//! - `GET /api/v1/connections?tenant=&limit=&after=`: one page of open links by id,
+//!   `{"items": [{"id", "transport", "tenant_id", "peer", "since_ms",
+//!   "registrations", "arns", "in_flight", "invokes_sent"}], "next", "total"}`.
+//! - `GET /api/v1/stats/series`: the live chart, `{"interval_ms": 1000, "points":
+//!   [{"at_ms", "round_trips", "errors", "latency_p50_ms", "latency_p99_ms"}]}`,
+//!   oldest first, at most 300.
+//!
+//! A bad query parameter (unknown, out of range, not one of the choices) is a 400
+//! `{"error": "bad_request", "message": …}` naming it. The views themselves are
+//! methods on the gateway's state (`views.rs`), so the console's HTML pages show
+//! what these routes answer without calling them.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::execute::{outcome, ExecuteCall};
 use super::state::GatewayState;
+use super::views::{ConnectionsQuery, RegistrationsQuery};
 use crate::error::Error;
 use crate::proto::PayloadEncoding;
 
@@ -25,6 +56,10 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router {
         .route("/api/v1/connectors", get(list))
         .route("/api/v1/connectors/{arn}/execute", post(execute))
         .route("/api/v1/stats", get(stats))
+        .route("/api/v1/stats/series", get(series))
+        .route("/api/v1/registrations", get(registrations))
+        .route("/api/v1/tenants", get(tenants))
+        .route("/api/v1/connections", get(connections))
         .route("/metrics", get(metrics))
         .merge(super::auth_api::operator_routes())
         .route_layer(axum::middleware::from_fn_with_state(
@@ -68,18 +103,65 @@ async fn require_operator(
 /// Upgrades to the Phoenix socket. Both WebSocket limits are `max_frame_bytes`, so the
 /// WebSocket layer refuses an oversized message from its frame headers instead of
 /// buffering it first; the socket task is tracked for [`super::Gateway::shutdown`].
-async fn upgrade(State(state): State<Arc<GatewayState>>, ws: WebSocketUpgrade) -> Response {
+/// The peer's address comes from the server's connect info when it was served with
+/// it (`server.rs` is), for `GET /api/v1/connections`.
+async fn upgrade(
+    State(state): State<Arc<GatewayState>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    ws: WebSocketUpgrade,
+) -> Response {
     let limit = state.config.max_frame_bytes;
+    let peer = peer.map(|Extension(ConnectInfo(addr))| addr);
     ws.max_message_size(limit)
         .max_frame_size(limit)
         .on_upgrade(move |socket| {
             let tasks = state.tasks.clone();
-            tasks.track_future(super::socket::run(state, socket))
+            tasks.track_future(super::socket::run(state, socket, peer))
         })
 }
 
 async fn list(State(state): State<Arc<GatewayState>>) -> Response {
     Json(state.registry().list()).into_response()
+}
+
+/// The 400 for a query that cannot be used: the message names the parameter.
+fn bad_query(message: impl std::fmt::Display) -> Response {
+    let body = json!({ "error": "bad_request", "message": message.to_string() });
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+async fn registrations(
+    State(state): State<Arc<GatewayState>>,
+    query: Result<Query<RegistrationsQuery>, QueryRejection>,
+) -> Response {
+    match query
+        .map_err(|e| e.body_text())
+        .and_then(|Query(q)| q.parse().map_err(|e| e.to_string()))
+    {
+        Ok(filter) => Json(state.registrations_page(&filter)).into_response(),
+        Err(message) => bad_query(message),
+    }
+}
+
+async fn connections(
+    State(state): State<Arc<GatewayState>>,
+    query: Result<Query<ConnectionsQuery>, QueryRejection>,
+) -> Response {
+    match query
+        .map_err(|e| e.body_text())
+        .and_then(|Query(q)| q.parse().map_err(|e| e.to_string()))
+    {
+        Ok(filter) => Json(state.connections_page(&filter)).into_response(),
+        Err(message) => bad_query(message),
+    }
+}
+
+async fn tenants(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.tenants()).into_response()
+}
+
+async fn series(State(state): State<Arc<GatewayState>>) -> Response {
+    Json(state.stats_series()).into_response()
 }
 
 async fn stats(State(state): State<Arc<GatewayState>>) -> Response {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::config::ApprovalMode;
 use super::execute::ExecuteCall;
+use super::figures::RegistrationFigures;
 use super::link::ConnectorLink;
 use super::state::GatewayState;
 use super::stats::InvokeOutcome;
@@ -66,17 +67,20 @@ struct Reply {
     context: HashMap<String, String>,
     fire_and_forget: bool,
     started: Instant,
+    /// The target's live figures, once it is resolved: they count the outcome too.
+    target: Option<Arc<RegistrationFigures>>,
 }
 
 impl Reply {
     /// Answers the caller (unless fire-and-forget), then counts the outcome: the count
     /// marks the invoke as finished, answer included.
     async fn send(
-        self,
+        mut self,
         state: &GatewayState,
         caller: &ConnectorLink,
         result: Result<ExecuteResponse, InvokeFailure>,
     ) {
+        let target = self.target.take();
         let (outcome, resp) = match result {
             Ok(r) => {
                 let outcome = if r.success {
@@ -127,6 +131,10 @@ impl Reply {
             }
         }
         state.counters.invoke(outcome);
+        caller.invokes_sent.add(outcome);
+        if let Some(target) = &target {
+            target.invoked(outcome);
+        }
     }
 }
 
@@ -143,6 +151,7 @@ pub(crate) async fn on_invoke(
         context: req.context.clone(),
         fire_and_forget: req.fire_and_forget,
         started: Instant::now(),
+        target: None,
     };
     let target = match resolve(state, caller.id, &req.target_address) {
         Ok(t) => t,
@@ -151,6 +160,7 @@ pub(crate) async fn on_invoke(
     reply
         .context
         .insert(TARGET_ARN_CONTEXT_KEY.into(), target.0.clone());
+    reply.target = Some(target.2.clone());
     let cap = state.config.max_in_flight_per_socket;
     let slot = match caller.admit(&format!("invoke of {}", target.0), cap) {
         Ok(slot) => slot,
@@ -164,7 +174,7 @@ pub(crate) async fn on_invoke(
     let cancel = state.cancel.clone();
     state.tasks.clone().spawn(async move {
         let _slot = slot;
-        let (arn, link) = target;
+        let (arn, link, figures) = target;
         let call = ExecuteCall {
             payload: std::mem::take(&mut req.payload),
             encoding: PayloadEncoding::try_from(req.payload_encoding)
@@ -179,7 +189,7 @@ pub(crate) async fn on_invoke(
             // The gateway is stopping: the caller's socket is closing too, so nobody is
             // left to answer; the invoke ends as its sockets do.
             _ = cancel.cancelled() => state.counters.invoke(InvokeOutcome::Closed),
-            result = state.execute_on(&link, &arn, call) => {
+            result = state.execute_on(&link, &arn, &figures, call) => {
                 let result = result.map_err(|e| InvokeFailure::from_error(&e));
                 reply.send(&state, &caller, result).await;
             }
@@ -187,12 +197,13 @@ pub(crate) async fn on_invoke(
     });
 }
 
-/// The target's ARN and socket, if the caller on `caller_socket` may invoke it.
+/// The target's ARN, socket and live figures, if the caller on `caller_socket` may
+/// invoke it.
 fn resolve(
     state: &GatewayState,
     caller_socket: u64,
     address: &str,
-) -> Result<(String, Arc<ConnectorLink>), InvokeFailure> {
+) -> Result<(String, Arc<ConnectorLink>, Arc<RegistrationFigures>), InvokeFailure> {
     let registry = state.registry();
     if state.approvals.mode == ApprovalMode::Manual && !registry.socket_has_approved(caller_socket)
     {
@@ -230,5 +241,5 @@ fn resolve(
             ),
         });
     }
-    Ok((target.arn, target.socket))
+    Ok((target.arn, target.socket, target.figures))
 }

@@ -13,6 +13,7 @@
 //! wait): a register response is queued under the registry's lock, so that nothing
 //! addressed to the registration can be queued ahead of it.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::Message as WsMessage;
@@ -20,6 +21,7 @@ use tokio::sync::mpsc::{self, Permit};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::figures::OutcomeCounts;
 use super::pending::PendingRequests;
 use crate::error::{Error, Result};
 use crate::phoenix::{encode_proto, LOBBY_TOPIC};
@@ -60,7 +62,18 @@ pub(crate) struct ConnectorLink {
     /// One permit per execute answered by, or invoke sent from, this link
     /// ([`super::GatewayConfig::max_in_flight_per_socket`]).
     pub(crate) in_flight: Arc<Semaphore>,
+    /// How many permits `in_flight` started with, so the console can show how many
+    /// are taken.
+    in_flight_cap: usize,
     pub(crate) kill: CancellationToken,
+    /// The peer's address, recorded at accept (`None` when the server could not tell,
+    /// e.g. a router served without connect info); shown on `GET /api/v1/connections`.
+    pub(crate) peer: Option<SocketAddr>,
+    /// When the link was accepted, in ms since the epoch.
+    pub(crate) since_ms: u64,
+    /// Invokes this link sent, by outcome. Counted per link because an invoke request
+    /// does not say which of the link's registrations sent it.
+    pub(crate) invokes_sent: OutcomeCounts,
 }
 
 /// A place reserved in a link's writer queue ([`ConnectorLink::reserve`]): sending
@@ -96,20 +109,34 @@ impl QueueSlot<'_> {
 }
 
 impl ConnectorLink {
-    /// A link with an empty pending map and `in_flight` slots.
+    /// A link from `peer`, accepted now, with an empty pending map and `in_flight`
+    /// slots.
     pub(crate) fn new(
         id: u64,
         outbound: Outbound,
         in_flight: usize,
         kill: CancellationToken,
+        peer: Option<SocketAddr>,
     ) -> Self {
+        let in_flight_cap = in_flight.min(Semaphore::MAX_PERMITS);
         ConnectorLink {
             id,
             outbound,
             pending: Mutex::default(),
-            in_flight: Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
+            in_flight: Arc::new(Semaphore::new(in_flight_cap)),
+            in_flight_cap,
             kill,
+            peer,
+            since_ms: u64::try_from(crate::clock::now_ms()).unwrap_or(0),
+            invokes_sent: OutcomeCounts::default(),
         }
+    }
+
+    /// Executes answered by and invokes sent from this link that hold an in-flight
+    /// slot now.
+    pub(crate) fn in_flight_now(&self) -> usize {
+        self.in_flight_cap
+            .saturating_sub(self.in_flight.available_permits())
     }
 
     /// `websocket` or `grpc`.

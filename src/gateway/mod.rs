@@ -6,7 +6,9 @@
 //! registry, the execute and invoke paths and the limits (`link.rs`, `session.rs`), and
 //! are counted by transport. The HTTP API:
 //! `GET /api/v1/connectors`, `POST /api/v1/connectors/{arn}/execute`,
-//! `GET /api/v1/stats` and `GET /metrics` (Prometheus text). Server behaviour follows
+//! `GET /api/v1/stats` and `GET /metrics` (Prometheus text), and the operator console's
+//! views (`views.rs`: paged registrations with live figures, tenants, connections,
+//! a per-second series; listed in `http_api.rs`). Server behaviour follows
 //! real Phoenix: `unmatched topic` replies for pushes on unjoined topics, a duplicate
 //! join closes the old channel with `phx_close` before answering the new one, a leave
 //! is answered and then closed, idle sockets are closed. A closed channel takes its
@@ -67,6 +69,7 @@ mod console;
 mod credentials;
 mod execute;
 mod faults;
+mod figures;
 mod grpc;
 mod hooks;
 mod http_api;
@@ -78,6 +81,7 @@ mod pending;
 mod persist;
 mod registry;
 mod report;
+mod series;
 mod server;
 mod session;
 mod socket;
@@ -85,6 +89,7 @@ mod state;
 mod stats;
 mod testkit;
 mod tokens;
+mod views;
 
 pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use execute::ExecuteOutcome;

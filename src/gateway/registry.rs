@@ -6,9 +6,12 @@
 //! that can be told of their approval.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::figures::RegistrationFigures;
 use super::report::ReportedMetrics;
 use crate::error::Error;
 use crate::identity::{sanitize, Arn, RegistrationKey};
@@ -57,7 +60,7 @@ pub struct RegistrationInfo {
 
 /// A registration found by [`Registry::resolve`]: what an invoke needs to route to it
 /// and to decide whether the caller may.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Resolved<S> {
     pub(crate) arn: String,
     pub(crate) tenant: String,
@@ -65,6 +68,17 @@ pub(crate) struct Resolved<S> {
     /// Awaiting approval: an invoke must not reach it.
     pub(crate) pending: bool,
     pub(crate) socket: S,
+    /// Its live figures, counted by the invoke without another look-up.
+    pub(crate) figures: Arc<RegistrationFigures>,
+}
+
+/// One registration as the console's paged listing reads it, borrowed from the
+/// registry under its lock ([`Registry::entries_after`]).
+pub(crate) struct EntryView<'a> {
+    pub(crate) info: &'a RegistrationInfo,
+    pub(crate) figures: &'a RegistrationFigures,
+    /// When it registered on its current link (ms since the epoch).
+    pub(crate) since_ms: u64,
 }
 
 /// Whether a registration may be executed.
@@ -78,7 +92,7 @@ pub(crate) enum Status {
 
 impl Status {
     /// The label in [`RegistrationInfo::status`].
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Status::Approved => "approved",
             Status::Pending => "pending",
@@ -124,6 +138,10 @@ struct Entry<S> {
     socket: S,
     /// When it became pending (ms since the epoch); meaningless once approved.
     requested_at_ms: u64,
+    /// When it registered on its current link (ms since the epoch).
+    since_ms: u64,
+    /// Executes, errors, in flight, invokes: shared with the execute and invoke paths.
+    figures: Arc<RegistrationFigures>,
 }
 
 impl<S: Clone> Registry<S> {
@@ -207,13 +225,16 @@ impl<S: Clone> Registry<S> {
         let mut requested_at_ms = now_ms;
         // A re-register on the same socket (after approval, say) keeps its report; one
         // from another socket is a new connection and keeps nothing of the old one.
+        // So do its registration time and live figures.
         let mut metrics = None;
+        let (mut since_ms, mut figures) = (now_ms, Arc::default());
         if let Some(old) = self.by_arn.remove(&arn) {
             if old.info.status == Status::Pending.label() {
                 requested_at_ms = old.requested_at_ms;
             }
             if old.info.socket_id == socket_id {
                 metrics = old.info.metrics;
+                (since_ms, figures) = (old.since_ms, old.figures);
             } else if let Some(set) = self.socket_arns.get_mut(&old.info.socket_id) {
                 set.remove(&arn);
             }
@@ -265,6 +286,8 @@ impl<S: Clone> Registry<S> {
             info,
             socket,
             requested_at_ms,
+            since_ms,
+            figures,
         };
         self.by_arn.insert(arn.clone(), entry);
         RegisterOutcome::Accepted { arn }
@@ -338,16 +361,19 @@ impl<S: Clone> Registry<S> {
         self.by_arn.get(arn).map(|e| e.socket.clone())
     }
 
-    /// The socket of the registration with this ARN, if it may be executed:
-    /// [`Error::NotFound`] when there is none, [`Error::PendingApproval`] while it
-    /// awaits the operator.
-    pub(crate) fn lookup_executable(&self, arn: &str) -> crate::Result<S> {
+    /// The socket and live figures of the registration with this ARN, if it may be
+    /// executed: [`Error::NotFound`] when there is none, [`Error::PendingApproval`]
+    /// while it awaits the operator.
+    pub(crate) fn lookup_executable(
+        &self,
+        arn: &str,
+    ) -> crate::Result<(S, Arc<RegistrationFigures>)> {
         match self.by_arn.get(arn) {
             None => Err(Error::NotFound(format!("no registration with ARN {arn}"))),
             Some(e) if e.info.status == Status::Pending.label() => {
                 Err(Error::PendingApproval(pending_message(arn)))
             }
-            Some(e) => Ok(e.socket.clone()),
+            Some(e) => Ok((e.socket.clone(), e.figures.clone())),
         }
     }
 
@@ -364,6 +390,7 @@ impl<S: Clone> Registry<S> {
             global: entry.info.scope == SCOPE_GLOBAL,
             pending: entry.info.status == Status::Pending.label(),
             socket: entry.socket.clone(),
+            figures: entry.figures.clone(),
         })
     }
 
@@ -399,6 +426,36 @@ impl<S: Clone> Registry<S> {
     /// All registrations, ordered by ARN.
     pub(crate) fn list(&self) -> Vec<RegistrationInfo> {
         self.by_arn.values().map(|e| e.info.clone()).collect()
+    }
+
+    /// The registrations after `after` (all when `None`), ordered by ARN: the console's
+    /// keyset paging reads a range of the map instead of a copy of it.
+    pub(crate) fn entries_after<'a>(
+        &'a self,
+        after: Option<&'a str>,
+    ) -> impl Iterator<Item = EntryView<'a>> + 'a {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.by_arn
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, e)| EntryView {
+                info: &e.info,
+                figures: &e.figures,
+                since_ms: e.since_ms,
+            })
+    }
+
+    /// The ARNs a socket carries, in no order.
+    pub(crate) fn arns_of_socket(&self, socket_id: u64) -> impl Iterator<Item = &str> {
+        self.socket_arns
+            .get(&socket_id)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+
+    /// Every bound socket with its tenant.
+    pub(crate) fn socket_tenants(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.socket_tenant.iter().map(|(id, t)| (*id, t.as_str()))
     }
 
     /// Registrations per transport, every transport present (zero included).
@@ -560,8 +617,10 @@ mod tests {
         assert_eq!(by_arn.socket, 1);
         assert_eq!(by_arn.tenant, "acme");
         assert!(!by_arn.global);
-        assert_eq!(r.resolve("acme.echo.node 1"), Some(by_arn.clone()));
-        assert_eq!(r.resolve("acme.echo.node-1"), Some(by_arn));
+        let found = |a: &str| r.resolve(a).map(|t| (t.arn, t.socket));
+        let by_arn = Some((by_arn.arn, by_arn.socket));
+        assert_eq!(found("acme.echo.node 1"), by_arn);
+        assert_eq!(found("acme.echo.node-1"), by_arn);
         for nobody in [
             "matrix:acme:echo:other",
             "acme.echo",
@@ -569,7 +628,7 @@ mod tests {
             "acme..x",
             "plain",
         ] {
-            assert_eq!(r.resolve(nobody), None, "{nobody}");
+            assert!(r.resolve(nobody).is_none(), "{nobody}");
         }
     }
 
@@ -636,7 +695,7 @@ mod tests {
         let (key, socket) = r.approve("matrix:a:echo:x").unwrap();
         assert_eq!((key.dot_key(), socket), ("a.echo.x", 1));
         assert!(r.socket_has_approved(1));
-        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
+        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap().0, 1);
         assert!(r.approve("matrix:a:echo:x").is_none(), "no longer pending");
         assert!(r.pending().is_empty());
     }
@@ -650,7 +709,7 @@ mod tests {
             matches!(&intruder, RegisterOutcome::Refused { reason, .. } if reason.contains("another live connection")),
             "{intruder:?}"
         );
-        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap(), 1);
+        assert_eq!(r.lookup_executable("matrix:a:echo:x").unwrap().0, 1);
         assert!(r.pending().is_empty());
         // Its own link may pend it again (credentials lost, say), and once the
         // approved link is gone a bare register from elsewhere pends.

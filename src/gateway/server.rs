@@ -43,6 +43,9 @@ pub struct Gateway {
     /// The gRPC accept loop, when serving gRPC; like `server`, not among the tracked
     /// tasks, which count per-connection work.
     grpc_server: Option<tokio::task::JoinHandle<()>>,
+    /// The live chart's sampler (`views.rs`): gateway-wide like the accept loops, so
+    /// also not among the tracked tasks; it stops on the gateway's cancellation.
+    sampler: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Gateway {
@@ -80,6 +83,7 @@ impl Gateway {
             None => None,
         };
         let state = Arc::new(GatewayState::new(config, approvals));
+        let sampler = super::views::spawn_sampler(&state);
         let grpc_server =
             grpc_listener.map(|listener| tokio::spawn(super::grpc::serve(state.clone(), listener)));
         let app = super::http_api::router(state.clone());
@@ -94,6 +98,9 @@ impl Gateway {
         });
         let cancel = state.cancel.clone();
         let server = tokio::spawn(async move {
+            // With each connection's peer address, which the socket upgrade records
+            // on its link (`GET /api/v1/connections`).
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { cancel.cancelled().await });
             if let Err(e) = serve.await {
@@ -106,6 +113,7 @@ impl Gateway {
             grpc_addr,
             server: Some(server),
             grpc_server,
+            sampler: Some(sampler),
         })
     }
 
@@ -237,7 +245,11 @@ impl Gateway {
         self.state.cancel.cancel();
         self.drop_all_sockets();
         self.state.tasks.close();
-        let servers = [self.server.take(), self.grpc_server.take()];
+        let servers = [
+            self.server.take(),
+            self.grpc_server.take(),
+            self.sampler.take(),
+        ];
         let tasks = self.state.tasks.clone();
         let stopped = tokio::time::timeout(SHUTDOWN_GRACE, async move {
             for server in servers.into_iter().flatten() {

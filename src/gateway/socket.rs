@@ -6,6 +6,7 @@
 //! WebSocket frame carrying the raw protobuf bytes; both are accepted on the joined
 //! lobby and handled alike.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -29,8 +30,8 @@ use crate::proto::StreamMessage;
 /// caller, or this socket's own reader (backpressure on a client that does not read).
 const WRITER_QUEUE: usize = 1024;
 
-/// Serves one upgraded socket until it closes, idles out, or is killed.
-pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket) {
+/// Serves one upgraded socket from `peer` until it closes, idles out, or is killed.
+pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<SocketAddr>) {
     let id = state.next_socket.fetch_add(1, Relaxed);
     let (tx, rx) = mpsc::channel(WRITER_QUEUE);
     let wire = Outbound::Phoenix {
@@ -42,6 +43,7 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket) {
         wire,
         state.config.max_in_flight_per_socket,
         state.cancel.child_token(),
+        peer,
     ));
     state.add_link(link.clone());
     state.counters.sockets_accepted.fetch_add(1, Relaxed);

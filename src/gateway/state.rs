@@ -5,7 +5,7 @@
 //! modules uses this one, and this one uses none of them. The test kit's fault
 //! switches are not in it but beside it, in [`Faults`] (`faults.rs`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -18,6 +18,7 @@ use super::config::GatewayConfig;
 use super::faults::Faults;
 use super::link::ConnectorLink;
 use super::registry::Registry;
+use super::series::Series;
 use super::stats::{Counters, GatewayStats};
 
 /// The state shared by the accept loop, socket tasks, HTTP handlers and the test kit.
@@ -26,8 +27,13 @@ pub(crate) struct GatewayState {
     /// The approval mode, keys and credentials (`approvals.rs`).
     pub(crate) approvals: Approvals,
     pub(crate) counters: Counters,
+    /// Lock order: `registry` before `sockets` when both are held (the console's
+    /// connections view does), never the other way round.
     pub(crate) registry: Mutex<Registry<Arc<ConnectorLink>>>,
-    pub(crate) sockets: Mutex<HashMap<u64, Arc<ConnectorLink>>>,
+    /// Every open link by id; ordered, so the connections view pages by id.
+    pub(crate) sockets: Mutex<BTreeMap<u64, Arc<ConnectorLink>>>,
+    /// The live chart's last five minutes, one point a second (`views.rs` samples).
+    pub(crate) series: Mutex<Series>,
     pub(crate) next_socket: AtomicU64,
     pub(crate) next_request: AtomicU64,
     /// The test kit's switches: read here, written only by the hooks (`hooks.rs`).
@@ -53,6 +59,7 @@ impl GatewayState {
             counters: Counters::default(),
             registry: Mutex::new(Registry::new()),
             sockets: Mutex::default(),
+            series: Mutex::default(),
             next_socket: AtomicU64::new(1),
             next_request: AtomicU64::new(1),
             faults: Faults::default(),

@@ -10,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
+use super::series::{LatencyBuckets, Totals};
+
 /// How an invoke ended, as counted in [`GatewayStats::invokes`] and labelled in
 /// `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +34,7 @@ pub(crate) enum InvokeOutcome {
 
 impl InvokeOutcome {
     /// Every outcome, in label order; each has a counter slot at its index.
-    const ALL: [InvokeOutcome; 7] = [
+    pub(crate) const ALL: [InvokeOutcome; 7] = [
         InvokeOutcome::Ok,
         InvokeOutcome::Error,
         InvokeOutcome::Timeout,
@@ -68,6 +70,12 @@ pub(crate) struct Counters {
     pub(crate) frames_in: AtomicU64,
     pub(crate) frames_out: AtomicU64,
     pub(crate) executes_routed: AtomicU64,
+    /// Routed executes that ended (answered, timed out or cut off by their link).
+    executes_completed: AtomicU64,
+    /// Of those, the ones that did not succeed.
+    execute_errors: AtomicU64,
+    /// Round trips of the answered executes of the current second (`series.rs`).
+    pub(crate) latency: LatencyBuckets,
     invokes: [AtomicU64; InvokeOutcome::ALL.len()],
     dropped: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -76,6 +84,36 @@ impl Counters {
     /// Counts one finished invoke.
     pub(crate) fn invoke(&self, outcome: InvokeOutcome) {
         self.invokes[outcome as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Counts one routed execute that ended: `answered_in` is its round trip when the
+    /// connector answered (the only ones the latency chart shows, so that timeouts do
+    /// not pose as latency), `ok` whether it succeeded.
+    pub(crate) fn execute_ended(&self, answered_in: Option<std::time::Duration>, ok: bool) {
+        self.executes_completed.fetch_add(1, Relaxed);
+        if !ok {
+            self.execute_errors.fetch_add(1, Relaxed);
+        }
+        if let Some(took) = answered_in {
+            self.latency.record(took);
+        }
+    }
+
+    /// The cumulative figures the live chart samples: executes and invokes completed,
+    /// and those of them that failed.
+    pub(crate) fn totals(&self) -> Totals {
+        let (mut invokes, mut invoke_errors) = (0, 0);
+        for o in InvokeOutcome::ALL {
+            let n = self.invokes[o as usize].load(Relaxed);
+            invokes += n;
+            if o != InvokeOutcome::Ok {
+                invoke_errors += n;
+            }
+        }
+        Totals {
+            round_trips: self.executes_completed.load(Relaxed) + invokes,
+            errors: self.execute_errors.load(Relaxed) + invoke_errors,
+        }
     }
 
     /// Counts a dropped inbound frame under a stable reason.
@@ -262,6 +300,24 @@ fn labelled(label: &str, values: &BTreeMap<String, u64>) -> Family<Vec<(String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn totals_add_executes_and_invokes_and_count_every_failure() {
+        let c = Counters::default();
+        c.execute_ended(Some(std::time::Duration::from_millis(1)), true);
+        c.execute_ended(Some(std::time::Duration::from_millis(1)), false);
+        c.execute_ended(None, false);
+        c.invoke(InvokeOutcome::Ok);
+        c.invoke(InvokeOutcome::NotFound);
+        assert_eq!(
+            c.totals(),
+            Totals {
+                round_trips: 5,
+                errors: 3
+            }
+        );
+        assert_eq!(c.latency.take().count(), 2, "only answered executes");
+    }
 
     #[test]
     fn prometheus_text_carries_every_counter_and_drop_reason() {
