@@ -6,7 +6,8 @@
 //! Every view calls the operation its JSON endpoint calls (the registry's listings,
 //! the stats, `operator::approve`/`reject`), never the HTTP API itself.
 //!
-//! Pages: `/console` (counters, invokes by outcome, pending approvals),
+//! Pages: `/console` (counters, invokes by outcome, the live charts of round trips,
+//! errors and latency, tenants, pending approvals), `/console/connections` (paged),
 //! `/console/registrations` (paged, filtered by tenant, status, transport and text),
 //! `/console/registrations/{arn}` (capabilities, metadata, last metrics report).
 
@@ -21,8 +22,9 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::operator;
-use super::registry::RegistrationInfo;
 use super::state::GatewayState;
+use super::views::{ConnectionsQuery, RegistrationsQuery};
+use crate::console::chart::{self, Series};
 use crate::console::format::{ago, count, time};
 use crate::console::guard::encode_component;
 use crate::console::{page, ConsoleKit, Page, Region, SessionInfo};
@@ -43,6 +45,7 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
         vec![
             ("/console", "Overview"),
             ("/console/registrations", "Registrations"),
+            ("/console/connections", "Connections"),
         ],
         state.cancel.child_token(),
     );
@@ -53,6 +56,7 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
     let pages = Router::new()
         .route("/console", get(overview))
         .route("/console/registrations", get(registrations))
+        .route("/console/connections", get(connections))
         .route("/console/registrations/{arn}", get(registration))
         .route("/console/registrations/{arn}/approve", post(approve))
         .route("/console/registrations/{arn}/reject", post(reject))
@@ -166,64 +170,134 @@ async fn overview(
                 }
             }
         };
-        Page::new("Overview", vec![Region::new("gw-stats", cards), Region::new("gw-approvals", approvals)])
+        Page::new(
+            "Overview",
+            vec![
+                Region::new("gw-stats", cards),
+                Region::new("gw-chart", charts(state)),
+                Region::new("gw-tenants", tenants(state)),
+                Region::new("gw-approvals", approvals),
+            ],
+        )
     })
     .await
 }
 
-/// The registrations page's filters (also the JSON endpoint's).
-#[derive(Debug, Clone, Default, Deserialize)]
-struct ListQuery {
-    #[serde(default)]
-    tenant: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    transport: String,
-    #[serde(default)]
-    q: String,
-    #[serde(default)]
-    after: String,
-}
-
 /// Rows on one console page of registrations.
-const PAGE_ROWS: usize = 50;
+const PAGE_ROWS: &str = "50";
 
-impl ListQuery {
-    fn matches(&self, r: &RegistrationInfo) -> bool {
-        let q = self.q.to_lowercase();
-        (self.tenant.is_empty() || r.tenant_id == self.tenant)
-            && (self.status.is_empty() || r.status == self.status)
-            && (self.transport.is_empty() || r.transport == self.transport)
-            && (q.is_empty()
-                || [&r.arn, &r.connector_type, &r.instance_id]
-                    .iter()
-                    .any(|f| f.to_lowercase().contains(&q)))
-    }
-
-    fn href_after(&self, after: &str) -> String {
-        format!(
-            "/console/registrations?tenant={}&status={}&transport={}&q={}&after={}",
-            encode_component(&self.tenant),
-            encode_component(&self.status),
-            encode_component(&self.transport),
-            encode_component(&self.q),
-            encode_component(after)
-        )
+/// The live charts: round trips and errors per second, execute latency, over the
+/// last five minutes (`GET /api/v1/stats/series`).
+fn charts(state: &GatewayState) -> Markup {
+    let series = state.stats_series();
+    let pick =
+        |f: fn(&super::series::Point) -> f64| series.points.iter().map(f).collect::<Vec<_>>();
+    let slots = super::series::SERIES_POINTS;
+    html! {
+        h2 { "Last five minutes" }
+        div.cards {
+            div.card style="flex:1" {
+                (chart::line("per second", &[
+                    Series { label: "round trips", values: pick(|p| p.round_trips as f64) },
+                    Series { label: "errors", values: pick(|p| p.errors as f64) },
+                ], slots))
+            }
+            div.card style="flex:1" {
+                (chart::line("execute latency, ms", &[
+                    Series { label: "p50", values: pick(|p| p.latency_p50_ms.unwrap_or(0.0)) },
+                    Series { label: "p99", values: pick(|p| p.latency_p99_ms.unwrap_or(0.0)) },
+                ], slots))
+            }
+        }
     }
 }
 
-fn filters(q: &ListQuery) -> Markup {
+/// Tenants with their connections and registrations (`GET /api/v1/tenants`).
+fn tenants(state: &GatewayState) -> Markup {
+    let view = state.tenants();
+    html! {
+        h2 { "Tenants" }
+        @if view.items.is_empty() { p.muted { "No tenant has connected." } }
+        table #tenants.compact {
+            tr { th { "tenant" } th.num { "connections" } th.num { "registrations" } th.num { "approved" } th.num { "pending" } }
+            @for t in &view.items {
+                tr {
+                    td { a href=(format!("/console/registrations?tenant={}", encode_component(&t.tenant_id))) { (t.tenant_id) } }
+                    td.num { a href=(format!("/console/connections?tenant={}", encode_component(&t.tenant_id))) { (count(t.connections as u64)) } }
+                    td.num { (count(t.registrations as u64)) } td.num { (count(t.approved as u64)) } td.num { (count(t.pending as u64)) }
+                }
+            }
+        }
+        @if view.unbound_connections > 0 { p.muted { (view.unbound_connections) " connection(s) have registered nothing yet." } }
+    }
+}
+
+async fn connections(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    Query(q): Query<ConnectionsQuery>,
+    headers: HeaderMap,
+) -> Response {
+    serve(app, session, &headers, move |state, _csrf| {
+        let tenant = q.tenant.clone().unwrap_or_default();
+        let href = |after: &str| {
+            format!("/console/connections?tenant={}&after={}", encode_component(&tenant), encode_component(after))
+        };
+        let table = match q.clone().parse() {
+            Err(e) => html! { p.error { (e) } },
+            Ok(filter) => {
+                let page = state.connections_page(&filter);
+                let now = now();
+                html! {
+                    p.muted { (count(page.total as u64)) " open" }
+                    table #connections {
+                        tr { th.num { "id" } th { "transport" } th { "tenant" } th { "peer" } th { "since" } th.num { "registrations" } th.num { "in flight" } th { "invokes sent" } }
+                        @for c in &page.items {
+                            tr data-link=(c.id) {
+                                td.num { (c.id) } td { (c.transport) } td { (c.tenant_id.as_deref().unwrap_or("—")) }
+                                td { code { (c.peer.as_deref().unwrap_or("—")) } } td { (ago(now, c.since_ms as i64)) }
+                                td.num { (count(c.registrations as u64)) } td.num { (c.in_flight) }
+                                td { @for (k, v) in &c.invokes_sent { @if *v > 0 { (k) " " (count(*v)) " " } } }
+                            }
+                        }
+                    }
+                    div.pager {
+                        @if q.after.as_deref().is_some_and(|a| !a.is_empty()) { a href=(href("")) { "First page" } }
+                        @if let Some(n) = page.next { a #next-page href=(href(&n.to_string())) { "Next page" } }
+                    }
+                }
+            }
+        };
+        Page::new("Connections", vec![Region::new("gw-connections", html! { h1 { "Connections" } (table) })])
+    })
+    .await
+}
+
+/// The registrations page's address for the same filters from `after` on.
+fn href_after(q: &RegistrationsQuery, after: &str) -> String {
+    let v = |o: &Option<String>| encode_component(o.as_deref().unwrap_or(""));
+    format!(
+        "/console/registrations?tenant={}&status={}&transport={}&q={}&after={}",
+        v(&q.tenant),
+        v(&q.status),
+        v(&q.transport),
+        v(&q.q),
+        encode_component(after)
+    )
+}
+
+fn filters(q: &RegistrationsQuery) -> Markup {
+    let is = |v: &Option<String>, s: &str| v.as_deref().unwrap_or("") == s;
     html! {
         form.filters method="get" action="/console/registrations" {
-            label { "tenant" input name="tenant" value=(q.tenant); }
+            label { "tenant" input name="tenant" value=(q.tenant.as_deref().unwrap_or("")); }
             label { "status" select name="status" {
-                @for s in ["", "approved", "pending"] { option value=(s) selected[q.status == s] { (if s.is_empty() { "any" } else { s }) } }
+                @for s in ["", "approved", "pending"] { option value=(s) selected[is(&q.status, s)] { (if s.is_empty() { "any" } else { s }) } }
             } }
             label { "transport" select name="transport" {
-                @for s in ["", "websocket", "grpc"] { option value=(s) selected[q.transport == s] { (if s.is_empty() { "any" } else { s }) } }
+                @for s in ["", "websocket", "grpc"] { option value=(s) selected[is(&q.transport, s)] { (if s.is_empty() { "any" } else { s }) } }
             } }
-            label { "search" input name="q" value=(q.q) placeholder="ARN, type or instance"; }
+            label { "search" input name="q" value=(q.q.as_deref().unwrap_or("")) placeholder="ARN, type or instance"; }
             button type="submit" { "Filter" }
         }
     }
@@ -232,52 +306,53 @@ fn filters(q: &ListQuery) -> Markup {
 async fn registrations(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
-    Query(q): Query<ListQuery>,
+    Query(q): Query<RegistrationsQuery>,
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, move |state, csrf| {
-        let (rows, next, total) = {
-            let reg = state.registry();
-            let all = reg.list();
-            let matching: Vec<_> = all.into_iter().filter(|r| q.matches(r)).collect();
-            let total = matching.len();
-            let rows: Vec<_> = matching
-                .into_iter()
-                .filter(|r| q.after.is_empty() || r.arn > q.after)
-                .take(PAGE_ROWS + 1)
-                .collect();
-            (rows, None::<String>, total)
-        };
-        let mut rows = rows;
-        let next = next.or_else(|| (rows.len() > PAGE_ROWS).then(|| rows[PAGE_ROWS - 1].arn.clone()));
-        rows.truncate(PAGE_ROWS);
-        let back = q.href_after(&q.after);
-        let table = html! {
-            p.muted { (count(total as u64)) " matching" }
-            table #registrations {
-                tr { th { "ARN" } th { "tenant" } th { "type" } th { "instance" } th { "status" } th { "transport" }
-                     th { "capabilities" } th.num { "requests" } th.num { "failed" } th {} }
-                @for r in &rows {
-                    tr data-arn=(r.arn) {
-                        td { a href=(arn_href(&r.arn)) { code { (r.arn) } } }
-                        td { (r.tenant_id) } td { (r.connector_type) } td { (r.instance_id) }
-                        td { (status_pill(&r.status)) } td { (r.transport) }
-                        td { (r.capabilities.len()) }
-                        td.num { (r.metrics.as_ref().map(|m| count(m.requests_received.max(0) as u64)).unwrap_or_default()) }
-                        td.num { (r.metrics.as_ref().map(|m| count(m.requests_failed.max(0) as u64)).unwrap_or_default()) }
-                        td { @if r.status == "pending" { (approval_buttons(&r.arn, csrf, &back)) } }
+        let mut query = q.clone();
+        query.limit = Some(PAGE_ROWS.to_owned());
+        let after = q.after.clone().unwrap_or_default();
+        let back = href_after(&q, &after);
+        let table = match query.parse() {
+            Err(e) => html! { p.error { (e) } },
+            Ok(filter) => {
+                let page = state.registrations_page(&filter);
+                let now = now();
+                html! {
+                    p.muted { (count(page.total as u64)) " matching" }
+                    table #registrations {
+                        tr { th { "ARN" } th { "tenant" } th { "type" } th { "instance" } th { "status" } th { "transport" }
+                             th.num { "capabilities" } th.num { "executes" } th.num { "errors" } th.num { "in flight" } th { "since" } th {} }
+                        @for item in &page.items {
+                            @let r = &item.info;
+                            tr data-arn=(r.arn) {
+                                td { a href=(arn_href(&r.arn)) { code { (r.arn) } } }
+                                td { (r.tenant_id) } td { (r.connector_type) } td { (r.instance_id) }
+                                td { (status_pill(&r.status)) } td { (r.transport) }
+                                td.num { (r.capabilities.len()) }
+                                td.num.executes { (count(item.figures.executes)) }
+                                td.num { (count(item.figures.execute_errors)) }
+                                td.num { (count(item.figures.in_flight)) }
+                                td { (ago(now, item.since_ms as i64)) }
+                                td { @if r.status == "pending" { (approval_buttons(&r.arn, csrf, &back)) } }
+                            }
+                        }
+                    }
+                    div.pager {
+                        @if !after.is_empty() { a href=(href_after(&q, "")) { "First page" } }
+                        @if let Some(n) = &page.next { a #next-page href=(href_after(&q, n)) { "Next page" } }
                     }
                 }
             }
-            div.pager {
-                @if !q.after.is_empty() { a href=(q.href_after("")) { "First page" } }
-                @if let Some(n) = &next { a #next-page href=(q.href_after(n)) { "Next page" } }
-            }
         };
-        Page::new("Registrations", vec![
+        Page::new(
+            "Registrations",
+            vec![
                 Region::new("gw-filters", html! { h1 { "Registrations" } (filters(&q)) }),
                 Region::new("gw-registrations", table),
-            ])
+            ],
+        )
     })
     .await
 }
@@ -289,10 +364,11 @@ async fn registration(
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, move |state, csrf| {
-        let found = state.registry().list().into_iter().find(|r| r.arn == arn);
-        let Some(r) = found else {
+        let Some(item) = state.registration(&arn) else {
             return Page::missing("gw-registration", &format!("No registration {arn} is connected now."));
         };
+        let r = &item.info;
+        let f = &item.figures;
         let body = html! {
             h1 { code { (r.arn) } " " (status_pill(&r.status)) }
             @if r.status == "pending" { p { (approval_buttons(&r.arn, csrf, &arn_href(&r.arn))) } }
@@ -302,6 +378,12 @@ async fn registration(
                 tr { th { "instance" } td { (r.instance_id) } }
                 tr { th { "transport" } td { (r.transport) " (link " (r.socket_id) ")" } }
                 tr { th { "scope" } td { (r.scope) } }
+                tr { th { "registered" } td { (time(item.since_ms as i64)) " (" (ago(now(), item.since_ms as i64)) ")" } }
+                tr { th { "executes / errors / timeouts" }
+                     td #reg-executes { (count(f.executes)) " / " (count(f.execute_errors)) " / " (count(f.execute_timeouts)) } }
+                tr { th { "in flight" } td { (count(f.in_flight)) } }
+                tr { th { "invokes received" }
+                     td { @for (k, v) in &f.invokes_received { @if *v > 0 { (k) " " (count(*v)) " " } } } }
             }
             h2 { "Capabilities" }
             @if r.capabilities.is_empty() { p.muted { "None listed." } }

@@ -444,6 +444,15 @@ impl<S: Clone> Registry<S> {
             })
     }
 
+    /// The registration `arn`, if there is one.
+    pub(crate) fn entry(&self, arn: &str) -> Option<EntryView<'_>> {
+        self.by_arn.get(arn).map(|e| EntryView {
+            info: &e.info,
+            figures: &e.figures,
+            since_ms: e.since_ms,
+        })
+    }
+
     /// The ARNs a socket carries, in no order.
     pub(crate) fn arns_of_socket(&self, socket_id: u64) -> impl Iterator<Item = &str> {
         self.socket_arns

@@ -379,6 +379,11 @@ impl GatewayState {
         Page { items, next, total }
     }
 
+    /// One registration with its live figures (the console's registration page).
+    pub(crate) fn registration(&self, arn: &str) -> Option<RegistrationItem> {
+        self.registry().entry(arn).map(|e| RegistrationItem::of(&e))
+    }
+
     /// Every tenant with its connection and registration counts (`GET
     /// /api/v1/tenants`).
     pub(crate) fn tenants(&self) -> TenantsView {
