@@ -322,7 +322,7 @@ async fn a_dead_letter_keeps_the_history_and_fans_out_rows_that_carry_it(kind: S
         .dead_letters(&DeadLetterQuery {
             binding_id: Some("nobody".into()),
             limit: 10,
-            before_id: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -500,7 +500,7 @@ async fn a_message_past_its_max_receives_becomes_a_dead_letter_and_replays_to_it
         .dead_letters(&DeadLetterQuery {
             binding_id: Some(B.into()),
             limit: 10,
-            before_id: None,
+            ..Default::default()
         })
         .await
         .unwrap();
