@@ -261,6 +261,18 @@ pub struct DeadLetterQuery {
     pub error_kind: Option<String>,
 }
 
+/// The three totals the outbox depth chart samples once a second: cheaper than
+/// [`OutboxStats`], which groups every row by binding.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OutboxDepth {
+    /// Rows due now (leased or not, as [`OutboxStats::due`] counts them).
+    pub due: u64,
+    /// Rows under a live lease.
+    pub leased: u64,
+    /// Dead letters kept.
+    pub dead_letters: u64,
+}
+
 /// Everything the outbox holds about one event, for its detail view: the rows still
 /// pending, its queue messages, its dead letters and its synchronous run records.
 /// Each list is read through an index on `event_id`, so it costs the event's own

@@ -335,11 +335,11 @@ impl RuntimeBuilder {
             move || {
                 let store = sampled.clone();
                 async move {
-                    let stats = store.backend().stats(crate::store::now_ms()).await.ok()?;
+                    let d = store.backend().depth(crate::store::now_ms()).await.ok()?;
                     Some(outbox_series::Sample {
-                        due: stats.due,
-                        leased: stats.leased,
-                        dead_letters: stats.dead_letters,
+                        due: d.due,
+                        leased: d.leased,
+                        dead_letters: d.dead_letters,
                     })
                 }
             },

@@ -1,7 +1,8 @@
 //! The outbox depth over time, for the console's chart and `GET
 //! /api/v1/outbox/series`: a fixed ring of samples ([`SeriesRing`], [`CAPACITY`] of
 //! them, one per [`INTERVAL`]: the last five minutes) kept in memory, filled by one
-//! light task ([`sample_loop`]) that reads the outbox stats once per interval.
+//! light task ([`sample_loop`]) that reads the outbox depth totals once per interval
+//! (`OutboxStore::depth`: three counts, not the per-binding stats).
 //!
 //! In memory rather than in the store because it is a view of the recent past for
 //! whoever is watching: losing it at a restart costs a few minutes of chart, and a

@@ -23,8 +23,8 @@ use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
-    Finish, OutboxStats, PendingRow, QueueMessage, QueuedMessage, ReceiveRequest, Received,
-    RunRecord,
+    Finish, OutboxDepth, OutboxStats, PendingRow, QueueMessage, QueuedMessage, ReceiveRequest,
+    Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
@@ -294,6 +294,26 @@ impl OutboxStore for PostgresBackend {
             .await
             .map_err(pg_err("read dead letters"))?;
         Ok(found.iter().map(row_to_dead_letter).collect())
+    }
+
+    async fn depth(&self, now_ms: i64) -> Result<OutboxDepth> {
+        let client = self.client().await?;
+        let r = client
+            .query_one(
+                "SELECT
+                    (SELECT count(*) FROM outbox WHERE next_attempt_at <= $1),
+                    (SELECT count(*) FROM outbox WHERE next_attempt_at > $1
+                        AND lease_token IS NOT NULL),
+                    (SELECT count(*) FROM dead_letters)",
+                &[&now_ms],
+            )
+            .await
+            .map_err(pg_err("read the outbox depth"))?;
+        Ok(OutboxDepth {
+            due: r.get::<_, i64>(0) as u64,
+            leased: r.get::<_, i64>(1) as u64,
+            dead_letters: r.get::<_, i64>(2) as u64,
+        })
     }
 
     async fn event_deliveries(&self, event_id: &str) -> Result<EventDeliveries> {

@@ -22,7 +22,8 @@ use super::{claim, finish, queues, sql_err, SqliteBackend};
 use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Destination, Enqueue, EventDeliveries,
-    Expired, Finish, OutboxStats, PendingRow, QueuedMessage, ReceiveRequest, Received, RunRecord,
+    Expired, Finish, OutboxDepth, OutboxStats, PendingRow, QueuedMessage, ReceiveRequest, Received,
+    RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
@@ -353,6 +354,30 @@ impl OutboxStore for SqliteBackend {
                         .collect()
                 })
                 .map_err(sql_err("read dead letters"))
+        })
+        .await
+    }
+
+    async fn depth(&self, now_ms: i64) -> Result<OutboxDepth> {
+        Self::with(&self.reader, move |c| {
+            c.prepare_cached(
+                "SELECT
+                    (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
+                        WHERE next_attempt_at <= ?1),
+                    (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
+                        WHERE next_attempt_at > ?1 AND lease_token IS NOT NULL),
+                    (SELECT count(*) FROM dead_letters)",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![now_ms], |r| {
+                    Ok(OutboxDepth {
+                        due: r.get::<_, i64>(0)? as u64,
+                        leased: r.get::<_, i64>(1)? as u64,
+                        dead_letters: r.get::<_, i64>(2)? as u64,
+                    })
+                })
+            })
+            .map_err(sql_err("read the outbox depth"))
         })
         .await
     }
