@@ -384,7 +384,11 @@ mod tests {
         assert!(by_id.contains("events_by_id"), "{by_id}");
         // Unfiltered and time-bounded pages walk the primary key newest first: no
         // sort of the table, the LIMIT stops the walk.
-        for p in [q(&|_| {}), q(&|q| q.until_ms = Some(5))] {
+        for p in [
+            q(&|_| {}),
+            q(&|q| q.until_ms = Some(5)),
+            q(&|q| q.since_ms = Some(5)),
+        ] {
             assert!(!p.contains("TEMP B-TREE"), "{p}");
             assert!(
                 !p.contains("SCAN events") || p.contains("PRIMARY KEY"),
