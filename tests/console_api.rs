@@ -366,6 +366,8 @@ async fn a_filtered_bulk_replay_pages_through_its_selection(store: StoreKind) {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert_eq!(resp.json::<Value>().await.unwrap()["replayed"], 0);
+    let (status, v) = post_empty(&rt, "/api/v1/dead-letters/replay?binding=other&until=1").await;
+    assert_eq!((status, v["replayed"].as_u64()), (200, Some(0)), "{v}");
 
     for query in ["limit=0", "limit=1001", "since=soon", "after=-3"] {
         let (status, v) = post_empty(&rt, &format!("/api/v1/dead-letters/replay?{query}")).await;

@@ -40,8 +40,9 @@
 //! - `POST /api/v1/dead-letters/replay?binding=&error_kind=&since=&before=&after=&limit=`
 //!   (the same keys may come as a JSON object body): replays the selected dead
 //!   letters, newest first, each as the single replay does, at most `limit` (1–1000,
-//!   default 100) per call; `before` bounds the time they were dead-lettered (unix
-//!   ms, exclusive), `after` is the previous call's `next`. 200 `{"replayed": n,
+//!   default 100) per call; `since` / `before` (alias `until`) bound the time they
+//!   were dead-lettered (unix ms; `before` exclusive), `after` is the previous call's
+//!   `next` (a dead-letter id). 200 `{"replayed": n,
 //!   "ids", "failed": [{"id", "error", "message"}], "next"}`; `next` is set when more
 //!   may match.
 //! - `GET /api/v1/events/{id}`: one event with everything that became of it (see
@@ -326,7 +327,8 @@ fn selection(query: &HashMap<String, String>, body: &[u8]) -> Result<DeadLetterS
         binding: text("binding"),
         error_kind: text("error_kind"),
         since_ms: int("since")?,
-        before_ms: int("before")?,
+        // `until` as on the dead-letter list; `before` as the issue names it.
+        before_ms: int("before")?.or(int("until")?),
         after_id: int("after")?,
         limit,
     })
