@@ -239,7 +239,7 @@ async fn stored_count(rt: &Runtime) -> u64 {
             source: Some("gh".into()),
             limit: 10_000,
             before_seq: before,
-            event_id: None,
+            ..Default::default()
         };
         let page = rt.store().backend().events(&q).await.unwrap();
         total += page.len() as u64;

@@ -322,7 +322,7 @@ async fn a_dead_letter_keeps_the_history_and_fans_out_rows_that_carry_it(kind: S
         .dead_letters(&DeadLetterQuery {
             binding_id: Some("nobody".into()),
             limit: 10,
-            before_id: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -500,7 +500,7 @@ async fn a_message_past_its_max_receives_becomes_a_dead_letter_and_replays_to_it
         .dead_letters(&DeadLetterQuery {
             binding_id: Some(B.into()),
             limit: 10,
-            before_id: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -537,8 +537,8 @@ async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKin
     f.append("expired", vec![due_at(T - 200)]).await;
     f.append("due", vec![due_at(T - 100)]).await;
     f.append("scheduled", vec![due_at(T + 10_000)]).await;
-    f.append("dead", vec![row("b")]).await;
-    f.append("queued", vec![message("q"), message("q")]).await;
+    let dead_event = stored(f.append("dead", vec![row("b")]).await);
+    let queued_event = stored(f.append("queued", vec![message("q"), message("q")]).await);
 
     let leased = f
         .backend
@@ -586,6 +586,23 @@ async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKin
     let q = &s.queues["q"];
     assert_eq!((q.due, q.leased, q.scheduled), (1, 1, 0));
     assert_eq!(s.oldest_age_ms, Some(oldest), "the oldest of every binding");
+    // The chart's cheap totals agree with the full stats.
+    let d = f.backend.depth(T).await.unwrap();
+    assert_eq!(
+        (d.due, d.leased, d.dead_letters),
+        (s.due, s.leased, s.dead_letters)
+    );
+    // One event's deliveries: the dead letter with its history; the queue messages,
+    // one of them received.
+    let dead = f.backend.event_deliveries(&dead_event).await.unwrap();
+    assert!(dead.pending.is_empty() && dead.queued.is_empty());
+    assert_eq!(dead.dead.len(), 1);
+    assert_eq!(dead.dead[0].errors.len(), 1);
+    let queued = f.backend.event_deliveries(&queued_event).await.unwrap();
+    assert_eq!(queued.queued.len(), 2);
+    assert_eq!(queued.queued.iter().filter(|m| m.received).count(), 1);
+    let nothing = f.backend.event_deliveries("evt_none").await.unwrap();
+    assert_eq!(nothing, Default::default());
 }
 
 async fn expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_ones(

@@ -328,9 +328,8 @@ async fn strand_dead_letters_rows_of_unknown_fingerprints_once_no_lease_holds_th
         [("a".into(), "fp-a".into()), ("c".into(), "fp-c".into())]
     );
     let query = DeadLetterQuery {
-        binding_id: None,
-        before_id: None,
         limit: 10,
+        ..Default::default()
     };
     let dead = f.backend.dead_letters(&query).await.unwrap();
     assert_eq!(dead.len(), 2);

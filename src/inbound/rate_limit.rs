@@ -63,6 +63,13 @@ impl TokenBucket {
         TokenBucket::new(limit.per_second, burst, now_ms)
     }
 
+    /// The tokens there would be at `now_ms`, without taking one: the console's view
+    /// of how close a source is to its limit (below 1, requests are refused).
+    pub(crate) fn available(&self, now_ms: i64) -> f64 {
+        let elapsed = (now_ms - self.last_ms).max(0) as f64;
+        (self.tokens + elapsed * self.per_ms).min(self.burst)
+    }
+
     /// Takes one token, or says how many whole seconds until one is available (at
     /// least 1, for a `Retry-After` header).
     pub(crate) fn try_take(&mut self, now_ms: i64) -> Result<(), u64> {

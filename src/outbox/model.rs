@@ -252,6 +252,79 @@ pub struct DeadLetterQuery {
     pub limit: usize,
     /// Paging cursor: only ids below this one.
     pub before_id: Option<i64>,
+    /// Only those dead-lettered at or after this instant (unix ms).
+    pub since_ms: Option<i64>,
+    /// Only those dead-lettered before this instant (unix ms).
+    pub until_ms: Option<i64>,
+    /// Only those whose LAST attempt failed with this kind (`handler`, `timeout`, …):
+    /// a bulk replay after fixing one cause should not replay the others.
+    pub error_kind: Option<String>,
+}
+
+/// The three totals the outbox depth chart samples once a second: cheaper than
+/// [`OutboxStats`], which groups every row by binding.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OutboxDepth {
+    /// Rows due now (leased or not, as [`OutboxStats::due`] counts them).
+    pub due: u64,
+    /// Rows under a live lease.
+    pub leased: u64,
+    /// Dead letters kept.
+    pub dead_letters: u64,
+}
+
+/// Everything the outbox holds about one event, for its detail view: the rows still
+/// pending, its queue messages, its dead letters and its synchronous run records.
+/// Each list is read through an index on `event_id`, so it costs the event's own
+/// rows, never a scan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EventDeliveries {
+    /// Outbox rows not yet finished.
+    pub pending: Vec<PendingRow>,
+    /// Queue messages not yet acknowledged.
+    pub queued: Vec<QueuedMessage>,
+    /// Dead letters of the event.
+    pub dead: Vec<DeadLetter>,
+    /// Synchronous runs recorded under the event id.
+    pub runs: Vec<RunRecord>,
+}
+
+/// An outbox row as the event detail shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingRow {
+    /// Row id.
+    pub id: i64,
+    /// The binding that delivers it.
+    pub binding_id: String,
+    /// The binding version it was enqueued under.
+    pub fingerprint: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When it is due next, or when its lease ends (unix ms).
+    pub next_attempt_at_ms: i64,
+    /// A claim holds it (an attempt is in flight, if the lease is live).
+    pub leased: bool,
+    /// Every failed attempt, oldest first.
+    pub errors: Vec<AttemptError>,
+}
+
+/// A queue message as the event detail shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueuedMessage {
+    /// Message id.
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// The binding that put it there.
+    pub binding_id: String,
+    /// That binding's version.
+    pub fingerprint: String,
+    /// How many times it was received.
+    pub receives: u32,
+    /// When it is visible (again) to receivers (unix ms).
+    pub visible_at_ms: i64,
+    /// A receiver holds it.
+    pub received: bool,
 }
 
 /// Counts for one binding (or one queue).

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::model::{
-    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, Expired, Finish, OutboxStats,
-    ReceiveRequest, Received, RunRecord,
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
+    Finish, OutboxDepth, OutboxStats, ReceiveRequest, Received, RunRecord,
 };
 use crate::error::Result;
 
@@ -59,6 +59,15 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// One dead letter.
     async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>>;
+
+    /// The outbox depth totals at `now_ms` (the console's chart samples them once a
+    /// second, so each backend answers from `outbox_by_due` without grouping).
+    async fn depth(&self, now_ms: i64) -> Result<OutboxDepth>;
+
+    /// Everything kept about one event's deliveries (pending rows, queue messages,
+    /// dead letters, run records), each read through an index on `event_id`: the
+    /// console's event detail.
+    async fn event_deliveries(&self, event_id: &str) -> Result<EventDeliveries>;
 
     /// Enqueues the dead letter's row again (attempts from zero, due at `now_ms`; a
     /// queue message goes back to its queue) and counts the replay. `fingerprint`

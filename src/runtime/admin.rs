@@ -28,10 +28,26 @@
 //!   cancel the attempt; its result is recorded as abandoned.
 //! - `GET /api/v1/outbox/stats`: due, leased, scheduled, oldest age, per binding and
 //!   queue, dead letters, depth drops.
-//! - `GET /api/v1/dead-letters?binding=&limit=&before=`, `GET /api/v1/dead-letters/{id}`,
+//! - `GET /api/v1/outbox/series`: the outbox depth over the last five minutes,
+//!   `{"interval_ms": 1000, "points": [{"at_ms", "due", "leased", "dead_letters"}]}`,
+//!   oldest first (`outbox_series`).
+//! - `GET /api/v1/dead-letters?binding=&error_kind=&since=&until=&limit=&before=`,
+//!   `GET /api/v1/dead-letters/{id}`,
 //!   `POST /api/v1/dead-letters/{id}/replay?version=`: a dead letter again, under the
 //!   version it ran under (or version N; the live one, with a note, when its own left
-//!   memory).
+//!   memory). `error_kind` is the last attempt's; `since`/`until` bound the time it
+//!   was dead-lettered (unix ms); `before` is the previous page's `next`.
+//! - `POST /api/v1/dead-letters/replay?binding=&error_kind=&since=&before=&after=&limit=`
+//!   (the same keys may come as a JSON object body): replays the selected dead
+//!   letters, newest first, each as the single replay does, at most `limit` (1–1000,
+//!   default 100) per call; `since` / `before` (alias `until`) bound the time they
+//!   were dead-lettered (unix ms; `before` exclusive), `after` is the previous call's
+//!   `next` (a dead-letter id). 200 `{"replayed": n,
+//!   "ids", "failed": [{"id", "error", "message"}], "next"}`; `next` is set when more
+//!   may match.
+//! - `GET /api/v1/events/{id}`: one event with everything that became of it (see
+//!   `console_ops`): its fields, redacted headers, decoded payload and `deliveries`;
+//!   404 `{"error": "unknown_event"}` for an id the store does not hold.
 //! - `POST /api/v1/events/{id}/replay?binding=&version=`: a stored event again, to each
 //!   binding as it was when the event arrived (see `replay_ops`).
 //! - `POST /api/v1/queues/{name}/receive?max=&visibility_ms=`,
@@ -39,6 +55,7 @@
 //!   `POST /api/v1/queues/{name}/messages/{id}/nack?receipt=&delay_ms=`: the queue
 //!   operations for consumers that speak HTTP rather than the execute channel.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +68,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::console_ops::{DeadLetterSelection, MAX_BULK_REPLAY};
 use super::ops::{DeliverOps, EnqueueRequest, OpError};
 use crate::encoding::{encode_payload, Payload};
 use crate::outbox::model::DeadLetterQuery;
@@ -69,7 +87,10 @@ pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
         .route("/api/v1/triggers/{id}/history", get(history))
         .route("/api/v1/triggers/{id}/invoke", post(invoke))
         .route("/api/v1/outbox/stats", get(stats))
+        .route("/api/v1/outbox/series", get(series))
         .route("/api/v1/dead-letters", get(dead_letters))
+        .route("/api/v1/dead-letters/replay", post(replay_selected))
+        .route("/api/v1/events/{id}", get(event_detail))
         .route("/api/v1/dead-letters/{id}", get(dead_letter))
         .route("/api/v1/dead-letters/{id}/replay", post(replay))
         .route("/api/v1/events/{id}/replay", post(replay_event))
@@ -208,11 +229,30 @@ async fn stats(State(ops): Ops) -> Response {
     }
 }
 
+async fn series(State(ops): Ops) -> Response {
+    Json(ops.outbox_series()).into_response()
+}
+
+async fn event_detail(State(ops): Ops, Path(id): Path<String>) -> Response {
+    match ops.event_detail(&id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(OpError::NotFound(m)) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "unknown_event", "message": m})),
+        )
+            .into_response(),
+        Err(e) => error(e),
+    }
+}
+
 #[derive(Deserialize)]
 struct ListQuery {
     binding: Option<String>,
     limit: Option<usize>,
     before: Option<i64>,
+    error_kind: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
 }
 
 async fn dead_letters(State(ops): Ops, Query(q): Query<ListQuery>) -> Response {
@@ -220,6 +260,9 @@ async fn dead_letters(State(ops): Ops, Query(q): Query<ListQuery>) -> Response {
         binding_id: q.binding,
         limit: q.limit.unwrap_or(50),
         before_id: q.before,
+        since_ms: q.since,
+        until_ms: q.until,
+        error_kind: q.error_kind.filter(|k| !k.is_empty()),
     };
     match ops.dead_letters(query).await {
         Ok(list) => {
@@ -235,6 +278,70 @@ async fn dead_letter(State(ops): Ops, Path(id): Path<i64>) -> Response {
         Ok(Some(d)) => Json(d).into_response(),
         Ok(None) => error(OpError::NotFound(format!("no dead letter {id}"))),
         Err(e) => error(e.into()),
+    }
+}
+
+/// The selection of a bulk replay from the query string and, for keys the query
+/// does not set, a JSON object body (numbers or strings).
+fn selection(query: &HashMap<String, String>, body: &[u8]) -> Result<DeadLetterSelection, OpError> {
+    let mut all = query.clone();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v: serde_json::Value = serde_json::from_slice(body)
+            .map_err(|e| OpError::Invalid(format!("the body is not JSON: {e}")))?;
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let text = match v {
+                        serde_json::Value::String(s) => s,
+                        serde_json::Value::Null => continue,
+                        other => other.to_string(),
+                    };
+                    all.entry(k).or_insert(text);
+                }
+            }
+            serde_json::Value::Null => {}
+            _ => return Err(OpError::Invalid("the body must be a JSON object".into())),
+        }
+    }
+    let text = |k: &str| all.get(k).filter(|s| !s.is_empty()).cloned();
+    let int = |k: &str| -> Result<Option<i64>, OpError> {
+        text(k)
+            .map(|s| {
+                s.parse::<i64>()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| OpError::Invalid(format!("{k} must be a non-negative integer")))
+            })
+            .transpose()
+    };
+    let limit = match int("limit")? {
+        None => 100,
+        Some(n) if (1..=MAX_BULK_REPLAY as i64).contains(&n) => n as usize,
+        Some(_) => {
+            return Err(OpError::Invalid(format!(
+                "limit must be from 1 to {MAX_BULK_REPLAY}"
+            )))
+        }
+    };
+    Ok(DeadLetterSelection {
+        binding: text("binding"),
+        error_kind: text("error_kind"),
+        since_ms: int("since")?,
+        // `until` as on the dead-letter list; `before` as the issue names it.
+        before_ms: int("before")?.or(int("until")?),
+        after_id: int("after")?,
+        limit,
+    })
+}
+
+async fn replay_selected(
+    State(ops): Ops,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    match selection(&q, &body) {
+        Ok(sel) => answer(StatusCode::OK, ops.replay_dead_letters(&sel).await),
+        Err(e) => error(e),
     }
 }
 

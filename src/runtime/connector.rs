@@ -239,6 +239,7 @@ impl BaseConnector for RuntimeConnector {
                         binding_id: i.binding,
                         limit: i.limit.unwrap_or(50),
                         before_id: i.before,
+                        ..DeadLetterQuery::default()
                     })
                     .await)?;
                 let next = list.last().map(|d| d.id);

@@ -19,7 +19,9 @@ mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;
 mod console;
+pub(crate) mod console_ops;
 pub(crate) mod ops;
+pub(crate) mod outbox_series;
 mod replay_ops;
 mod source_registrations;
 mod sweeper;
@@ -269,6 +271,10 @@ impl RuntimeBuilder {
         );
         let deliver: Arc<dyn Deliver> = deliver.unwrap_or(handlers);
         let metrics = Arc::new(DispatchMetrics::new());
+        let series = Arc::new(std::sync::Mutex::new(outbox_series::SeriesRing::new(
+            outbox_series::INTERVAL,
+            outbox_series::CAPACITY,
+        )));
         let ops = Arc::new(DeliverOps {
             store: store.clone(),
             triggers: live.clone(),
@@ -293,6 +299,7 @@ impl RuntimeBuilder {
                 .collect(),
             max_depth: d.max_depth,
             retention_ms: config.event_retention_ms,
+            series: series.clone(),
             tenant: config
                 .gateway
                 .as_ref()
@@ -322,6 +329,24 @@ impl RuntimeBuilder {
             cancel.clone(),
         )));
         tasks.push(tokio::spawn(control.clone().run(cancel.clone())));
+        let sampled = store.clone();
+        tasks.push(tokio::spawn(outbox_series::sample_loop(
+            series,
+            outbox_series::INTERVAL,
+            move || {
+                let store = sampled.clone();
+                async move {
+                    let d = store.backend().depth(crate::store::now_ms()).await.ok()?;
+                    Some(outbox_series::Sample {
+                        due: d.due,
+                        leased: d.leased,
+                        dead_letters: d.dead_letters,
+                    })
+                }
+            },
+            crate::store::now_ms,
+            cancel.clone(),
+        )));
         let dispatcher = Dispatcher::start_live(
             backend.clone(),
             live,

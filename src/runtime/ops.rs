@@ -218,6 +218,9 @@ pub struct DeliverOps {
     pub(crate) queues: HashMap<String, QueueLimits>,
     pub(crate) max_depth: u32,
     pub(crate) retention_ms: i64,
+    /// The outbox depth over the last minutes (`outbox_series`), sampled by a task
+    /// the runtime starts.
+    pub(crate) series: Arc<std::sync::Mutex<super::outbox_series::SeriesRing>>,
     pub(crate) tenant: String,
 }
 

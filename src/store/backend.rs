@@ -93,7 +93,17 @@ pub struct Rejected {
 }
 
 /// Which events to list: newest first, `limit` at most, older than the `before`
-/// cursor (a sequence number from a previous page's `next`).
+/// cursor (a sequence number from a previous page's `next`). Every filter narrows
+/// the same keyset walk (`seq` descending), so a page's `next` stays correct whatever
+/// filters are combined: the next page is the same query with a lower `before_seq`.
+/// Equality filters are served by an index each (`events_by_source`,
+/// `events_by_kind`, `events_by_dedupe`, `events_by_id`), so a page costs about its
+/// length even in a table of millions of events. The time bounds have no index on
+/// this path (received time and `seq` are close but not strictly in the same order,
+/// so neither can stand in for the other exactly): alone, they filter the
+/// newest-first walk of the primary key, which is cheap while the window holds a
+/// page of events and reads down to the window's edge when it holds fewer; combined
+/// with an equality filter, they filter that filter's index walk.
 #[derive(Debug, Clone, Default)]
 pub struct EventQuery {
     /// Only this source's events.
@@ -104,6 +114,15 @@ pub struct EventQuery {
     pub before_seq: Option<i64>,
     /// Only the event with this id (replays look an event up by it).
     pub event_id: Option<String>,
+    /// Only events of this kind.
+    pub kind: Option<String>,
+    /// Only events with this delivery id (dedupe key) as stored: the operator's
+    /// "find the delivery GitHub says it sent".
+    pub dedupe_key: Option<String>,
+    /// Only events received at or after this instant (unix ms).
+    pub since_ms: Option<i64>,
+    /// Only events received before this instant (unix ms).
+    pub until_ms: Option<i64>,
 }
 
 /// A stored event with its sequence number (the paging cursor).

@@ -1,7 +1,8 @@
 //! The admin API, on the ingress listener: sources, events, rejections, metrics.
 //!
 //! - `GET /api/v1/sources`: every source, its provider, kind and options, plus what
-//!   its connector describes; never a secret (only how many are configured).
+//!   its connector describes, and its `counts` (see [`source_counts`]); never a
+//!   secret (only how many are configured).
 //! - `GET /api/v1/sources/{id}`: one source, described in full (for Notion the
 //!   captured `verification_token`, which the operator must paste into Notion's UI to
 //!   finish the subscription; it is shown here and nowhere else); for poll and stream
@@ -9,8 +10,14 @@
 //! - `DELETE /api/v1/sources/{id}/state/{key}`: delete one key of a source's state;
 //!   `DELETE /api/v1/sources/{id}/verification_token` is Notion's (forget a captured
 //!   token, so the next unsigned verification request is captured: re-subscription).
-//! - `GET /api/v1/events?source=&limit=&after=`: newest first; `limit` 1–500 (default
-//!   50); `after` is the `next` cursor of the previous page (events older than it).
+//! - `GET /api/v1/events?source=&kind=&delivery_id=&since=&until=&limit=&after=`:
+//!   newest first; `since`/`until` are received time in unix ms (`since` inclusive,
+//!   `until` exclusive); `delivery_id` is the event's dedupe key as stored; `limit`
+//!   1–500 (default 50); `after` is the `next` cursor of the previous page (events
+//!   older than it). 400 `bad_limit` / `bad_filter` / `bad_cursor` for a value that
+//!   does not parse. The search itself is `event_search::list_events`, which the
+//!   console calls directly. (`GET /api/v1/events/{id}`, one event with its
+//!   deliveries, is the deliver half's: `runtime::admin`.)
 //! - `GET /api/v1/rejections?source=&limit=`: the newest audit rows.
 //! - `GET /metrics`: Prometheus text. `GET /healthz`: liveness.
 //!
@@ -18,6 +25,7 @@
 //! <token>` (compared in constant time); without it the admin API is open, which the
 //! default loopback listener makes safe.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, Request, State};
@@ -29,15 +37,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::event_search::{list_events, parse_limit, BadFilter, EventFilter};
 use super::hosted::{HostedSource, CURSOR_KEY};
 use super::state::Ingress;
 use crate::inbound::SourceKind;
-use crate::store::EventQuery;
-
-/// Largest page of events or rejections.
-pub(crate) const MAX_PAGE: usize = 500;
-/// Page size when `limit` is not given.
-pub(crate) const DEFAULT_PAGE: usize = 50;
 
 /// The admin routes, behind the bearer-token check when one is configured.
 pub(crate) fn routes(state: Arc<Ingress>) -> Router<Arc<Ingress>> {
@@ -80,6 +83,12 @@ impl From<crate::Error> for ApiError {
             "store_unavailable",
             e.to_string(),
         )
+    }
+}
+
+impl From<BadFilter> for ApiError {
+    fn from(e: BadFilter) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, e.reason, e.message)
     }
 }
 
@@ -148,17 +157,44 @@ pub(crate) async fn describe(src: &HostedSource, full: bool) -> Value {
     v
 }
 
-async fn list_sources(State(app): State<Arc<Ingress>>) -> Response {
+/// What the console shows of a source's traffic since start: `accepted` (requests
+/// whose events were stored), `outcomes` and `refusals` by label, `last_event_ms`,
+/// `last_refusal_ms`, and `rate_limit`'s live state (`tokens` now, `limited` when
+/// below one token, so the next request would get a 429). Read from memory, never
+/// from the store, so a sources page costs nothing however many events are kept.
+pub(crate) fn source_counts(app: &Ingress, src: &HostedSource) -> Value {
+    let mut counts = serde_json::to_value(app.metrics.source_tally(src.id())).unwrap_or_default();
+    let limit = src.bucket.as_ref().map(|b| {
+        let tokens = b
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .available(crate::clock::now_ms());
+        json!({"tokens": tokens, "limited": tokens < 1.0})
+    });
+    counts["rate_limit"] = json!(limit);
+    counts
+}
+
+/// Every source, described, with its counts: the operation behind
+/// `GET /api/v1/sources`, for the console to call directly.
+pub(crate) async fn list_sources_value(app: &Ingress) -> Value {
     let mut list = Vec::with_capacity(app.order.len());
     for s in &app.order {
-        list.push(describe(s, false).await);
+        let mut v = describe(s, false).await;
+        v["counts"] = source_counts(app, s);
+        list.push(v);
     }
-    Json(json!({ "sources": list })).into_response()
+    json!({ "sources": list })
+}
+
+async fn list_sources(State(app): State<Arc<Ingress>>) -> Response {
+    Json(list_sources_value(&app).await).into_response()
 }
 
 async fn one_source(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
     let src = find(&app, &id)?;
     let mut v = describe(src, true).await;
+    v["counts"] = source_counts(&app, src);
     if src.kind != SourceKind::Webhook {
         v["cursor"] = json!(src.ctx.state().get(CURSOR_KEY).await?);
     }
@@ -186,25 +222,11 @@ async fn forget_token(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -
 struct Page {
     source: Option<String>,
     limit: Option<String>,
-    after: Option<String>,
 }
 
 impl Page {
     fn limit(&self) -> Result<usize, ApiError> {
-        match self.limit.as_deref() {
-            None => Ok(DEFAULT_PAGE),
-            Some(s) => s
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_PAGE).contains(n))
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "bad_limit",
-                        format!("limit must be an integer from 1 to {MAX_PAGE}"),
-                    )
-                }),
-        }
+        Ok(parse_limit(self.limit.as_deref())?)
     }
 
     fn source(&self) -> Option<&str> {
@@ -212,32 +234,12 @@ impl Page {
     }
 }
 
-async fn events(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -> ApiResult {
-    let limit = page.limit()?;
-    let before_seq = match page.after.as_deref() {
-        None | Some("") => None,
-        Some(s) => Some(s.parse::<i64>().map_err(|_| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_cursor",
-                "after must be the `next` value of a previous page",
-            )
-        })?),
-    };
-    let q = EventQuery {
-        source: page.source().map(str::to_owned),
-        limit,
-        before_seq,
-        event_id: None,
-    };
-    let rows = app.store.backend().events(&q).await?;
-    let next = if rows.len() == limit {
-        rows.last().map(|r| r.seq.to_string())
-    } else {
-        None
-    };
-    let events: Vec<&crate::triggers::TriggerEvent> = rows.iter().map(|r| &r.event).collect();
-    Ok(Json(json!({"events": events, "next": next})).into_response())
+async fn events(
+    State(app): State<Arc<Ingress>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let filter = EventFilter::parse(&params)?;
+    Ok(Json(list_events(&app.store, &filter).await?).into_response())
 }
 
 async fn rejections(State(app): State<Arc<Ingress>>, Query(page): Query<Page>) -> ApiResult {

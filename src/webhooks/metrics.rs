@@ -29,9 +29,32 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
 use crate::store::GroupCommitStats;
 
 type Labels = Vec<(&'static str, String)>;
+
+/// One source's counts since the process started, as `GET /api/v1/sources` and the
+/// console show them. Kept beside the Prometheus families because those cannot be
+/// read back per label set without knowing every label value (refusal reasons are
+/// open-ended), and the console needs them as numbers, not as exposition text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct SourceTally {
+    /// Requests whose events were stored.
+    pub(crate) accepted: u64,
+    /// Requests by outcome (`stored`, `duplicate`, `rejected`, `rate_limited`, …).
+    pub(crate) outcomes: BTreeMap<String, u64>,
+    /// Refusals by reason (`bad_signature`, `stale_timestamp`, …).
+    pub(crate) refusals: BTreeMap<String, u64>,
+    /// When the source last stored an event (unix ms).
+    pub(crate) last_event_ms: Option<i64>,
+    /// When the source last refused a request (unix ms).
+    pub(crate) last_refusal_ms: Option<i64>,
+}
 
 /// The ingress metrics. Shared by all handlers; every method is lock-free but the
 /// families' label lookups.
@@ -50,6 +73,8 @@ pub(crate) struct IngressMetrics {
     batches: Counter,
     batched_writes: Counter,
     dropped_audit: Counter,
+    /// Per-source counts for the admin API (see [`SourceTally`]).
+    tallies: Mutex<HashMap<String, SourceTally>>,
 }
 
 impl Default for IngressMetrics {
@@ -157,11 +182,42 @@ impl IngressMetrics {
             batches,
             batched_writes,
             dropped_audit,
+            tallies: Mutex::default(),
         }
+    }
+
+    fn tally(&self, source: &str, f: impl FnOnce(&mut SourceTally)) {
+        // Requests to unknown ids (or refused before a source was chosen) are not
+        // tallied: anyone can send them, and the map must stay bounded by the
+        // configured sources.
+        if source.is_empty() {
+            return;
+        }
+        let mut all = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        match all.get_mut(source) {
+            Some(t) => f(t),
+            None => f(all.entry(source.to_owned()).or_default()),
+        }
+    }
+
+    /// One source's counts since start (zeros when it has seen nothing).
+    pub(crate) fn source_tally(&self, source: &str) -> SourceTally {
+        let all = self.tallies.lock().unwrap_or_else(|p| p.into_inner());
+        all.get(source).cloned().unwrap_or_default()
     }
 
     /// Counts a request's outcome.
     pub(crate) fn outcome(&self, source: &str, outcome: &'static str) {
+        if outcome != "unknown_source" {
+            let now = crate::clock::now_ms();
+            self.tally(source, |t| {
+                *t.outcomes.entry(outcome.to_owned()).or_default() += 1;
+                if outcome == "stored" {
+                    t.accepted += 1;
+                    t.last_event_ms = Some(now);
+                }
+            });
+        }
         self.requests
             .get_or_create(&vec![
                 ("source", source.to_owned()),
@@ -172,6 +228,11 @@ impl IngressMetrics {
 
     /// Counts a refusal by reason.
     pub(crate) fn rejection(&self, source: &str, reason: &str) {
+        let now = crate::clock::now_ms();
+        self.tally(source, |t| {
+            *t.refusals.entry(reason.to_owned()).or_default() += 1;
+            t.last_refusal_ms = Some(now);
+        });
         self.rejections
             .get_or_create(&vec![
                 ("source", source.to_owned()),
@@ -251,5 +312,29 @@ impl IngressMetrics {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_tally_counts_outcomes_and_refusals_and_ignores_unknown_sources() {
+        let m = IngressMetrics::new();
+        m.outcome("gh", "stored");
+        m.outcome("gh", "stored");
+        m.outcome("gh", "duplicate");
+        m.outcome("gh", "rejected");
+        m.rejection("gh", "bad_signature");
+        m.outcome("nope", "unknown_source");
+        m.outcome("", "overloaded");
+        let t = m.source_tally("gh");
+        assert_eq!(t.accepted, 2);
+        assert_eq!(t.outcomes["duplicate"], 1);
+        assert_eq!(t.refusals["bad_signature"], 1);
+        assert!(t.last_event_ms.is_some() && t.last_refusal_ms.is_some());
+        assert_eq!(m.source_tally("nope"), SourceTally::default());
+        assert_eq!(m.tallies.lock().unwrap().len(), 1);
     }
 }

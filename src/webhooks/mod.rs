@@ -24,6 +24,7 @@ pub(crate) mod breaker;
 pub(crate) mod builtin;
 pub(crate) mod classify;
 pub(crate) mod cron;
+pub(crate) mod event_search;
 pub(crate) mod hosted;
 pub(crate) mod ingest;
 pub(crate) mod lease;

@@ -1,6 +1,8 @@
 //! The events pages: the stored events, newest first, paged and filtered on the
-//! server (`GET /api/v1/events`), and one event's detail (its stored, redacted
-//! headers and its payload) with a replay button (`POST /api/v1/events/{id}/replay`).
+//! server by source, kind, delivery id and time (`GET /api/v1/events`), and one
+//! event's detail (`GET /api/v1/events/{id}`: the bindings it matched with each row's
+//! attempts and errors, its stored, redacted headers, its payload) with a replay
+//! button (`POST /api/v1/events/{id}/replay`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -8,46 +10,80 @@ use axum::response::Response;
 use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::overview::Notice;
-use super::widgets::{button, done, failed, notice, pretty, ActionForm};
+use super::widgets::{button, done, failed, notice, pretty, scalar, unavailable, ActionForm};
 use super::{serve, App};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
-use crate::store::EventQuery;
-use crate::triggers::TriggerEvent;
+use crate::runtime::ops::OpError;
+use crate::webhooks::event_search::{list_events, EventFilter};
 
 /// Rows on one page of events.
 const PAGE_ROWS: usize = 50;
 
-/// The events page's filters, as its query string.
+/// The events page's filters, as its query string. `window` is a time filter a
+/// person picks from a list (`5m`, `1h`, `24h`), turned into `since` at each render.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct EventFilters {
     #[serde(default)]
     source: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    delivery_id: String,
+    #[serde(default)]
+    window: String,
     #[serde(default)]
     after: String,
     #[serde(default)]
     notice: String,
 }
 
+/// The time windows the filter offers: `(value, label, ms)`.
+const WINDOWS: [(&str, &str, i64); 4] = [
+    ("", "any time", 0),
+    ("5m", "last 5 minutes", 5 * 60_000),
+    ("1h", "last hour", 3_600_000),
+    ("24h", "last 24 hours", 86_400_000),
+];
+
 impl EventFilters {
     fn href_after(&self, after: &str) -> String {
         format!(
-            "/console/events?source={}&after={}",
+            "/console/events?source={}&kind={}&delivery_id={}&window={}&after={}",
             encode_component(&self.source),
+            encode_component(&self.kind),
+            encode_component(&self.delivery_id),
+            encode_component(&self.window),
             encode_component(after)
         )
     }
 
-    fn query(&self) -> EventQuery {
-        EventQuery {
-            source: Some(self.source.clone()).filter(|s| !s.is_empty()),
+    /// The filter `GET /api/v1/events` would build from the same values.
+    fn filter(&self, now_ms: i64) -> Result<EventFilter, String> {
+        let given = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
+        let window = WINDOWS
+            .iter()
+            .find(|(v, _, _)| *v == self.window)
+            .ok_or_else(|| format!("window must be one of 5m, 1h, 24h, not {:?}", self.window))?;
+        Ok(EventFilter {
+            source: given(&self.source),
+            kind: given(&self.kind),
+            delivery_id: given(&self.delivery_id),
+            since_ms: (window.2 > 0).then(|| now_ms - window.2),
+            until_ms: None,
             limit: PAGE_ROWS,
-            before_seq: self.after.parse().ok(),
-            ..Default::default()
-        }
+            after: match given(&self.after) {
+                None => None,
+                Some(a) => Some(
+                    a.parse()
+                        .map_err(|_| "after must be a page cursor".to_owned())?,
+                ),
+            },
+        })
     }
 }
 
@@ -62,7 +98,36 @@ fn filters(f: &EventFilters, sources: &[String]) -> Markup {
                 option value="" selected[f.source.is_empty()] { "any" }
                 @for s in sources { option value=(s) selected[&f.source == s] { (s) } }
             } }
+            label { "kind" input name="kind" value=(f.kind) placeholder="e.g. issues.opened"; }
+            label { "delivery id" input name="delivery_id" value=(f.delivery_id); }
+            label { "received" select name="window" {
+                @for (v, l, _) in WINDOWS { option value=(v) selected[f.window == v] { (l) } }
+            } }
             button type="submit" { "Filter" }
+        }
+    }
+}
+
+fn rows(page: &Value, f: &EventFilters) -> Markup {
+    let events = page["events"].as_array().cloned().unwrap_or_default();
+    let next = page["next"].as_str();
+    html! {
+        table #events {
+            tr { th { "received" } th { "source" } th { "kind" } th { "delivery id" } th { "event" } th { "signature" } }
+            @for e in &events {
+                @let id = scalar(&e["id"]);
+                tr data-event=(id) {
+                    td { (time(e["received_at_ms"].as_i64().unwrap_or(0))) } td { (scalar(&e["source"])) }
+                    td { (scalar(&e["kind"])) } td { code { (scalar(&e["dedupe_key"])) } }
+                    td { a href=(href(&id)) { code { (id) } } }
+                    td { (scalar(&e["signature"])) }
+                }
+            }
+        }
+        @if events.is_empty() { p.muted { "No events." } }
+        div.pager {
+            @if !f.after.is_empty() { a href=(f.href_after("")) { "Newest" } }
+            @if let Some(n) = next { a #next-page href=(f.href_after(n)) { "Older" } }
         }
     }
 }
@@ -76,48 +141,56 @@ pub(crate) async fn list(
     serve(app, session, &headers, move |app, _csrf| {
         let f = f.clone();
         async move {
-            let sources: Vec<String> = app.ingress.order.iter().map(|s| s.spec.id.clone()).collect();
-            let table = match app.ingress.store.backend().events(&f.query()).await {
-                Err(e) => html! { p.error { "The store is unavailable: " (e) } },
-                Ok(rows) => {
-                    let next = (rows.len() == PAGE_ROWS).then(|| rows.last().map(|r| r.seq.to_string())).flatten();
-                    html! {
-                        table #events {
-                            tr { th { "received" } th { "source" } th { "kind" } th { "delivery id" } th { "event" } th { "signature" } }
-                            @for r in &rows {
-                                @let e = &r.event;
-                                tr data-event=(e.id) {
-                                    td { (time(e.received_at_ms)) } td { (e.source) } td { (e.kind) }
-                                    td { code { (e.dedupe_key) } }
-                                    td { a href=(href(&e.id)) { code { (e.id) } } }
-                                    td { (format!("{:?}", e.signature).to_lowercase()) }
-                                }
-                            }
-                        }
-                        @if rows.is_empty() { p.muted { "No events." } }
-                        div.pager {
-                            @if !f.after.is_empty() { a href=(f.href_after("")) { "Newest" } }
-                            @if let Some(n) = &next { a #next-page href=(f.href_after(n)) { "Older" } }
-                        }
-                    }
-                }
+            let sources: Vec<String> = app
+                .ingress
+                .order
+                .iter()
+                .map(|s| s.spec.id.clone())
+                .collect();
+            let table = match f.filter(crate::clock::now_ms()) {
+                Err(e) => html! { p.error { (e) } },
+                Ok(filter) => match list_events(&app.ingress.store, &filter).await {
+                    Err(e) => html! { p.error { "The store is unavailable: " (e) } },
+                    Ok(page) => rows(&page, &f),
+                },
             };
-            Page::new("Events", vec![
+            Page::new(
+                "Events",
+                vec![
                     Region::new("rt-notice", notice(&f.notice)),
-                    Region::new("rt-event-filters", html! { h1 { "Events" } (filters(&f, &sources)) }),
+                    Region::new(
+                        "rt-event-filters",
+                        html! { h1 { "Events" } (filters(&f, &sources)) },
+                    ),
                     Region::new("rt-events", table),
-                ])
+                ],
+            )
         }
     })
     .await
 }
 
-/// The payload as a person reads it: JSON pretty-printed, else the body as text.
-fn payload(e: &TriggerEvent) -> Markup {
-    if !e.payload.is_null() {
-        return pretty(&e.payload);
+/// Each delivery of an event (rows, queue messages, dead letters, runs) with its
+/// attempts' errors.
+fn deliveries(list: &[Value]) -> Markup {
+    html! {
+        @if list.is_empty() { p.muted { "No binding took it." } }
+        table #deliveries {
+            tr { th { "binding" } th { "version" } th { "record" } th { "state" } th.num { "attempts" } th { "errors" } }
+            @for d in list {
+                tr data-binding=(scalar(&d["binding_id"])) {
+                    td { a href=(format!("/console/bindings/{}", encode_component(&scalar(&d["binding_id"])))) { (scalar(&d["binding_id"])) } }
+                    td { (scalar(&d["version"])) } td { (scalar(&d["record"])) }
+                    td.state { (scalar(&d["state"])) } td.num { (scalar(&d["attempts"])) }
+                    td {
+                        @for e in d["errors"].as_array().into_iter().flatten() {
+                            div { "#" (scalar(&e["attempt"])) " " span.pill.bad { (scalar(&e["kind"])) } " " (scalar(&e["message"])) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    html! { pre { (String::from_utf8_lossy(&e.body)) } }
 }
 
 pub(crate) async fn detail(
@@ -131,27 +204,42 @@ pub(crate) async fn detail(
     serve(app, session, &headers, move |app, csrf| {
         let (id, notice_text) = (id.clone(), notice_text.clone());
         async move {
-            let q = EventQuery { limit: 1, event_id: Some(id.clone()), ..Default::default() };
-            let found = app.ingress.store.backend().events(&q).await.ok().and_then(|mut v| v.pop());
-            let Some(stored) = found else {
-                return Page::missing("rt-event", &format!("No stored event {id}."));
+            let found = match app.ops.event_detail(&id).await {
+                Ok(v) => v,
+                Err(OpError::NotFound(_)) => return Page::missing("rt-event", &format!("No stored event {id}.")),
+                Err(e) => return Page::new("Event", vec![Region::new("rt-event", unavailable(&e))]),
             };
-            let e = stored.event;
+            let e = &found["event"];
             let facts = serde_json::json!({
-                "id": e.id, "source": e.source, "provider": e.provider, "kind": e.kind,
-                "delivery id": e.dedupe_key, "trace id": e.trace_id, "tenant": e.tenant,
-                "received": time(e.received_at_ms), "signature": format!("{:?}", e.signature).to_lowercase(),
+                "id": e["id"], "source": e["source"], "provider": e["provider"], "kind": e["kind"],
+                "delivery id": e["delivery_id"], "trace id": e["trace_id"], "tenant": e["tenant"],
+                "received": time(e["received_at_ms"].as_i64().unwrap_or(0)), "signature": e["signature"],
             });
+            let list = found["deliveries"].as_array().cloned().unwrap_or_default();
             let body = html! {
-                h1 { "Event " code { (e.id) } }
-                p { (button(&format!("{}/replay", href(&e.id)), "Replay", &csrf, &href(&e.id), "secondary")) }
+                h1 { "Event " code { (id) } }
+                p { (button(&format!("{}/replay", href(&id)), "Replay", &csrf, &href(&id), "secondary")) }
                 (super::widgets::fields(&facts))
+                h2 { "Bindings and attempts" }
+                (deliveries(&list))
                 h2 { "Headers (as stored: secrets redacted)" }
-                table #event-headers { @for (k, v) in &e.headers { tr { th { (k) } td { code { (v) } } } } }
-                h2 { "Payload" }
-                div #event-payload { (payload(&e)) }
+                table #event-headers {
+                    @if let Some(h) = e["headers"].as_object() {
+                        @for (k, v) in h { tr { th { (k) } td { code { (scalar(v)) } } } }
+                    }
+                }
+                h2 { "Payload (" (scalar(&e["encoding"])) ")" }
+                div #event-payload {
+                    @match &e["payload"] {
+                        Value::String(text) => pre { (text) },
+                        other => (pretty(other)),
+                    }
+                }
             };
-            Page::new(format!("Event {}", e.id), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-event", body)])
+            Page::new(
+                format!("Event {id}"),
+                vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-event", body)],
+            )
         }
     })
     .await

@@ -74,6 +74,10 @@ pub(crate) fn routes(
         .route("/console/bindings/{id}", get(bindings::detail))
         .route("/console/bindings/{id}/{action}", post(bindings::act))
         .route("/console/dead-letters", get(recovery::list))
+        .route(
+            "/console/dead-letters/replay",
+            post(recovery::replay_selection),
+        )
         .route("/console/dead-letters/{id}", get(recovery::detail))
         .route("/console/dead-letters/{id}/replay", post(recovery::replay))
         .with_state(app);

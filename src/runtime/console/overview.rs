@@ -10,9 +10,10 @@ use serde_json::Value;
 
 use super::widgets::{fields, notice, num, scalar, unavailable};
 use super::{serve, App};
-use crate::console::format::count;
+use crate::console::chart::{self, Series};
+use crate::console::format::{ago, count};
 use crate::console::{Page, Region, SessionInfo};
-use crate::webhooks::admin::describe;
+use crate::webhooks::admin::list_sources_value;
 
 /// A page's `?notice=` (what an action just did).
 #[derive(Debug, Default, Deserialize)]
@@ -70,6 +71,32 @@ pub(crate) async fn overview(
                 Ok(s) => outbox(&s),
                 Err(e) => unavailable(&e),
             };
+            let series = app.ops.outbox_series();
+            let points = series["points"].as_array().cloned().unwrap_or_default();
+            let pick = |k: &str| {
+                points
+                    .iter()
+                    .map(|p| p[k].as_f64().unwrap_or(0.0))
+                    .collect::<Vec<_>>()
+            };
+            let depth = chart::line(
+                "outbox depth, last five minutes",
+                &[
+                    Series {
+                        label: "due",
+                        values: pick("due"),
+                    },
+                    Series {
+                        label: "leased",
+                        values: pick("leased"),
+                    },
+                    Series {
+                        label: "dead letters",
+                        values: pick("dead_letters"),
+                    },
+                ],
+                crate::runtime::outbox_series::CAPACITY,
+            );
             let triggers = app.ops.triggers();
             let bindings = html! {
                 h2 { "Bindings" }
@@ -83,6 +110,7 @@ pub(crate) async fn overview(
                         "rt-outbox",
                         html! { h1 { "Runtime" } h2 { "Outbox" } (stats) },
                     ),
+                    Region::new("rt-depth", html! { div.card { (depth) } }),
                     Region::new("rt-bindings", bindings),
                 ],
             )
@@ -92,7 +120,22 @@ pub(crate) async fn overview(
 }
 
 /// Fields the sources table shows in its own columns.
-const SOURCE_COLUMNS: [&str; 5] = ["id", "provider", "kind", "tenant", "ingress_path"];
+const SOURCE_COLUMNS: [&str; 6] = ["id", "provider", "kind", "tenant", "ingress_path", "counts"];
+
+/// A source's counts (`counts` of `GET /api/v1/sources`): accepted, refusals by
+/// reason, last event, rate-limit tokens.
+fn source_counts(c: &Value, now: i64) -> maud::Markup {
+    html! {
+        div { "accepted " strong.accepted { (count(num(c, "accepted"))) } }
+        @if let Some(r) = c["refusals"].as_object() {
+            @for (reason, n) in r { div { span.pill.bad { (reason) } " " (scalar(n)) } }
+        }
+        div.muted { "last event " (ago(now, c["last_event_ms"].as_i64().unwrap_or(0))) }
+        @if let Some(rl) = c["rate_limit"].as_object() {
+            div.muted { "rate limit: " (scalar(&rl["tokens"])) " tokens" @if rl["limited"].as_bool() == Some(true) { " (limiting)" } }
+        }
+    }
+}
 
 pub(crate) async fn sources(
     State(app): App,
@@ -100,20 +143,20 @@ pub(crate) async fn sources(
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, |app, _csrf| async move {
-        let mut described = Vec::with_capacity(app.ingress.order.len());
-        for s in &app.ingress.order {
-            described.push(describe(s, false).await);
-        }
+        let listed = list_sources_value(&app.ingress).await;
+        let described = listed["sources"].as_array().cloned().unwrap_or_default();
+        let now = crate::clock::now_ms();
         let body = html! {
             h1 { "Sources" }
             @if described.is_empty() { p.muted { "No sources are configured." } }
             table #sources {
-                tr { th { "source" } th { "provider" } th { "kind" } th { "tenant" } th { "ingress" } th { "details" } }
+                tr { th { "source" } th { "provider" } th { "kind" } th { "tenant" } th { "ingress" } th { "counts" } th { "details" } }
                 @for s in &described {
                     tr data-source=(scalar(&s["id"])) {
                         td { strong { (scalar(&s["id"])) } }
                         td { (scalar(&s["provider"])) } td { (scalar(&s["kind"])) }
                         td { (scalar(&s["tenant"])) } td { code { (scalar(&s["ingress_path"])) } }
+                        td { (source_counts(&s["counts"], now)) }
                         td {
                             @let rest: serde_json::Map<String, Value> = s.as_object().into_iter().flatten()
                                 .filter(|(k, _)| !SOURCE_COLUMNS.contains(&k.as_str()))

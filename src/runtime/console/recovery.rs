@@ -1,7 +1,8 @@
 //! The dead letters pages: the list (newest first, by binding, paged:
-//! `GET /api/v1/dead-letters`), one dead letter's error history
-//! (`GET /api/v1/dead-letters/{id}`), and its replay button
-//! (`POST /api/v1/dead-letters/{id}/replay`).
+//! `GET /api/v1/dead-letters`, filtered by binding and last error kind), one dead
+//! letter's error history (`GET /api/v1/dead-letters/{id}`), its replay button
+//! (`POST /api/v1/dead-letters/{id}/replay`), and a replay of every dead letter the
+//! filters match (`POST /api/v1/dead-letters/replay`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -16,6 +17,7 @@ use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::{DeadLetter, DeadLetterQuery};
+use crate::runtime::console_ops::{DeadLetterSelection, MAX_BULK_REPLAY};
 
 /// Rows on one page of dead letters.
 const PAGE_ROWS: usize = 50;
@@ -26,16 +28,35 @@ pub(crate) struct DeadLetterFilters {
     #[serde(default)]
     binding: String,
     #[serde(default)]
+    error_kind: String,
+    #[serde(default)]
     before: String,
     #[serde(default)]
     notice: String,
 }
 
+/// The error kinds a filter offers (`AttemptError::kind`'s labels).
+const ERROR_KINDS: [&str; 8] = [
+    "",
+    "handler",
+    "timeout",
+    "overloaded",
+    "platform",
+    "validation",
+    "breaker_open",
+    "egress_refused",
+];
+
+fn given(s: &str) -> Option<String> {
+    Some(s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
 impl DeadLetterFilters {
     fn href_before(&self, before: &str) -> String {
         format!(
-            "/console/dead-letters?binding={}&before={}",
+            "/console/dead-letters?binding={}&error_kind={}&before={}",
             encode_component(&self.binding),
+            encode_component(&self.error_kind),
             encode_component(before)
         )
     }
@@ -62,9 +83,11 @@ pub(crate) async fn list(
         let f = f.clone();
         async move {
             let query = DeadLetterQuery {
-                binding_id: Some(f.binding.clone()).filter(|b| !b.is_empty()),
+                binding_id: given(&f.binding),
+                error_kind: given(&f.error_kind),
                 limit: PAGE_ROWS,
                 before_id: f.before.parse().ok(),
+                ..Default::default()
             };
             let back = f.href_before(&f.before);
             let table = match app.ops.dead_letters(query).await {
@@ -96,7 +119,18 @@ pub(crate) async fn list(
                 h1 { "Dead letters" }
                 form.filters method="get" action="/console/dead-letters" {
                     label { "binding" input name="binding" value=(f.binding); }
+                    label { "last error" select name="error_kind" {
+                        @for k in ERROR_KINDS { option value=(k) selected[f.error_kind == k] { (if k.is_empty() { "any" } else { k }) } }
+                    } }
                     button type="submit" { "Filter" }
+                }
+                form.filters method="post" action="/console/dead-letters/replay"
+                    data-confirm="Replay every dead letter matching these filters (up to 1000)?" {
+                    input type="hidden" name="csrf" value=(csrf);
+                    input type="hidden" name="binding" value=(f.binding);
+                    input type="hidden" name="error_kind" value=(f.error_kind);
+                    input type="hidden" name="back" value=(f.href_before(""));
+                    button.secondary type="submit" data-action="replay-selection" { "Replay all matching" }
                 }
             };
             Page::new("Dead letters", vec![
@@ -159,6 +193,48 @@ pub(crate) async fn detail(
         }
     })
     .await
+}
+
+/// The bulk replay's form: the list's filters.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SelectionForm {
+    #[serde(default)]
+    binding: String,
+    #[serde(default)]
+    error_kind: String,
+    #[serde(default)]
+    back: String,
+}
+
+/// `POST /console/dead-letters/replay`: every dead letter matching the list's
+/// filters, up to [`MAX_BULK_REPLAY`] (`POST /api/v1/dead-letters/replay`).
+pub(crate) async fn replay_selection(State(app): App, Form(form): Form<SelectionForm>) -> Response {
+    let sel = DeadLetterSelection {
+        binding: given(&form.binding),
+        error_kind: given(&form.error_kind),
+        since_ms: None,
+        before_ms: None,
+        after_id: None,
+        limit: MAX_BULK_REPLAY,
+    };
+    match app.ops.replay_dead_letters(&sel).await {
+        Ok(v) => {
+            let failed = v["failed"].as_array().map_or(0, Vec::len);
+            let more = if v["next"].is_null() {
+                ""
+            } else {
+                "; more match: replay again"
+            };
+            done(
+                &form.back,
+                &format!(
+                    "replayed {} dead letter(s), {failed} could not be{more}",
+                    v["replayed"]
+                ),
+            )
+        }
+        Err(e) => failed(e),
+    }
 }
 
 /// `POST /console/dead-letters/{id}/replay`.

@@ -84,10 +84,51 @@ const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES ($
     ON CONFLICT (source, key) DO UPDATE SET value = EXCLUDED.value";
 const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = $1 AND key = $2";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
-    dedupe_key, trace_id, tenant, headers, body, signature FROM events
-    WHERE ($1::TEXT IS NULL OR source = $1) AND ($2::BIGINT IS NULL OR seq < $2)
-        AND ($4::TEXT IS NULL OR id = $4)
-    ORDER BY seq DESC LIMIT $3";
+    dedupe_key, trace_id, tenant, headers, body, signature FROM events";
+
+/// The events page's SQL with only the filters `q` sets, and its parameters: plain
+/// equalities the planner matches to `events_by_source`, `events_by_kind` or
+/// `events_by_dedupe` whatever the parameter values (a generic plan of
+/// `($1 IS NULL OR source = $1)` terms could not use them).
+fn events_sql(
+    q: &EventQuery,
+) -> (
+    String,
+    Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
+) {
+    let mut sql = String::from(SELECT_EVENTS);
+    let mut args: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = Vec::new();
+    let mut term =
+        |sql: &mut String, cond: &str, v: Box<dyn tokio_postgres::types::ToSql + Sync + Send>| {
+            args.push(v);
+            sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
+            sql.push_str(&cond.replace('$', &format!("${}", args.len())));
+        };
+    if let Some(s) = &q.source {
+        term(&mut sql, "source = $", Box::new(s.clone()));
+    }
+    if let Some(k) = &q.kind {
+        term(&mut sql, "kind = $", Box::new(k.clone()));
+    }
+    if let Some(d) = &q.dedupe_key {
+        term(&mut sql, "dedupe_key = $", Box::new(d.clone()));
+    }
+    if let Some(id) = &q.event_id {
+        term(&mut sql, "id = $", Box::new(id.clone()));
+    }
+    if let Some(b) = q.before_seq {
+        term(&mut sql, "seq < $", Box::new(b));
+    }
+    if let Some(t) = q.since_ms {
+        term(&mut sql, "received_at >= $", Box::new(t));
+    }
+    if let Some(t) = q.until_ms {
+        term(&mut sql, "received_at < $", Box::new(t));
+    }
+    args.push(Box::new(q.limit as i64));
+    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", args.len()));
+    (sql, args)
+}
 
 fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
     let headers: String = r.get(10);
@@ -356,16 +397,11 @@ impl Backend for PostgresBackend {
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>> {
         let client = self.client().await?;
+        let (sql, args) = events_sql(query);
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            args.iter().map(|a| &**a as _).collect();
         let rows = client
-            .query(
-                SELECT_EVENTS,
-                &[
-                    &query.source,
-                    &query.before_seq,
-                    &(query.limit as i64),
-                    &query.event_id,
-                ],
-            )
+            .query(&sql, &refs)
             .await
             .map_err(pg_err("read events"))?;
         rows.iter().map(row_to_event).collect()

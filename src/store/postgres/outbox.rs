@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use futures_util::future::try_join;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::enqueue::{insert_rows, INSERT_ROWS};
@@ -21,11 +22,46 @@ use super::finish::{self, row_to_dead_letter, DEAD_LETTER_COLUMNS};
 use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
 use crate::outbox::model::{
-    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, Expired, Finish, OutboxStats,
-    QueueMessage, ReceiveRequest, Received, RunRecord,
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
+    Finish, OutboxDepth, OutboxStats, PendingRow, QueueMessage, QueuedMessage, ReceiveRequest,
+    Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
+
+/// A boxed query parameter (the filtered statements' lists are built at run time).
+type Arg = Box<dyn ToSql + Sync + Send>;
+
+/// The dead-letter page's SQL with only the filters `q` sets, so each filter is a
+/// plain condition the planner can match to `dead_letters_by_binding` or the primary
+/// key's newest-first walk; the error kind is the last attempt's (`errors->-1`).
+fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<Arg>) {
+    let mut sql = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
+    let mut args: Vec<Arg> = Vec::new();
+    let mut term = |sql: &mut String, cond: &str, v: Arg| {
+        args.push(v);
+        sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
+        sql.push_str(&cond.replace('$', &format!("${}", args.len())));
+    };
+    if let Some(b) = &q.binding_id {
+        term(&mut sql, "binding_id = $", Box::new(b.clone()));
+    }
+    if let Some(b) = q.before_id {
+        term(&mut sql, "id < $", Box::new(b));
+    }
+    if let Some(t) = q.since_ms {
+        term(&mut sql, "dead_at >= $", Box::new(t));
+    }
+    if let Some(t) = q.until_ms {
+        term(&mut sql, "dead_at < $", Box::new(t));
+    }
+    if let Some(k) = &q.error_kind {
+        term(&mut sql, "errors -> -1 ->> 'kind' = $", Box::new(k.clone()));
+    }
+    args.push(Box::new(q.limit as i64));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
+    (sql, args)
+}
 
 /// Picks due head-of-line rows of the bindings, skipping rows another claimer holds
 /// locked and rows of paused bindings (the claim reads `trigger_pauses` itself, so a
@@ -251,19 +287,114 @@ impl OutboxStore for PostgresBackend {
 
     async fn dead_letters(&self, query: &DeadLetterQuery) -> Result<Vec<DeadLetter>> {
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
-             WHERE ($1::TEXT IS NULL OR binding_id = $1) AND ($2::BIGINT IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3"
-        );
+        let (sql, args) = dead_letters_sql(query);
+        let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| &**a as _).collect();
         let found = client
-            .query(
-                &sql,
-                &[&query.binding_id, &query.before_id, &(query.limit as i64)],
-            )
+            .query(&sql, &refs)
             .await
             .map_err(pg_err("read dead letters"))?;
         Ok(found.iter().map(row_to_dead_letter).collect())
+    }
+
+    async fn depth(&self, now_ms: i64) -> Result<OutboxDepth> {
+        let client = self.client().await?;
+        let r = client
+            .query_one(
+                "SELECT
+                    (SELECT count(*) FROM outbox WHERE next_attempt_at <= $1),
+                    (SELECT count(*) FROM outbox WHERE next_attempt_at > $1
+                        AND lease_token IS NOT NULL),
+                    (SELECT count(*) FROM dead_letters)",
+                &[&now_ms],
+            )
+            .await
+            .map_err(pg_err("read the outbox depth"))?;
+        Ok(OutboxDepth {
+            due: r.get::<_, i64>(0) as u64,
+            leased: r.get::<_, i64>(1) as u64,
+            dead_letters: r.get::<_, i64>(2) as u64,
+        })
+    }
+
+    async fn event_deliveries(&self, event_id: &str) -> Result<EventDeliveries> {
+        let client = self.client().await?;
+        let err = || pg_err("read an event's deliveries");
+        let pending = client
+            .query(
+                "SELECT id, binding_id, fingerprint, attempts, next_attempt_at, lease_token,
+                    errors::TEXT FROM outbox WHERE event_id = $1 ORDER BY id",
+                &[&event_id],
+            )
+            .await
+            .map_err(err())?
+            .iter()
+            .map(|r| PendingRow {
+                id: r.get(0),
+                binding_id: r.get(1),
+                fingerprint: r.get(2),
+                attempts: to_u32(r.get::<_, i32>(3).into()),
+                next_attempt_at_ms: r.get(4),
+                leased: r.get::<_, Option<i64>>(5).is_some(),
+                errors: rows::parse_errors(r.get(6)),
+            })
+            .collect();
+        let queued = client
+            .query(
+                "SELECT id, queue, binding_id, fingerprint, receives, visible_at, receipt
+                 FROM queue_messages WHERE event_id = $1 ORDER BY id",
+                &[&event_id],
+            )
+            .await
+            .map_err(err())?
+            .iter()
+            .map(|r| QueuedMessage {
+                id: r.get(0),
+                queue: r.get(1),
+                binding_id: r.get(2),
+                fingerprint: r.get(3),
+                receives: to_u32(r.get::<_, i32>(4).into()),
+                visible_at_ms: r.get(5),
+                received: r.get::<_, Option<i64>>(6).is_some(),
+            })
+            .collect();
+        let dead = client
+            .query(
+                &format!(
+                    "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE event_id = $1 ORDER BY id"
+                ),
+                &[&event_id],
+            )
+            .await
+            .map_err(err())?
+            .iter()
+            .map(row_to_dead_letter)
+            .collect();
+        let runs = client
+            .query(
+                "SELECT binding_id, event_id, started_at, duration_ms, status, error, abandoned,
+                    fingerprint FROM trigger_runs WHERE event_id = $1 ORDER BY id",
+                &[&event_id],
+            )
+            .await
+            .map_err(err())?
+            .iter()
+            .map(|r| RunRecord {
+                binding_id: r.get(0),
+                event_id: r.get(1),
+                started_at_ms: r.get(2),
+                duration_ms: r.get(3),
+                status: r.get(4),
+                error: r.get(5),
+                abandoned: r.get(6),
+                fingerprint: r.get(7),
+            })
+            .collect();
+        Ok(EventDeliveries {
+            pending,
+            queued,
+            dead,
+            runs,
+        })
     }
 
     async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>> {

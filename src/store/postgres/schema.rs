@@ -19,6 +19,10 @@
 //! the backlog, where the sort would read every due row on each claim. PostgreSQL
 //! picks the index by cost; with the `ORDER BY … LIMIT` matching it, the walk wins
 //! whenever more rows are due than a claim takes.
+//!
+//! Migration 6 ([`CONSOLE`]) adds the console's indexes, as on SQLite:
+//! `events_by_kind (kind, seq)`, `events_by_dedupe (dedupe_key, seq)` and
+//! `trigger_runs_by_event (event_id)`.
 
 use crate::error::{Error, Result};
 use crate::store::backend::store_err;
@@ -74,6 +78,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, OUTBOX),
     (4, VERSIONS),
     (5, FLOW_CONTROL),
+    (6, CONSOLE),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -197,6 +202,11 @@ const FLOW_CONTROL: &str = "ALTER TABLE outbox ADD COLUMN priority INT NOT NULL 
         at BIGINT NOT NULL
     );
     CREATE INDEX superseded_by_time ON superseded (at);";
+
+/// Migration 6: the indexes of the console's event search and detail.
+const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
+    CREATE INDEX events_by_dedupe ON events (dedupe_key, seq);
+    CREATE INDEX trigger_runs_by_event ON trigger_runs (event_id);";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

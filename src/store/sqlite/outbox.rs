@@ -21,8 +21,9 @@ use super::enqueue::Enqueuer;
 use super::{claim, finish, queues, sql_err, SqliteBackend};
 use crate::error::Result;
 use crate::outbox::model::{
-    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Destination, Enqueue, Expired, Finish,
-    OutboxStats, ReceiveRequest, Received, RunRecord,
+    ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Destination, Enqueue, EventDeliveries,
+    Expired, Finish, OutboxDepth, OutboxStats, PendingRow, QueuedMessage, ReceiveRequest, Received,
+    RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
@@ -45,6 +46,112 @@ fn row_to_dead_letter(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
         replays: to_u32(r.get(10)?),
         replayed_at_ms: r.get(11)?,
         queue: r.get(12)?,
+    })
+}
+
+/// The dead-letter page's SQL with only the filters `q` sets (as the events page's:
+/// SQLite plans before it sees parameters, so optional terms would cost the index).
+/// The binding filter walks `dead_letters_by_binding`, the others the primary key
+/// newest first; the error kind is the last attempt's, read from the JSON history.
+fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as V;
+    let mut sql = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
+    let mut args: Vec<V> = Vec::new();
+    let mut term = |sql: &mut String, cond: &str, v: V| {
+        args.push(v);
+        sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
+        sql.push_str(&cond.replace('?', &format!("?{}", args.len())));
+    };
+    if let Some(b) = &q.binding_id {
+        term(&mut sql, "binding_id = ?", V::Text(b.clone()));
+    }
+    if let Some(b) = q.before_id {
+        term(&mut sql, "id < ?", V::Integer(b));
+    }
+    if let Some(t) = q.since_ms {
+        term(&mut sql, "dead_at >= ?", V::Integer(t));
+    }
+    if let Some(t) = q.until_ms {
+        term(&mut sql, "dead_at < ?", V::Integer(t));
+    }
+    if let Some(k) = &q.error_kind {
+        term(
+            &mut sql,
+            "json_extract(errors, '$[#-1].kind') = ?",
+            V::Text(k.clone()),
+        );
+    }
+    args.push(V::Integer(q.limit as i64));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
+    (sql, args)
+}
+
+/// Everything the outbox holds for one event, each table read through its
+/// `event_id` index.
+fn event_deliveries(c: &Connection, event_id: &str) -> rusqlite::Result<EventDeliveries> {
+    let pending = c
+        .prepare_cached(
+            "SELECT id, binding_id, fingerprint, attempts, next_attempt_at, lease_token, errors
+             FROM outbox WHERE event_id = ?1 ORDER BY id",
+        )?
+        .query_map(params![event_id], |r| {
+            Ok(PendingRow {
+                id: r.get(0)?,
+                binding_id: r.get(1)?,
+                fingerprint: r.get(2)?,
+                attempts: to_u32(r.get(3)?),
+                next_attempt_at_ms: r.get(4)?,
+                leased: r.get::<_, Option<i64>>(5)?.is_some(),
+                errors: rows::parse_errors(&r.get::<_, String>(6)?),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let queued = c
+        .prepare_cached(
+            "SELECT id, queue, binding_id, fingerprint, receives, visible_at, receipt
+             FROM queue_messages WHERE event_id = ?1 ORDER BY id",
+        )?
+        .query_map(params![event_id], |r| {
+            Ok(QueuedMessage {
+                id: r.get(0)?,
+                queue: r.get(1)?,
+                binding_id: r.get(2)?,
+                fingerprint: r.get(3)?,
+                receives: to_u32(r.get(4)?),
+                visible_at_ms: r.get(5)?,
+                received: r.get::<_, Option<i64>>(6)?.is_some(),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let dead = c
+        .prepare_cached(&format!(
+            "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters WHERE event_id = ?1 ORDER BY id"
+        ))?
+        .query_map(params![event_id], row_to_dead_letter)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let runs = c
+        .prepare_cached(
+            "SELECT binding_id, event_id, started_at, duration_ms, status, error, abandoned,
+                fingerprint FROM trigger_runs WHERE event_id = ?1 ORDER BY id",
+        )?
+        .query_map(params![event_id], |r| {
+            Ok(RunRecord {
+                binding_id: r.get(0)?,
+                event_id: r.get(1)?,
+                started_at_ms: r.get(2)?,
+                duration_ms: r.get(3)?,
+                status: r.get(4)?,
+                error: r.get(5)?,
+                abandoned: r.get(6)?,
+                fingerprint: r.get(7)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(EventDeliveries {
+        pending,
+        queued,
+        dead,
+        runs,
     })
 }
 
@@ -239,21 +346,46 @@ impl OutboxStore for SqliteBackend {
     }
 
     async fn dead_letters(&self, query: &DeadLetterQuery) -> Result<Vec<DeadLetter>> {
-        let q = query.clone();
+        let (sql, args) = dead_letters_sql(query);
         Self::with(&self.reader, move |c| {
-            c.prepare_cached(&format!(
-                "SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters
-                 WHERE (?1 IS NULL OR binding_id = ?1) AND (?2 IS NULL OR id < ?2)
-                 ORDER BY id DESC LIMIT ?3"
-            ))
+            c.prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_map(rusqlite::params_from_iter(args), row_to_dead_letter)?
+                        .collect()
+                })
+                .map_err(sql_err("read dead letters"))
+        })
+        .await
+    }
+
+    async fn depth(&self, now_ms: i64) -> Result<OutboxDepth> {
+        Self::with(&self.reader, move |c| {
+            c.prepare_cached(
+                "SELECT
+                    (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
+                        WHERE next_attempt_at <= ?1),
+                    (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
+                        WHERE next_attempt_at > ?1 AND lease_token IS NOT NULL),
+                    (SELECT count(*) FROM dead_letters)",
+            )
             .and_then(|mut s| {
-                s.query_map(
-                    params![q.binding_id, q.before_id, q.limit as i64],
-                    row_to_dead_letter,
-                )?
-                .collect()
+                s.query_row(params![now_ms], |r| {
+                    Ok(OutboxDepth {
+                        due: r.get::<_, i64>(0)? as u64,
+                        leased: r.get::<_, i64>(1)? as u64,
+                        dead_letters: r.get::<_, i64>(2)? as u64,
+                    })
+                })
             })
-            .map_err(sql_err("read dead letters"))
+            .map_err(sql_err("read the outbox depth"))
+        })
+        .await
+    }
+
+    async fn event_deliveries(&self, event_id: &str) -> Result<EventDeliveries> {
+        let event_id = event_id.to_owned();
+        Self::with(&self.reader, move |c| {
+            event_deliveries(c, &event_id).map_err(sql_err("read an event's deliveries"))
         })
         .await
     }

@@ -66,6 +66,16 @@
 //! - A binding's own dedupe keys (`dedupe_key`) need no table: they are claims in
 //!   `dedupe_claims` under the source `binding:<id>`, expired by the same sweep.
 //!
+//! Migration 6 ([`CONSOLE`]) adds what the console's event search and event detail
+//! need, so that neither scans a table of a million events:
+//! - `events_by_kind (kind, seq)`: `?kind=` pages walk it newest first, as
+//!   `events_by_source` serves `?source=`;
+//! - `events_by_dedupe (dedupe_key)` (SQLite appends `seq`, the rowid): the search by
+//!   a provider's delivery id;
+//! - `trigger_runs_by_event (event_id)`: an event's run records for its detail (its
+//!   outbox rows, queue messages and dead letters have such an index since
+//!   migration 2).
+//!
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
@@ -126,6 +136,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (4, VERSIONS),
     (5, FLOW_CONTROL),
+    (6, CONSOLE),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -250,6 +261,11 @@ const FLOW_CONTROL: &str = "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT N
         at INTEGER NOT NULL
     );
     CREATE INDEX superseded_by_time ON superseded (at);";
+
+/// Migration 6: the indexes of the console's event search and detail (module doc).
+const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
+    CREATE INDEX events_by_dedupe ON events (dedupe_key);
+    CREATE INDEX trigger_runs_by_event ON trigger_runs (event_id);";
 
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     let bad = |e: rusqlite::Error| {
