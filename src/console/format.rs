@@ -76,7 +76,7 @@ mod tests {
     fn ages_and_counts_read_naturally() {
         assert_eq!(ago(10_000, 6_000), "4 s ago");
         assert_eq!(ago(10_000, 0), "never");
-        assert_eq!(ago(7_200_000, 0 + 1), "1 h ago");
+        assert_eq!(ago(7_200_000, 1), "1 h ago");
         assert_eq!(
             ago(1_000, 5_000),
             "0 s ago",

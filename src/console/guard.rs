@@ -22,16 +22,11 @@ use axum::Router;
 use maud::html;
 use serde::Deserialize;
 
+use super::sessions::SessionInfo;
 use super::{assets, page, ConsoleKit};
 
 /// Largest console form body read (a filter form, a reason): 64 KiB.
 pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;
-
-/// What a page handler learns of its session: the CSRF token its forms must carry.
-#[derive(Debug, Clone)]
-pub(crate) struct SessionInfo {
-    pub(crate) csrf: String,
-}
 
 /// The content security policy: nothing inline, nothing from another origin.
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \

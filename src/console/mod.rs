@@ -36,8 +36,8 @@ use tokio_util::sync::CancellationToken;
 use crate::secret::Secret;
 use sessions::Sessions;
 
-pub(crate) use guard::SessionInfo;
 pub(crate) use page::{Page, Region};
+pub(crate) use sessions::SessionInfo;
 
 /// How often a live page's regions are rendered again (and sent when changed).
 pub(crate) const LIVE_TICK: Duration = Duration::from_millis(500);

@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 use maud::{html, Markup, DOCTYPE};
 
-use super::{assets, ConsoleKit, SessionInfo};
+use super::sessions::SessionInfo;
+use super::{assets, ConsoleKit};
 
 /// One live part of a page: an element id and its content.
 pub(crate) struct Region {

@@ -10,6 +10,13 @@
 
 use std::collections::HashMap;
 
+/// What a page handler learns of its session (put in the request by the guard): the
+/// CSRF token its forms must carry.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionInfo {
+    pub(crate) csrf: String,
+}
+
 /// How long a session lives without a request (12 hours).
 pub(crate) const IDLE_EXPIRY_MS: u64 = 12 * 60 * 60 * 1000;
 /// Most sessions kept at once.

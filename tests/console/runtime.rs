@@ -132,7 +132,11 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
     // Its detail: the binding it matched with the row's failed attempt, the stored
     // headers (the signature redacted) and the payload.
     b.click("#events tr[data-event] a").await;
-    b.wait_text("#deliveries tr[data-binding=orders]", "the partner said 500").await;
+    b.wait_text(
+        "#deliveries tr[data-binding=orders]",
+        "the partner said 500",
+    )
+    .await;
     let detail = b.wait_text("#rt-event", "\"order\": 17").await;
     assert!(detail.contains("x-signature"), "{detail}");
     assert!(
@@ -155,7 +159,11 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
     .await;
     b.goto(&format!("{}/console", rt.base)).await;
     b.wait_text("#outbox-bindings", "orders").await;
-    b.wait_js("the depth chart has points", "return !!document.querySelector('#rt-depth polyline[points*=\",\"]');").await;
+    b.wait_js(
+        "the depth chart has points",
+        "return !!document.querySelector('#rt-depth polyline[points*=\",\"]');",
+    )
+    .await;
     b.screenshot("runtime-overview").await;
     rt.runtime.shutdown().await.unwrap();
 }

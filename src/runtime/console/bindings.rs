@@ -10,9 +10,8 @@ use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde_json::Value;
 
-use super::overview::Notice;
-use super::widgets::{button, done, failed, notice, num, pretty, scalar, ActionForm};
-use super::{serve, App};
+use super::app::{serve, App};
+use super::widgets::{button, done, failed, notice, num, pretty, scalar, ActionForm, Notice};
 use crate::console::format::{ago, count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};

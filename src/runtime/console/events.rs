@@ -12,9 +12,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::overview::Notice;
-use super::widgets::{button, done, failed, notice, pretty, scalar, unavailable, ActionForm};
-use super::{serve, App};
+use super::app::{serve, App};
+use super::widgets::{
+    button, done, failed, notice, pretty, scalar, unavailable, ActionForm, Notice,
+};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};

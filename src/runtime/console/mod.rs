@@ -10,6 +10,7 @@
 //! resume, drain, the lifecycle history), `/console/dead-letters` and
 //! `/console/dead-letters/{id}` (replay), `/console/queues`.
 
+mod app;
 mod bindings;
 mod events;
 mod overview;
@@ -18,25 +19,15 @@ mod widgets;
 
 use std::sync::Arc;
 
-use axum::http::HeaderMap;
-use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
 use super::ops::DeliverOps;
-use crate::console::{page, ConsoleKit, Page, SessionInfo};
+use crate::console::ConsoleKit;
 use crate::secret::Secret;
 use crate::webhooks::state::Ingress;
-
-/// What the console's handlers share.
-pub(crate) struct RuntimeConsole {
-    pub(crate) kit: Arc<ConsoleKit>,
-    pub(crate) ops: Arc<DeliverOps>,
-    pub(crate) ingress: Arc<Ingress>,
-}
-
-pub(crate) type App = axum::extract::State<Arc<RuntimeConsole>>;
+use app::RuntimeConsole;
 
 /// The console's routes: sign-in and assets, and the pages behind the session.
 pub(crate) fn routes(
@@ -83,18 +74,4 @@ pub(crate) fn routes(
         .with_state(app);
     crate::console::guard::public_routes(kit.clone())
         .merge(crate::console::guard::protect(kit, pages))
-}
-
-/// Answers a page rendered by `render` from the console's state and the CSRF token.
-pub(crate) async fn serve<F, Fut>(
-    app: Arc<RuntimeConsole>,
-    session: SessionInfo,
-    headers: &HeaderMap,
-    render: F,
-) -> Response
-where
-    F: Fn(Arc<RuntimeConsole>, String) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Page> + Send + 'static,
-{
-    page::respond_with(app.kit.clone(), session, headers, app, render).await
 }

@@ -5,22 +5,14 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 use maud::html;
-use serde::Deserialize;
 use serde_json::Value;
 
-use super::widgets::{fields, notice, num, scalar, unavailable};
-use super::{serve, App};
+use super::app::{serve, App};
+use super::widgets::{fields, notice, num, scalar, unavailable, Notice};
 use crate::console::chart::{self, Series};
 use crate::console::format::{ago, count};
 use crate::console::{Page, Region, SessionInfo};
 use crate::webhooks::admin::list_sources_value;
-
-/// A page's `?notice=` (what an action just did).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct Notice {
-    #[serde(default)]
-    pub(crate) notice: String,
-}
 
 fn age(ms: Option<i64>) -> String {
     match ms {

@@ -11,8 +11,8 @@ use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::app::{serve, App};
 use super::widgets::{button, done, failed, notice, unavailable, ActionForm};
-use super::{serve, App};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};

@@ -18,6 +18,13 @@ pub(crate) struct ActionForm {
     pub(crate) back: String,
 }
 
+/// A page's `?notice=` (what an action just did).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    #[serde(default)]
+    pub(crate) notice: String,
+}
+
 /// A POST button (a one-field form) labelled `label`, returning to `back`.
 pub(crate) fn button(action: &str, label: &str, csrf: &str, back: &str, class: &str) -> Markup {
     html! {
