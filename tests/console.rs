@@ -55,6 +55,12 @@ impl BaseConnector for Hostile {
     fn metadata(&self) -> HashMap<String, String> {
         HashMap::from([("note".to_owned(), HOSTILE.to_owned())])
     }
+    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
+        vec![switchboard::Capability::new("poke")
+            .description(HOSTILE)
+            .input_schema(json!({"title": HOSTILE}))
+            .build()]
+    }
     async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
         Ok(p)
     }
@@ -236,6 +242,11 @@ async fn markup_from_a_connector_renders_as_text_and_never_runs() {
     .await;
     let text = b.wait_text("#gw-registration", "window.__pwned=1").await;
     assert!(text.contains(HOSTILE), "shown as the text it is: {text}");
+    let caps = b.wait_text("#capabilities", "poke").await;
+    assert!(
+        caps.contains(HOSTILE),
+        "a capability's description and schema as text: {caps}"
+    );
     // Give the live stream a swap too, then check nothing ran.
     b.wait_js(
         "a live update arrived",

@@ -354,3 +354,53 @@ async fn bad_parameters_are_a_400_naming_them_and_the_routes_need_the_token() {
         assert_eq!(get(&base, path).await.0, 200, "{path} with it");
     }
 }
+
+/// Describes one capability with input and output schemas.
+struct Described;
+
+#[async_trait]
+impl BaseConnector for Described {
+    fn connector_type(&self) -> &str {
+        "described"
+    }
+    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
+        vec![switchboard::Capability::new("create_issue")
+            .name("Create issue")
+            .description("Opens an issue")
+            .input_schema(json!({"type": "object", "required": ["title"]}))
+            .output_schema(json!({"type": "object"}))
+            .build()]
+    }
+    async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
+        Ok(p)
+    }
+}
+
+#[tokio::test]
+async fn one_registration_shows_its_capabilities_schemas_and_an_unknown_arn_is_a_404() {
+    let gw = gateway().await;
+    let base = gw.http_url();
+    let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
+        .instance_id("d")
+        .build()
+        .unwrap();
+    let (runner, join) = start(
+        RunnerOptions::default(),
+        vec![Registration::new(cfg, Described)],
+    )
+    .await;
+    let arn = gw.registrations()[0].arn.clone();
+    let v = get_ok(&base, &format!("/api/v1/registrations/{arn}")).await;
+    assert_eq!(v["arn"], arn.as_str());
+    assert_eq!(v["capabilities"], json!(["create_issue"]));
+    let schema = &v["capability_schemas"][0];
+    assert_eq!(schema["name"], "Create issue");
+    assert_eq!(schema["description"], "Opens an issue");
+    let input: Value = serde_json::from_str(schema["input_schema"].as_str().unwrap()).unwrap();
+    assert_eq!(input["required"], json!(["title"]));
+    let (code, body) = get(&base, "/api/v1/registrations/arn:nope").await;
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(body["code"], "not_found");
+    runner.shutdown_handle().shutdown();
+    join.await.unwrap().unwrap();
+}

@@ -146,7 +146,7 @@ async fn overview(
                 div.card.stat { small { "frames in / out" } b { (count(stats.frames_in)) } small { (count(stats.frames_out)) " out" } }
             }
             h2 { "Invokes by outcome" }
-            table #invokes { tr { @for k in stats.invokes.keys() { th.num { (k) } } }
+            table.compact #invokes { tr { @for k in stats.invokes.keys() { th.num { (k) } } }
                 tr { @for v in stats.invokes.values() { td.num { (count(*v)) } } } }
             @if !stats.frames_dropped.is_empty() {
                 h2 { "Frames dropped" }
@@ -367,18 +367,19 @@ async fn registration(
         let Some(item) = state.registration(&arn) else {
             return Page::missing("gw-registration", &format!("No registration {arn} is connected now."));
         };
-        let r = &item.info;
-        let f = &item.figures;
+        let r = &item.item.info;
+        let f = &item.item.figures;
+        let since = item.item.since_ms as i64;
         let body = html! {
             h1 { code { (r.arn) } " " (status_pill(&r.status)) }
             @if r.status == "pending" { p { (approval_buttons(&r.arn, csrf, &arn_href(&r.arn))) } }
-            table {
+            table.kv {
                 tr { th { "tenant" } td { (r.tenant_id) } }
                 tr { th { "type" } td { (r.connector_type) } }
                 tr { th { "instance" } td { (r.instance_id) } }
                 tr { th { "transport" } td { (r.transport) " (link " (r.socket_id) ")" } }
                 tr { th { "scope" } td { (r.scope) } }
-                tr { th { "registered" } td { (time(item.since_ms as i64)) " (" (ago(now(), item.since_ms as i64)) ")" } }
+                tr { th { "registered" } td { (time(since)) " (" (ago(now(), since)) ")" } }
                 tr { th { "executes / errors / timeouts" }
                      td #reg-executes { (count(f.executes)) " / " (count(f.execute_errors)) " / " (count(f.execute_timeouts)) } }
                 tr { th { "in flight" } td { (count(f.in_flight)) } }
@@ -387,13 +388,28 @@ async fn registration(
             }
             h2 { "Capabilities" }
             @if r.capabilities.is_empty() { p.muted { "None listed." } }
-            ul #capabilities { @for c in &r.capabilities { li { code { (c) } } } }
+            @match &item.capability_schemas {
+                Some(schemas) => {
+                    table #capabilities {
+                        tr { th { "capability" } th { "description" } th { "input schema" } th { "output schema" } }
+                        @for c in schemas {
+                            tr {
+                                td { code { (c.id) } @if !c.name.is_empty() && c.name != c.id { br; span.muted { (c.name) } } }
+                                td { (c.description) }
+                                td { @if !c.input_schema.is_empty() { pre { (pretty_json(&c.input_schema)) } } }
+                                td { @if !c.output_schema.is_empty() { pre { (pretty_json(&c.output_schema)) } } }
+                            }
+                        }
+                    }
+                }
+                None => ul #capabilities { @for c in &r.capabilities { li { code { (c) } } } },
+            }
             h2 { "Metadata" }
             table { @for (k, v) in &r.metadata { tr { th { (k) } td { code { (v) } } } } }
             h2 { "Last metrics report" }
             @match &r.metrics {
                 None => p.muted { "None received yet." },
-                Some(m) => table {
+                Some(m) => table.kv {
                     tr { th { "received" } td { (time(m.received_at_ms)) " (" (ago(now(), m.received_at_ms)) ")" } }
                     tr { th { "requests received / processed / failed" }
                          td { (m.requests_received) " / " (m.requests_processed) " / " (m.requests_failed) } }
@@ -408,6 +424,14 @@ async fn registration(
         Page::new(r.arn.clone(), vec![Region::new("gw-registration", body)])
     })
     .await
+}
+
+/// A schema's text pretty-printed when it is JSON, as sent otherwise.
+fn pretty_json(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| text.to_owned())
 }
 
 /// An action's form: the CSRF token (checked by the kit before this runs), where to go

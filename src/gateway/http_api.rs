@@ -8,6 +8,9 @@
 //! - `POST /api/v1/connectors/{arn}/execute`: `{"payload", "capability_id"?,
 //!   "timeout_ms"?}` → the outcome; 404, 409, 502, 503, 504 as the error says.
 //! - `GET /api/v1/stats` (JSON) and `GET /metrics` (Prometheus text): the counters.
+//! - `GET /api/v1/registrations/{arn}`: one registration as the listing shows it plus
+//!   `capability_schemas` (`[{"id", "name", "description", "input_schema",
+//!   "output_schema"}]`, or `null`); 404 for an unknown ARN.
 //! - `GET /api/v1/registrations?tenant=&status=&transport=&q=&limit=&after=`: one
 //!   page, by ARN, `{"items", "next", "total"}`. Each item is a `/connectors` item plus
 //!   `since_ms`, `executes`, `execute_errors`, `execute_timeouts`, `in_flight`,
@@ -58,6 +61,7 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router {
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/stats/series", get(series))
         .route("/api/v1/registrations", get(registrations))
+        .route("/api/v1/registrations/{arn}", get(registration))
         .route("/api/v1/tenants", get(tenants))
         .route("/api/v1/connections", get(connections))
         .route("/metrics", get(metrics))
@@ -140,6 +144,17 @@ async fn registrations(
     {
         Ok(filter) => Json(state.registrations_page(&filter)).into_response(),
         Err(message) => bad_query(message),
+    }
+}
+
+async fn registration(State(state): State<Arc<GatewayState>>, Path(arn): Path<String>) -> Response {
+    match state.registration(&arn) {
+        Some(detail) => Json(detail).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            format!("no registration {arn}; GET /api/v1/registrations lists them"),
+            "not_found",
+        ),
     }
 }
 

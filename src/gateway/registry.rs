@@ -72,9 +72,60 @@ pub(crate) struct Resolved<S> {
     pub(crate) figures: Arc<RegistrationFigures>,
 }
 
+/// Most bytes of capability schemas kept per registration (names, descriptions and
+/// schema texts together): enough for a tool connector's dozens of tools, small
+/// enough that 10,000 registrations stay cheap. Past it only the ids are listed.
+pub(crate) const MAX_KEPT_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// One capability as its connector described it at register time, for the console's
+/// registration page and `GET /api/v1/registrations/{arn}`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct CapabilitySchema {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    /// JSON Schema text of the input, as sent; empty when none.
+    pub(crate) input_schema: String,
+    /// JSON Schema text of the output, as sent; empty when none.
+    pub(crate) output_schema: String,
+}
+
+/// The capability schemas a register request carried, or `None` when they exceed
+/// [`MAX_KEPT_SCHEMA_BYTES`] (or there are none).
+fn kept_schemas(req: &RegisterConnectorRequest) -> Option<Arc<[CapabilitySchema]>> {
+    let types = &req.capabilities.as_ref()?.task_types;
+    let bytes: usize = types
+        .iter()
+        .map(|t| {
+            t.task_type_id.len()
+                + t.name.len()
+                + t.description.len()
+                + t.input_schema_json.len()
+                + t.output_schema_json.len()
+        })
+        .sum();
+    if types.is_empty() || bytes > MAX_KEPT_SCHEMA_BYTES {
+        return None;
+    }
+    Some(
+        types
+            .iter()
+            .map(|t| CapabilitySchema {
+                id: t.task_type_id.clone(),
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema_json.clone(),
+                output_schema: t.output_schema_json.clone(),
+            })
+            .collect(),
+    )
+}
+
 /// One registration as the console's paged listing reads it, borrowed from the
 /// registry under its lock ([`Registry::entries_after`]).
 pub(crate) struct EntryView<'a> {
+    /// Its capabilities' schemas, when they fit [`MAX_KEPT_SCHEMA_BYTES`].
+    pub(crate) schemas: Option<&'a Arc<[CapabilitySchema]>>,
     pub(crate) info: &'a RegistrationInfo,
     pub(crate) figures: &'a RegistrationFigures,
     /// When it registered on its current link (ms since the epoch).
@@ -142,6 +193,8 @@ struct Entry<S> {
     since_ms: u64,
     /// Executes, errors, in flight, invokes: shared with the execute and invoke paths.
     figures: Arc<RegistrationFigures>,
+    /// Its capabilities' schemas ([`kept_schemas`]).
+    schemas: Option<Arc<[CapabilitySchema]>>,
 }
 
 impl<S: Clone> Registry<S> {
@@ -288,6 +341,7 @@ impl<S: Clone> Registry<S> {
             requested_at_ms,
             since_ms,
             figures,
+            schemas: kept_schemas(req),
         };
         self.by_arn.insert(arn.clone(), entry);
         RegisterOutcome::Accepted { arn }
@@ -438,6 +492,7 @@ impl<S: Clone> Registry<S> {
         self.by_arn
             .range::<str, _>((from, Bound::Unbounded))
             .map(|(_, e)| EntryView {
+                schemas: e.schemas.as_ref(),
                 info: &e.info,
                 figures: &e.figures,
                 since_ms: e.since_ms,
@@ -447,6 +502,7 @@ impl<S: Clone> Registry<S> {
     /// The registration `arn`, if there is one.
     pub(crate) fn entry(&self, arn: &str) -> Option<EntryView<'_>> {
         self.by_arn.get(arn).map(|e| EntryView {
+            schemas: e.schemas.as_ref(),
             info: &e.info,
             figures: &e.figures,
             since_ms: e.since_ms,

@@ -26,7 +26,7 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::figures::RegistrationFiguresView;
 use super::link::{TRANSPORT_GRPC, TRANSPORT_WEBSOCKET};
-use super::registry::{EntryView, RegistrationInfo, Status};
+use super::registry::{CapabilitySchema, EntryView, RegistrationInfo, Status};
 use super::series::{Baseline, Point, SAMPLE_INTERVAL};
 use super::state::GatewayState;
 
@@ -230,6 +230,18 @@ impl RegistrationItem {
     }
 }
 
+/// One registration in full, as `GET /api/v1/registrations/{arn}` shows it: a listing
+/// item plus its capabilities' schemas.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct RegistrationDetail {
+    #[serde(flatten)]
+    pub(crate) item: RegistrationItem,
+    /// Each capability's name, description and input/output JSON Schema as sent at
+    /// register time; `null` when none were sent or they exceed
+    /// [`super::registry::MAX_KEPT_SCHEMA_BYTES`] (the ids stay in `capabilities`).
+    pub(crate) capability_schemas: Option<Vec<CapabilitySchema>>,
+}
+
 /// One tenant, as `GET /api/v1/tenants` lists it.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub(crate) struct TenantItem {
@@ -379,9 +391,13 @@ impl GatewayState {
         Page { items, next, total }
     }
 
-    /// One registration with its live figures (the console's registration page).
-    pub(crate) fn registration(&self, arn: &str) -> Option<RegistrationItem> {
-        self.registry().entry(arn).map(|e| RegistrationItem::of(&e))
+    /// One registration with its live figures and its capabilities' schemas
+    /// (`GET /api/v1/registrations/{arn}`, the console's registration page).
+    pub(crate) fn registration(&self, arn: &str) -> Option<RegistrationDetail> {
+        self.registry().entry(arn).map(|e| RegistrationDetail {
+            item: RegistrationItem::of(&e),
+            capability_schemas: e.schemas.map(|s| s.to_vec()),
+        })
     }
 
     /// Every tenant with its connection and registration counts (`GET

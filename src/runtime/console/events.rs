@@ -211,20 +211,25 @@ pub(crate) async fn detail(
                 Err(e) => return Page::new("Event", vec![Region::new("rt-event", unavailable(&e))]),
             };
             let e = &found["event"];
-            let facts = serde_json::json!({
-                "id": e["id"], "source": e["source"], "provider": e["provider"], "kind": e["kind"],
-                "delivery id": e["delivery_id"], "trace id": e["trace_id"], "tenant": e["tenant"],
-                "received": time(e["received_at_ms"].as_i64().unwrap_or(0)), "signature": e["signature"],
-            });
+            let facts = [
+                ("source", scalar(&e["source"])),
+                ("provider", scalar(&e["provider"])),
+                ("kind", scalar(&e["kind"])),
+                ("received", time(e["received_at_ms"].as_i64().unwrap_or(0))),
+                ("delivery id", scalar(&e["delivery_id"])),
+                ("trace id", scalar(&e["trace_id"])),
+                ("tenant", scalar(&e["tenant"])),
+                ("signature", scalar(&e["signature"])),
+            ];
             let list = found["deliveries"].as_array().cloned().unwrap_or_default();
             let body = html! {
                 h1 { "Event " code { (id) } }
                 p { (button(&format!("{}/replay", href(&id)), "Replay", &csrf, &href(&id), "secondary")) }
-                (super::widgets::fields(&facts))
+                (super::widgets::pairs(&facts))
                 h2 { "Bindings and attempts" }
                 (deliveries(&list))
                 h2 { "Headers (as stored: secrets redacted)" }
-                table #event-headers {
+                table.kv #event-headers {
                     @if let Some(h) = e["headers"].as_object() {
                         @for (k, v) in h { tr { th { (k) } td { code { (scalar(v)) } } } }
                     }

@@ -167,7 +167,7 @@ pub(crate) async fn detail(
             let body = html! {
                 h1 { "Dead letter " (d.id) }
                 p { (button(&format!("{}/replay", href(d.id)), "Replay", &csrf, &href(d.id), "")) }
-                table {
+                table.kv {
                     tr { th { "binding" } td { (d.binding_id) } }
                     tr { th { "fingerprint" } td { code { (d.fingerprint) } } }
                     tr { th { "event" } td { a href=(format!("/console/events/{}", encode_component(&d.event_id))) { code { (d.event_id) } } } }

@@ -72,10 +72,19 @@ pub(crate) fn pretty(v: &Value) -> Markup {
     html! { pre { (serde_json::to_string_pretty(v).unwrap_or_default()) } }
 }
 
+/// Labelled values in the order given, as a two-column table.
+pub(crate) fn pairs(rows: &[(&str, String)]) -> Markup {
+    html! {
+        table.kv {
+            @for (k, v) in rows { tr { th { (k) } td { code { (v) } } } }
+        }
+    }
+}
+
 /// An object's fields as a two-column table (nested values as compact JSON).
 pub(crate) fn fields(v: &Value) -> Markup {
     html! {
-        table {
+        table.kv {
             @if let Some(map) = v.as_object() {
                 @for (k, val) in map { tr { th { (k) } td { code { (scalar(val)) } } } }
             }
