@@ -1,5 +1,7 @@
 //! Line charts as SVG, drawn on the server from a sampled series: no chart library,
 //! no script, and the same escaping as the rest of the page (labels are text nodes).
+//! The SVG stretches to its box (`preserveAspectRatio="none"`), so the labels sit in
+//! the caption below it rather than inside, where they would stretch too.
 
 use maud::{html, Markup};
 
@@ -39,13 +41,13 @@ pub(crate) fn line(title: &str, series: &[Series<'_>], slots: usize) -> Markup {
         figure.chart {
             svg.chart viewBox=(format!("0 0 {W} {H}")) preserveAspectRatio="none" role="img" aria-label=(title) {
                 line x1="0" y1=(H - 0.5) x2=(W) y2=(H - 0.5) stroke="#d8dde3" {}
-                text x="4" y="10" { (format_value(top)) }
                 @for (i, s) in series.iter().enumerate() {
                     polyline class=(format!("line{}", i % 3)) points=(points(&s.values)) {}
                 }
             }
             figcaption.legend {
                 strong { (title) } " "
+                span.muted { "(top " (format_value(top)) ") " }
                 @for (i, s) in series.iter().enumerate() {
                     span class=(format!("k{}", i % 3)) {
                         "— " (s.label) " " (format_value(s.values.last().copied().unwrap_or(0.0)))

@@ -196,13 +196,13 @@ fn charts(state: &GatewayState) -> Markup {
     html! {
         h2 { "Last five minutes" }
         div.cards {
-            div.card style="flex:1" {
+            div.card.grow {
                 (chart::line("per second", &[
                     Series { label: "round trips", values: pick(|p| p.round_trips as f64) },
                     Series { label: "errors", values: pick(|p| p.errors as f64) },
                 ], slots))
             }
-            div.card style="flex:1" {
+            div.card.grow {
                 (chart::line("execute latency, ms", &[
                     Series { label: "p50", values: pick(|p| p.latency_p50_ms.unwrap_or(0.0)) },
                     Series { label: "p99", values: pick(|p| p.latency_p99_ms.unwrap_or(0.0)) },
