@@ -169,19 +169,26 @@ impl Browser {
         }
     }
 
-    /// Clicks the element at `css`.
+    /// Clicks the element at `css`. A live update may replace the element between
+    /// finding and clicking it (a stale reference): found again and retried until
+    /// the deadline.
     pub async fn click(&self, css: &str) {
-        let el = self
-            .client
-            .wait()
-            .at_most(PAGE_DEADLINE)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css} to click: {e}"));
-        el.click().await.expect("click");
+        let deadline = Instant::now() + PAGE_DEADLINE;
+        loop {
+            let attempt = match self.client.find(Locator::Css(css)).await {
+                Ok(el) => el.click().await,
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(()) => return,
+                Err(e) => assert!(Instant::now() < deadline, "cannot click {css}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
-    /// Types `text` into the field at `css`.
+    /// Types `text` into the field at `css` (sign-in and filter fields, which live
+    /// updates never replace while focused).
     pub async fn type_into(&self, css: &str, text: &str) {
         let el = self
             .client

@@ -157,6 +157,30 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
         handler.delivered.load(Ordering::SeqCst) == 1
     })
     .await;
+
+    // A filtered selection: a second dead letter, then "Replay all matching" (which
+    // asks first) replays both of the binding's, the first one again.
+    handler.failing.store(true, Ordering::SeqCst);
+    assert_eq!(post_hook(&rt.base, &json!({"order": 18})).await, 200);
+    b.goto(&format!("{}/console/dead-letters?binding=orders", rt.base))
+        .await;
+    b.wait_js(
+        "two dead letters listed",
+        "return document.querySelectorAll('#dead-letters tr[data-dead-letter]').length === 2;",
+    )
+    .await;
+    handler.failing.store(false, Ordering::SeqCst);
+    b.click("button[data-action=replay-selection]").await;
+    b.client
+        .accept_alert()
+        .await
+        .expect("the confirmation is asked");
+    b.wait_text("#rt-notice", "replayed 2 dead letter(s)").await;
+    super::common::eventually("both replays delivered", || async {
+        handler.delivered.load(Ordering::SeqCst) == 3
+    })
+    .await;
+
     b.goto(&format!("{}/console", rt.base)).await;
     b.wait_text("#outbox-bindings", "orders").await;
     b.wait_js(

@@ -101,7 +101,8 @@ pub(crate) async fn list(
                             @for d in &rows {
                                 tr data-dead-letter=(d.id) {
                                     td { a href=(href(d.id)) { (d.id) } }
-                                    td { (d.binding_id) } td { code { (d.event_id) } }
+                                    td { (d.binding_id) }
+                                    td { a href=(format!("/console/events/{}", encode_component(&d.event_id))) { code { (d.event_id) } } }
                                     td.num { (d.attempts) } td { (last_error(d)) }
                                     td { (time(d.dead_at_ms)) } td.num { (d.replays) }
                                     td { (button(&format!("{}/replay", href(d.id)), "Replay", &csrf, &back, "secondary")) }
