@@ -44,6 +44,19 @@ async fn gateway(approval: ApprovalMode) -> TestGateway {
 pub const HOSTILE: &str =
     "<script>window.__pwned=1</script>\"><img src=x onerror=\"window.__pwned=2\">";
 
+/// Stops a runner started by the test and waits for it, within the deadline.
+async fn stop(
+    runner: &MultiConnectorRunner,
+    join: tokio::task::JoinHandle<switchboard::Result<()>>,
+) {
+    runner.shutdown_handle().shutdown();
+    tokio::time::timeout(DEADLINE, join)
+        .await
+        .expect("the runner stops")
+        .unwrap()
+        .unwrap();
+}
+
 /// A connector whose metadata holds markup.
 struct Hostile;
 
@@ -157,12 +170,7 @@ async fn registrations_appear_count_and_disappear_without_a_reload() {
     b.js("window.__same_page = true; return true;", vec![])
         .await;
     b.screenshot("gateway-registrations").await;
-    runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(&runner, join).await;
     b.wait_gone("#gw-registrations tr[data-arn]").await;
     let same = b.js("return window.__same_page === true;", vec![]).await;
     assert_eq!(same, json!(true), "the rows went without a reload");
@@ -205,12 +213,7 @@ async fn a_pending_connector_is_approved_by_a_click_and_then_executable() {
     assert!(out.success, "executable once approved: {:?}", out.error);
     assert_eq!(out.payload["instance"], "waiting");
 
-    runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(&runner, join).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,32 +250,9 @@ async fn markup_from_a_connector_renders_as_text_and_never_runs() {
         caps.contains(HOSTILE),
         "a capability's description and schema as text: {caps}"
     );
-    // Give the live stream a swap too, then check nothing ran.
-    b.wait_js(
-        "a live update arrived",
-        "return window.switchboardConsole.updates > 0;",
-    )
-    .await;
-    let pwned = b.js("return typeof window.__pwned;", vec![]).await;
-    assert_eq!(
-        pwned,
-        json!("undefined"),
-        "no injected script or handler ran"
-    );
-    let imgs = b
-        .js(
-            "return document.querySelectorAll('main img').length;",
-            vec![],
-        )
-        .await;
-    assert_eq!(imgs, json!(0), "no element was injected");
+    b.assert_nothing_injected().await;
 
-    runner.shutdown_handle().shutdown();
-    tokio::time::timeout(DEADLINE, join)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop(&runner, join).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,7 +323,10 @@ async fn page_weight_and_first_render_with_ten_thousand_registrations() {
     };
     let base = gw.http_url();
     b.sign_in(&base, TOKEN).await;
-    let pages = [format!("{base}/console"), format!("{base}/console/registrations")];
+    let pages = [
+        format!("{base}/console"),
+        format!("{base}/console/registrations"),
+    ];
     let mut empty = Vec::new();
     for p in &pages {
         empty.push(measure(&b, p).await);

@@ -212,6 +212,30 @@ impl Browser {
         .await;
     }
 
+    /// Asserts that markup shown on this page ran nothing: after a live update has
+    /// swapped the regions at least once, no global the injected script or handler
+    /// would set exists, and no element was injected into the page.
+    pub async fn assert_nothing_injected(&self) {
+        self.wait_js(
+            "a live update arrived",
+            "return window.switchboardConsole.updates > 0;",
+        )
+        .await;
+        let pwned = self.js("return typeof window.__pwned;", vec![]).await;
+        assert_eq!(
+            pwned,
+            json!("undefined"),
+            "no injected script or handler ran"
+        );
+        let imgs = self
+            .js(
+                "return document.querySelectorAll('main img').length;",
+                vec![],
+            )
+            .await;
+        assert_eq!(imgs, json!(0), "no element was injected");
+    }
+
     /// Saves a screenshot as `<target>/console-screenshots/<name>.png` (gitignored).
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.expect("screenshot");

@@ -45,22 +45,30 @@ async fn session(base: &str) -> (String, String) {
         "{set}"
     );
     let cookie = set.split(';').next().unwrap().to_owned();
-    let page = client()
+    let page = overview(base, &cookie).await;
+    let csrf = attribute_after(&page, "name=\"csrf\" value=\"").expect("a CSRF field on the page");
+    (cookie, csrf)
+}
+
+/// The overview's HTML, with the session `cookie`.
+async fn overview(base: &str, cookie: &str) -> String {
+    client()
         .get(format!("{base}/console"))
-        .header(header::COOKIE, &cookie)
+        .header(header::COOKIE, cookie)
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    let csrf = page
-        .split("name=\"csrf\" value=\"")
+        .unwrap()
+}
+
+/// The quoted value that follows the first `marker` in `html`.
+fn attribute_after(html: &str, marker: &str) -> Option<String> {
+    html.split(marker)
         .nth(1)
         .and_then(|s| s.split('"').next())
-        .expect("a CSRF field on the page")
-        .to_owned();
-    (cookie, csrf)
+        .map(str::to_owned)
 }
 
 #[tokio::test]
@@ -181,21 +189,8 @@ async fn assets_are_embedded_versioned_and_revalidated() {
     let gw = gateway(ApprovalMode::Auto).await;
     let base = gw.http_url();
     let (cookie, _) = session(&base).await;
-    let page = client()
-        .get(format!("{base}/console"))
-        .header(header::COOKIE, &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let js = page
-        .split("src=\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .unwrap()
-        .to_owned();
+    let page = overview(&base, &cookie).await;
+    let js = attribute_after(&page, "src=\"").expect("the script's address");
     assert!(js.starts_with("/console/assets/console.js?v="), "{js}");
     let resp = client().get(format!("{base}{js}")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
