@@ -22,6 +22,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::operator;
+use super::rates::Rates;
 use super::state::GatewayState;
 use super::views::{ConnectionsQuery, RegistrationsQuery};
 use crate::console::chart::{self, Series};
@@ -33,6 +34,8 @@ use crate::console::{page, ConsoleKit, Page, Region, SessionInfo};
 struct ConsoleApp {
     kit: Arc<ConsoleKit>,
     state: Arc<GatewayState>,
+    /// Per-second rates of the registrations being looked at (`rates.rs`).
+    rates: std::sync::Mutex<Rates>,
 }
 
 type App = State<Arc<ConsoleApp>>;
@@ -52,6 +55,7 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
     let app = Arc::new(ConsoleApp {
         kit: kit.clone(),
         state,
+        rates: Default::default(),
     });
     let pages = Router::new()
         .route("/console", get(overview))
@@ -73,20 +77,19 @@ async fn serve<F>(
     render: F,
 ) -> Response
 where
-    F: Fn(&GatewayState, &str) -> Page + Send + Sync + 'static,
+    F: Fn(&ConsoleApp, &str) -> Page + Send + Sync + 'static,
 {
     let render = Arc::new(render);
-    page::respond_with(
-        app.kit.clone(),
-        session,
-        headers,
-        app.state.clone(),
-        move |state, csrf| {
-            let render = render.clone();
-            async move { render(&state, &csrf) }
-        },
-    )
+    page::respond_with(app.kit.clone(), session, headers, app, move |app, csrf| {
+        let render = render.clone();
+        async move { render(&app, &csrf) }
+    })
     .await
+}
+
+/// A per-second rate for a cell: one decimal, `—` before there is one.
+fn rate(r: Option<f64>) -> String {
+    r.map_or_else(|| "—".to_owned(), |r| format!("{r:.1}"))
 }
 
 fn now() -> i64 {
@@ -129,7 +132,8 @@ async fn overview(
     Extension(session): Extension<SessionInfo>,
     headers: HeaderMap,
 ) -> Response {
-    serve(app, session, &headers, |state, csrf| {
+    serve(app, session, &headers, |app, csrf| {
+        let state = &app.state;
         let stats = state.stats();
         let pending = state.registry().pending();
         let manual = state.config.approval == super::ApprovalMode::Manual;
@@ -238,7 +242,8 @@ async fn connections(
     Query(q): Query<ConnectionsQuery>,
     headers: HeaderMap,
 ) -> Response {
-    serve(app, session, &headers, move |state, _csrf| {
+    serve(app, session, &headers, move |app, _csrf| {
+        let state = &app.state;
         let tenant = q.tenant.clone().unwrap_or_default();
         let href = |after: &str| {
             format!("/console/connections?tenant={}&after={}", encode_component(&tenant), encode_component(after))
@@ -309,7 +314,8 @@ async fn registrations(
     Query(q): Query<RegistrationsQuery>,
     headers: HeaderMap,
 ) -> Response {
-    serve(app, session, &headers, move |state, csrf| {
+    serve(app, session, &headers, move |app, csrf| {
+        let state = &app.state;
         let mut query = q.clone();
         query.limit = Some(PAGE_ROWS.to_owned());
         let after = q.after.clone().unwrap_or_default();
@@ -319,12 +325,26 @@ async fn registrations(
             Ok(filter) => {
                 let page = state.registrations_page(&filter);
                 let now = now();
+                let per_second: Vec<(Option<f64>, Option<f64>)> = {
+                    let mut rates = app.rates.lock().expect("rates lock");
+                    page.items
+                        .iter()
+                        .map(|i| {
+                            let invokes = i.figures.invokes_received.values().sum();
+                            (
+                                rates.observe(&format!("x {}", i.info.arn), now, i.figures.executes),
+                                rates.observe(&format!("i {}", i.info.arn), now, invokes),
+                            )
+                        })
+                        .collect()
+                };
                 html! {
                     p.muted { (count(page.total as u64)) " matching" }
                     table #registrations {
                         tr { th { "ARN" } th { "tenant" } th { "type" } th { "instance" } th { "status" } th { "transport" }
-                             th.num { "capabilities" } th.num { "executes" } th.num { "errors" } th.num { "in flight" } th { "since" } th {} }
-                        @for item in &page.items {
+                             th.num { "capabilities" } th.num { "executes" } th.num { "executes/s" } th.num { "invokes/s" }
+                             th.num { "errors" } th.num { "in flight" } th { "since" } th {} }
+                        @for (item, (xs, is)) in page.items.iter().zip(&per_second) {
                             @let r = &item.info;
                             tr data-arn=(r.arn) {
                                 td { a href=(arn_href(&r.arn)) { code { (r.arn) } } }
@@ -332,6 +352,7 @@ async fn registrations(
                                 td { (status_pill(&r.status)) } td { (r.transport) }
                                 td.num { (r.capabilities.len()) }
                                 td.num.executes { (count(item.figures.executes)) }
+                                td.num { (rate(*xs)) } td.num { (rate(*is)) }
                                 td.num { (count(item.figures.execute_errors)) }
                                 td.num { (count(item.figures.in_flight)) }
                                 td { (ago(now, item.since_ms as i64)) }
@@ -363,13 +384,22 @@ async fn registration(
     Path(arn): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    serve(app, session, &headers, move |state, csrf| {
+    serve(app, session, &headers, move |app, csrf| {
+        let state = &app.state;
         let Some(item) = state.registration(&arn) else {
             return Page::missing("gw-registration", &format!("No registration {arn} is connected now."));
         };
         let r = &item.item.info;
         let f = &item.item.figures;
         let since = item.item.since_ms as i64;
+        let (xs, is) = {
+            let mut rates = app.rates.lock().expect("rates lock");
+            let invokes = f.invokes_received.values().sum();
+            (
+                rates.observe(&format!("x {}", r.arn), now(), f.executes),
+                rates.observe(&format!("i {}", r.arn), now(), invokes),
+            )
+        };
         let body = html! {
             h1 { code { (r.arn) } " " (status_pill(&r.status)) }
             @if r.status == "pending" { p { (approval_buttons(&r.arn, csrf, &arn_href(&r.arn))) } }
@@ -382,6 +412,7 @@ async fn registration(
                 tr { th { "registered" } td { (time(since)) " (" (ago(now(), since)) ")" } }
                 tr { th { "executes / errors / timeouts" }
                      td #reg-executes { (count(f.executes)) " / " (count(f.execute_errors)) " / " (count(f.execute_timeouts)) } }
+                tr { th { "executes / invokes per second" } td { (rate(xs)) " / " (rate(is)) } }
                 tr { th { "in flight" } td { (count(f.in_flight)) } }
                 tr { th { "invokes received" }
                      td { @for (k, v) in &f.invokes_received { @if *v > 0 { (k) " " (count(*v)) " " } } } }

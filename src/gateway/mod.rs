@@ -79,6 +79,7 @@ mod link;
 mod operator;
 mod pending;
 mod persist;
+mod rates;
 mod registry;
 mod report;
 mod series;
