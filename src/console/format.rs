@@ -1,5 +1,7 @@
 //! How the console writes times and numbers: UTC timestamps (no time-zone database in
-//! the gateway's build), ages relative to the render, counts with separators.
+//! the gateway's build) and counts with separators. Times are absolute, never "4 s
+//! ago": a relative time changes every second, and a live region whose text changes
+//! every second is swapped every second, losing a click or a text selection in it.
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC for milliseconds since the epoch; `—` for 0 or less.
 pub(crate) fn time(ms: i64) -> String {
@@ -32,20 +34,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-/// How long before `now_ms` `at_ms` was: `4 s ago`, `3 min ago`, `2 h ago`, `5 d ago`.
-pub(crate) fn ago(now_ms: i64, at_ms: i64) -> String {
-    if at_ms <= 0 {
-        return "never".to_owned();
-    }
-    let s = (now_ms - at_ms).max(0) / 1000;
-    match s {
-        0..=59 => format!("{s} s ago"),
-        60..=3599 => format!("{} min ago", s / 60),
-        3600..=86_399 => format!("{} h ago", s / 3600),
-        _ => format!("{} d ago", s / 86_400),
-    }
-}
-
 /// A count with `,` between thousands.
 pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
@@ -73,7 +61,7 @@ mod tests {
     }
 
     #[test]
-    fn ages_and_counts_read_naturally() {
+    fn counts_have_separators() {
         assert_eq!(ago(10_000, 6_000), "4 s ago");
         assert_eq!(ago(10_000, 0), "never");
         assert_eq!(ago(7_200_000, 1), "1 h ago");

@@ -4,11 +4,19 @@
 //! - Without a session cookie a page redirects to `/console/login?next=<page>`; the
 //!   sign-in form takes the operator token (compared in constant time) and answers
 //!   with `Set-Cookie: <name>=<id>; HttpOnly; SameSite=Strict; Path=/`.
-//! - Every POST under the console needs the session's CSRF token in its form's
-//!   `csrf` field, and an `Origin` header, when the browser sends one, naming this
-//!   host: 403 otherwise, before any handler runs.
-//! - Without an operator token the console is as open as the API it sits beside: the
-//!   first visit opens a session (so actions still carry a CSRF token).
+//! - Every POST behind the session (every action, and sign-out) needs the session's
+//!   CSRF token in its form's `csrf` field, and an `Origin` header, when the browser
+//!   sends one, naming this host: 403 otherwise, before any handler runs.
+//! - The cookie has no `Max-Age` (the server's idle expiry governs), and carries
+//!   `Secure` when the request came through an `https` proxy
+//!   (`X-Forwarded-Proto: https`).
+//! - Without an operator token the console is as open as the API it sits beside, but
+//!   only reached by an IP address or `localhost` (a DNS name in `Host` is refused,
+//!   which stops DNS-rebinding pages), and its sessions are stateless: the cookie is a
+//!   random id and the CSRF token a keyed hash of it, so no request can fill or churn
+//!   a session table.
+//! - The sign-in form itself has no CSRF token (there is no session yet); it checks
+//!   `Origin` and the operator token.
 
 use std::sync::Arc;
 
@@ -81,13 +89,43 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-fn set_cookie(kit: &ConsoleKit, id: &str) -> HeaderValue {
+fn set_cookie(kit: &ConsoleKit, id: &str, headers: &HeaderMap) -> HeaderValue {
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+    let secure = if https { "; Secure" } else { "" };
     let v = format!(
-        "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        kit.cookie(),
-        super::sessions::IDLE_EXPIRY_MS / 1000
+        "{}={id}; HttpOnly; SameSite=Strict; Path=/{secure}",
+        kit.cookie()
     );
     HeaderValue::from_str(&v).expect("hex ids make a valid header")
+}
+
+/// Whether `Host` names this listener by an IP address or `localhost`: what an open
+/// console (no token) requires, since a DNS name there may be a rebinding attack.
+fn host_is_literal(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => {
+            return v6
+                .split(']')
+                .next()
+                .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// Whether a cookie value is a well-formed session id (64 lower-case hex digits).
+fn well_formed(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn random32() -> [u8; 32] {
@@ -120,18 +158,29 @@ fn forbidden(why: &str) -> Response {
 async fn require_session(State(kit): State<Arc<ConsoleKit>>, req: Request, next: Next) -> Response {
     let now = now_ms();
     let given = cookie(req.headers(), &kit.cookie()).map(str::to_owned);
-    let known = given
-        .as_deref()
-        .and_then(|id| kit.sessions.lock().expect("sessions lock").touch(id, now));
-    let (csrf, opened) = match known {
-        Some(csrf) => (csrf, None),
+    if kit.token.is_none() && !host_is_literal(req.headers()) {
+        return forbidden(
+            "this console has no operator token, so it answers only at an IP address or localhost",
+        );
+    }
+    let known = match (&kit.token, given.as_deref()) {
+        // Open console: any well-formed id is a session; its CSRF token is derived.
+        (None, Some(id)) if well_formed(id) => Some((id.to_owned(), kit.open_csrf(id))),
+        (None, _) => None,
+        (Some(_), Some(id)) => kit
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .touch(id, now)
+            .map(|csrf| (id.to_owned(), csrf)),
+        (Some(_), None) => None,
+    };
+    let (session, opened) = match known {
+        Some((id, csrf)) => (SessionInfo { id, csrf }, false),
         None if kit.token.is_none() => {
-            let (id, csrf) =
-                kit.sessions
-                    .lock()
-                    .expect("sessions lock")
-                    .open(now, random32(), random32());
-            (csrf, Some(id))
+            let id = super::sessions::hex(&random32());
+            let csrf = kit.open_csrf(&id);
+            (SessionInfo { id, csrf }, true)
         }
         None => {
             let wants_page = req.method() == Method::GET && !page::wants_stream(req.headers());
@@ -148,19 +197,19 @@ async fn require_session(State(kit): State<Arc<ConsoleKit>>, req: Request, next:
         }
     };
     let req = if req.method() == Method::POST {
-        match check_csrf(req, &csrf).await {
+        match check_csrf(req, &session.csrf).await {
             Ok(req) => req,
             Err(resp) => return resp,
         }
     } else {
         req
     };
+    let cookie = opened.then(|| set_cookie(&kit, &session.id, req.headers()));
     let mut req = req;
-    req.extensions_mut().insert(SessionInfo { csrf });
+    req.extensions_mut().insert(session);
     let mut resp = next.run(req).await;
-    if let Some(id) = opened {
-        resp.headers_mut()
-            .append(header::SET_COOKIE, set_cookie(&kit, &id));
+    if let Some(c) = cookie {
+        resp.headers_mut().append(header::SET_COOKIE, c);
     }
     resp
 }
@@ -252,6 +301,11 @@ async fn login(
     if !same_origin(&headers) {
         return forbidden("the form was posted from another origin");
     }
+    if kit.token.is_none() && !host_is_literal(&headers) {
+        return forbidden(
+            "this console has no operator token, so it answers only at an IP address or localhost",
+        );
+    }
     let next = safe_next(form.next.as_deref());
     let ok = match &kit.token {
         Some(t) => t.matches(form.token.as_bytes()),
@@ -274,7 +328,7 @@ async fn login(
             .open(now_ms(), random32(), random32());
     let mut resp = Redirect::to(next).into_response();
     resp.headers_mut()
-        .append(header::SET_COOKIE, set_cookie(&kit, &id));
+        .append(header::SET_COOKIE, set_cookie(&kit, &id, &headers));
     resp
 }
 
@@ -336,6 +390,32 @@ mod tests {
         assert!(!same_origin(&h));
         h.insert(header::ORIGIN, HeaderValue::from_static("null"));
         assert!(!same_origin(&h));
+    }
+
+    #[test]
+    fn an_open_console_answers_only_at_an_address_or_localhost() {
+        let with = |host: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_static(host));
+            host_is_literal(&h)
+        };
+        assert!(
+            with("127.0.0.1:8080") && with("localhost:4000") && with("[::1]:9") && with("10.0.0.7")
+        );
+        assert!(
+            !with("evil.example:8080"),
+            "a DNS name may be a rebinding attack"
+        );
+        assert!(!with("[not-an-address]:1"));
+        assert!(!host_is_literal(&HeaderMap::new()), "no Host at all");
+    }
+
+    #[test]
+    fn session_ids_are_64_lower_hex() {
+        assert!(well_formed(&"a1".repeat(32)));
+        assert!(
+            !well_formed("a1") && !well_formed(&"A1".repeat(32)) && !well_formed(&"g1".repeat(32))
+        );
     }
 
     #[test]

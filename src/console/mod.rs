@@ -28,6 +28,8 @@ pub(crate) mod guard;
 pub(crate) mod page;
 pub(crate) mod sessions;
 
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,8 +41,16 @@ use sessions::Sessions;
 pub(crate) use page::{Page, Region};
 pub(crate) use sessions::SessionInfo;
 
-/// How often a live page's regions are rendered again (and sent when changed).
+/// How often the gateway's live pages are rendered again (and sent when changed): its
+/// pages read memory only, and a registration should appear within a second.
 pub(crate) const LIVE_TICK: Duration = Duration::from_millis(500);
+
+/// Most live streams one console serves at once; past it a page still works, it just
+/// is not live (each stream renders its page every tick, so they are bounded).
+pub(crate) const MAX_LIVE_STREAMS: usize = 64;
+
+/// Most flash notices kept (one per session that just acted).
+const MAX_FLASHES: usize = 1024;
 
 /// One console: who may sign in, its sessions, and the switch that ends its live
 /// streams when the listener shuts down (an open `EventSource` would otherwise hold a
@@ -56,24 +66,75 @@ pub(crate) struct ConsoleKit {
     pub(crate) nav: Vec<(&'static str, &'static str)>,
     pub(crate) sessions: Mutex<Sessions>,
     pub(crate) closing: CancellationToken,
+    /// How often live pages render again.
+    pub(crate) tick: Duration,
+    /// Live streams open now ([`MAX_LIVE_STREAMS`]).
+    pub(crate) streams: Arc<AtomicUsize>,
+    /// A random per-process key: an open console's CSRF tokens are keyed hashes of
+    /// the session id, so it keeps no session table.
+    key: [u8; 32],
+    /// What an action just did, shown once on the page it returns to, by session id
+    /// (kept on the server: a `?notice=` in the URL could be forged by a link).
+    flashes: Mutex<HashMap<String, String>>,
 }
 
 impl ConsoleKit {
-    /// A console named `name` with `nav` links, guarded by `token`; its live streams
-    /// end when `closing` is cancelled.
+    /// A console named `name` with `nav` links, guarded by `token`, re-rendering live
+    /// pages every `tick` (a console whose pages read the store takes a slower one
+    /// than the gateway's in-memory pages); its live streams end when `closing` is
+    /// cancelled.
     pub(crate) fn new(
         name: &'static str,
         token: Option<Secret>,
         nav: Vec<(&'static str, &'static str)>,
+        tick: Duration,
         closing: CancellationToken,
     ) -> Arc<Self> {
+        use rand::Rng as _;
         Arc::new(ConsoleKit {
             name,
             token,
             nav,
             sessions: Mutex::new(Sessions::default()),
             closing,
+            tick,
+            streams: Arc::default(),
+            key: rand::rng().random(),
+            flashes: Mutex::default(),
         })
+    }
+
+    /// An open console's CSRF token for session `id`: SHA-256 of the process key and
+    /// the id, so a token is only good for its own cookie and this process.
+    pub(crate) fn open_csrf(&self, id: &str) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.key);
+        h.update(id.as_bytes());
+        sessions::hex(&h.finalize())
+    }
+
+    /// Whether session `id` is still signed in (always, for an open console).
+    pub(crate) fn signed_in(&self, id: &str) -> bool {
+        if self.token.is_none() {
+            return true;
+        }
+        let now = u64::try_from(crate::clock::now_ms()).unwrap_or(0);
+        self.sessions.lock().expect("sessions lock").alive(id, now)
+    }
+
+    /// Keeps `text` to show once on `session`'s next page.
+    pub(crate) fn flash(&self, session: &SessionInfo, text: impl Into<String>) {
+        let mut f = self.flashes.lock().expect("flash lock");
+        if f.len() >= MAX_FLASHES {
+            f.clear();
+        }
+        f.insert(session.id.clone(), text.into());
+    }
+
+    /// The notice kept for `session`, taken (shown once).
+    pub(crate) fn take_flash(&self, session: &SessionInfo) -> Option<String> {
+        self.flashes.lock().expect("flash lock").remove(&session.id)
     }
 
     /// The session cookie's name.

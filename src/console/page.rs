@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{Hash as _, Hasher as _};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -125,6 +126,27 @@ pub(crate) fn document(kit: &ConsoleKit, title: &str, csrf: Option<&str>, body: 
     }
 }
 
+/// One of a console's [`super::MAX_LIVE_STREAMS`] places, given back when its
+/// stream ends (dropped with it).
+struct StreamSlot(Arc<AtomicUsize>);
+
+impl StreamSlot {
+    fn take(count: &Arc<AtomicUsize>) -> Option<StreamSlot> {
+        let taken = count.fetch_add(1, Ordering::AcqRel);
+        if taken >= super::MAX_LIVE_STREAMS {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(StreamSlot(count.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn hash(s: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     s.hash(&mut h);
@@ -145,23 +167,35 @@ where
 {
     if !wants_stream(headers) {
         let p = render().await;
+        let flash = kit.take_flash(&session);
         let body = html! {
+            @if let Some(text) = &flash { p.notice #notice role="status" { (text) } }
             @for r in &p.regions { div id=(r.id) { (r.html) } }
         };
         let mut resp = html_response(document(&kit, &p.title, Some(&session.csrf), body));
         *resp.status_mut() = p.status;
         return resp;
     }
+    let Some(slot) = StreamSlot::take(&kit.streams) else {
+        let msg = "too many live pages are open; this one still works, reload it to update\n";
+        return (StatusCode::SERVICE_UNAVAILABLE, msg).into_response();
+    };
     let closing = kit.closing.clone();
-    let mut ticks = tokio::time::interval(super::LIVE_TICK);
+    // The page was rendered just now: the first tick is one tick away.
+    let start = tokio::time::Instant::now() + kit.tick;
+    let mut ticks = tokio::time::interval_at(start, kit.tick);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let state = (render, ticks, HashMap::<&'static str, u64>::new());
-    let stream = futures_util::stream::unfold(state, move |(render, mut ticks, mut sent)| {
-        let closing = closing.clone();
+    let state = (render, ticks, HashMap::<&'static str, u64>::new(), slot);
+    let stream = futures_util::stream::unfold(state, move |(render, mut ticks, mut sent, slot)| {
+        let (closing, kit, id) = (closing.clone(), kit.clone(), session.id.clone());
         async move {
             tokio::select! {
                 _ = ticks.tick() => {}
                 _ = closing.cancelled() => return None,
+            }
+            // Signed out, or idle past expiry: the tab stops receiving.
+            if !kit.signed_in(&id) {
+                return None;
             }
             let mut events = Vec::new();
             for r in render().await.regions {
@@ -174,7 +208,10 @@ where
                     ));
                 }
             }
-            Some((futures_util::stream::iter(events), (render, ticks, sent)))
+            Some((
+                futures_util::stream::iter(events),
+                (render, ticks, sent, slot),
+            ))
         }
     })
     .flatten();

@@ -10,10 +10,12 @@
 
 use std::collections::HashMap;
 
-/// What a page handler learns of its session (put in the request by the guard): the
-/// CSRF token its forms must carry.
+/// What a page handler learns of its session (put in the request by the guard): its
+/// id (for a live stream to check it is still signed in, and for flash notices) and
+/// the CSRF token its forms must carry.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionInfo {
+    pub(crate) id: String,
     pub(crate) csrf: String,
 }
 
@@ -95,6 +97,14 @@ impl Sessions {
         Some(s.csrf.clone())
     }
 
+    /// Whether `id` is a live session, without marking it used: what a live stream
+    /// asks on each tick, so that an open tab alone does not keep a session alive.
+    pub(crate) fn alive(&self, id: &str, now_ms: u64) -> bool {
+        self.by_id
+            .get(id)
+            .is_some_and(|s| now_ms.saturating_sub(s.last_ms) < self.idle_ms)
+    }
+
     /// Forgets a session (sign-out).
     pub(crate) fn close(&mut self, id: &str) {
         self.by_id.remove(id);
@@ -138,8 +148,13 @@ mod tests {
         let mut s = Sessions::new(8, 1000);
         assert!(s.touch("nope", 0).is_none());
         let (id, _) = s.open(0, [1; 32], [2; 32]);
+        assert!(
+            s.alive(&id, 999) && !s.alive(&id, 1000),
+            "alive until it idles out"
+        );
         s.close(&id);
         assert!(s.touch(&id, 1).is_none());
+        assert!(!s.alive(&id, 1), "closed: a live stream ends");
     }
 
     #[test]

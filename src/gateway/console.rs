@@ -26,7 +26,7 @@ use super::rates::Rates;
 use super::state::GatewayState;
 use super::views::{ConnectionsQuery, RegistrationsQuery};
 use crate::console::chart::{self, Series};
-use crate::console::format::{ago, count, time};
+use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{page, ConsoleKit, Page, Region, SessionInfo};
 
@@ -50,6 +50,7 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
             ("/console/registrations", "Registrations"),
             ("/console/connections", "Connections"),
         ],
+        crate::console::LIVE_TICK,
         state.cancel.child_token(),
     );
     let app = Arc::new(ConsoleApp {
@@ -119,9 +120,11 @@ fn approval_buttons(arn: &str, csrf: &str, back: &str) -> Markup {
             button type="submit" data-action="approve" { "Approve" }
         }
         " "
-        form.inline method="post" action=(format!("{href}/reject")) {
+        form.inline method="post" action=(format!("{href}/reject"))
+            data-confirm="Reject this registration? Its connector is told why." {
             input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="back" value=(back);
+            input.reason type="text" name="reason" placeholder="reason (optional)" maxlength="200";
             button.danger type="submit" data-action="reject" { "Reject" }
         }
     }
@@ -135,14 +138,14 @@ async fn overview(
     serve(app, session, &headers, |app, csrf| {
         let state = &app.state;
         let stats = state.stats();
-        let pending = state.registry().pending();
+        let (pending, pending_total) = state.registry().pending_first(OVERVIEW_ROWS);
         let manual = state.config.approval == super::ApprovalMode::Manual;
         let cards = html! {
             h1 { "Gateway" }
             div.cards {
                 div.card.stat { small { "registrations" } b #stat-registrations { (count(stats.registrations)) }
                     @for (t, n) in &stats.registrations_by_transport { small { (t) " " (count(*n)) " " } } }
-                div.card.stat { small { "pending approval" } b #stat-pending { (count(pending.len() as u64)) }
+                div.card.stat { small { "pending approval" } b #stat-pending { (count(pending_total as u64)) }
                     small { @if manual { "manual approval" } @else { "auto approval" } } }
                 div.card.stat { small { "sockets open" } b { (count(stats.sockets_open)) }
                     small { "gRPC streams " (count(stats.grpc_streams_open)) } }
@@ -162,15 +165,18 @@ async fn overview(
             @if pending.is_empty() {
                 p.muted { "None." }
             } @else {
-                table #pending { tr { th { "ARN" } th { "type" } th { "instance" } th { "transport" } th { "waiting" } th {} }
+                table #pending { tr { th { "ARN" } th { "type" } th { "instance" } th { "transport" } th { "waiting since" } th {} }
                     @for p in &pending {
                         tr data-arn=(p.arn) {
                             td { a href=(arn_href(&p.arn)) { code { (p.arn) } } }
                             td { (p.connector_type) } td { (p.instance_id) } td { (p.transport) }
-                            td { (ago(now(), p.requested_at_ms as i64)) }
+                            td { (time(p.requested_at_ms as i64)) }
                             td { (approval_buttons(&p.arn, csrf, "/console")) }
                         }
                     }
+                }
+                @if pending_total > pending.len() {
+                    p { a href="/console/registrations?status=pending" { "All " (count(pending_total as u64)) " pending, paged" } }
                 }
             }
         };
@@ -186,6 +192,9 @@ async fn overview(
     })
     .await
 }
+
+/// Rows of the overview's pending and tenant tables (the rest are a link away).
+const OVERVIEW_ROWS: usize = 20;
 
 /// Rows on one console page of registrations.
 const PAGE_ROWS: &str = "50";
@@ -216,9 +225,17 @@ fn charts(state: &GatewayState) -> Markup {
     }
 }
 
-/// Tenants with their connections and registrations (`GET /api/v1/tenants`).
+/// Tenants with their connections and registrations (`GET /api/v1/tenants`), the
+/// busiest [`OVERVIEW_ROWS`] of them.
 fn tenants(state: &GatewayState) -> Markup {
-    let view = state.tenants();
+    let mut view = state.tenants();
+    let all = view.items.len();
+    view.items.sort_by(|a, b| {
+        b.registrations
+            .cmp(&a.registrations)
+            .then(a.tenant_id.cmp(&b.tenant_id))
+    });
+    view.items.truncate(OVERVIEW_ROWS);
     html! {
         h2 { "Tenants" }
         @if view.items.is_empty() { p.muted { "No tenant has connected." } }
@@ -232,6 +249,7 @@ fn tenants(state: &GatewayState) -> Markup {
                 }
             }
         }
+        @if all > view.items.len() { p.muted { "The " (view.items.len()) " with most registrations of " (count(all as u64)) " tenants; GET /api/v1/tenants lists all." } }
         @if view.unbound_connections > 0 { p.muted { (view.unbound_connections) " connection(s) have registered nothing yet." } }
     }
 }
@@ -252,7 +270,6 @@ async fn connections(
             Err(e) => html! { p.error { (e) } },
             Ok(filter) => {
                 let page = state.connections_page(&filter);
-                let now = now();
                 html! {
                     p.muted { (count(page.total as u64)) " open" }
                     table #connections {
@@ -260,7 +277,7 @@ async fn connections(
                         @for c in &page.items {
                             tr data-link=(c.id) {
                                 td.num { (c.id) } td { (c.transport) } td { (c.tenant_id.as_deref().unwrap_or("—")) }
-                                td { code { (c.peer.as_deref().unwrap_or("—")) } } td { (ago(now, c.since_ms as i64)) }
+                                td { code { (c.peer.as_deref().unwrap_or("—")) } } td { (time(c.since_ms as i64)) }
                                 td.num { (count(c.registrations as u64)) } td.num { (c.in_flight) }
                                 td { @for (k, v) in &c.invokes_sent { @if *v > 0 { (k) " " (count(*v)) " " } } }
                             }
@@ -355,7 +372,7 @@ async fn registrations(
                                 td.num { (rate(*xs)) } td.num { (rate(*is)) }
                                 td.num { (count(item.figures.execute_errors)) }
                                 td.num { (count(item.figures.in_flight)) }
-                                td { (ago(now, item.since_ms as i64)) }
+                                td { (time(item.since_ms as i64)) }
                                 td { @if r.status == "pending" { (approval_buttons(&r.arn, csrf, &back)) } }
                             }
                         }
@@ -409,7 +426,7 @@ async fn registration(
                 tr { th { "instance" } td { (r.instance_id) } }
                 tr { th { "transport" } td { (r.transport) " (link " (r.socket_id) ")" } }
                 tr { th { "scope" } td { (r.scope) } }
-                tr { th { "registered" } td { (time(since)) " (" (ago(now(), since)) ")" } }
+                tr { th { "registered" } td { (time(since)) } }
                 tr { th { "executes / errors / timeouts" }
                      td #reg-executes { (count(f.executes)) " / " (count(f.execute_errors)) " / " (count(f.execute_timeouts)) } }
                 tr { th { "executes / invokes per second" } td { (rate(xs)) " / " (rate(is)) } }
@@ -441,7 +458,7 @@ async fn registration(
             @match &r.metrics {
                 None => p.muted { "None received yet." },
                 Some(m) => table.kv {
-                    tr { th { "received" } td { (time(m.received_at_ms)) " (" (ago(now(), m.received_at_ms)) ")" } }
+                    tr { th { "received" } td { (time(m.received_at_ms)) } }
                     tr { th { "requests received / processed / failed" }
                          td { (m.requests_received) " / " (m.requests_processed) " / " (m.requests_failed) } }
                     tr { th { "mean latency" } td { (format!("{:.2}", m.avg_latency_ms)) " ms" } }

@@ -349,18 +349,33 @@ impl<S: Clone> Registry<S> {
 
     /// The pending registrations, ordered by ARN.
     pub(crate) fn pending(&self) -> Vec<PendingInfo> {
-        self.by_arn
+        self.pending_first(usize::MAX).0
+    }
+
+    /// The first `limit` pending registrations by ARN, and how many are pending: the
+    /// console's overview shows a few and links to the paged list, since pending
+    /// registrations come from connectors nobody approved yet.
+    pub(crate) fn pending_first(&self, limit: usize) -> (Vec<PendingInfo>, usize) {
+        let mut first = Vec::new();
+        let mut total = 0;
+        for e in self
+            .by_arn
             .values()
             .filter(|e| e.info.status == Status::Pending.label())
-            .map(|e| PendingInfo {
-                arn: e.info.arn.clone(),
-                tenant_id: e.info.tenant_id.clone(),
-                connector_type: e.info.connector_type.clone(),
-                instance_id: e.info.instance_id.clone(),
-                transport: e.info.transport.clone(),
-                requested_at_ms: e.requested_at_ms,
-            })
-            .collect()
+        {
+            total += 1;
+            if first.len() < limit {
+                first.push(PendingInfo {
+                    arn: e.info.arn.clone(),
+                    tenant_id: e.info.tenant_id.clone(),
+                    connector_type: e.info.connector_type.clone(),
+                    instance_id: e.info.instance_id.clone(),
+                    transport: e.info.transport.clone(),
+                    requested_at_ms: e.requested_at_ms,
+                });
+            }
+        }
+        (first, total)
     }
 
     /// Approves the pending registration `arn`; returns its identity and socket, or

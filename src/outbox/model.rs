@@ -259,6 +259,9 @@ pub struct DeadLetterQuery {
     /// Only those whose LAST attempt failed with this kind (`handler`, `timeout`, …):
     /// a bulk replay after fixing one cause should not replay the others.
     pub error_kind: Option<String>,
+    /// Only those never replayed: what a bulk replay takes by default, so a second
+    /// click (or a retry after an error half way) replays nothing twice.
+    pub unreplayed: bool,
 }
 
 /// The three totals the outbox depth chart samples once a second: cheaper than

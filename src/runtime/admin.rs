@@ -37,9 +37,11 @@
 //!   version it ran under (or version N; the live one, with a note, when its own left
 //!   memory). `error_kind` is the last attempt's; `since`/`until` bound the time it
 //!   was dead-lettered (unix ms); `before` is the previous page's `next`.
-//! - `POST /api/v1/dead-letters/replay?binding=&error_kind=&since=&before=&after=&limit=`
+//! - `POST /api/v1/dead-letters/replay?binding=&error_kind=&since=&before=&after=&limit=&include_replayed=`
 //!   (the same keys may come as a JSON object body): replays the selected dead
-//!   letters, newest first, each as the single replay does, at most `limit` (1–1000,
+//!   letters that were never replayed (all of them with `include_replayed=true`), so
+//!   repeating a call, or retrying one a store error cut short, replays nothing twice;
+//!   newest first, each as the single replay does, at most `limit` (1–1000,
 //!   default 100) per call; `since` / `before` (alias `until`) bound the time they
 //!   were dead-lettered (unix ms; `before` exclusive), `after` is the previous call's
 //!   `next` (a dead-letter id). 200 `{"replayed": n,
@@ -263,6 +265,7 @@ async fn dead_letters(State(ops): Ops, Query(q): Query<ListQuery>) -> Response {
         since_ms: q.since,
         until_ms: q.until,
         error_kind: q.error_kind.filter(|k| !k.is_empty()),
+        unreplayed: false,
     };
     match ops.dead_letters(query).await {
         Ok(list) => {
@@ -331,6 +334,15 @@ fn selection(query: &HashMap<String, String>, body: &[u8]) -> Result<DeadLetterS
         before_ms: int("before")?.or(int("until")?),
         after_id: int("after")?,
         limit,
+        include_replayed: match text("include_replayed").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(_) => {
+                return Err(OpError::Invalid(
+                    "include_replayed must be true or false".into(),
+                ))
+            }
+        },
     })
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct DeadLetterSelection {
     pub(crate) after_id: Option<i64>,
     /// At most this many, 1 to [`MAX_BULK_REPLAY`].
     pub(crate) limit: usize,
+    /// Replayed ones too (by default only dead letters never replayed are taken, so
+    /// repeating a call replays nothing twice).
+    pub(crate) include_replayed: bool,
 }
 
 /// The body as the detail shows it: JSON as a value, UTF-8 as text, anything else
@@ -234,6 +237,7 @@ impl DeliverOps {
             since_ms: sel.since_ms,
             until_ms: sel.before_ms,
             error_kind: sel.error_kind.clone(),
+            unreplayed: !sel.include_replayed,
         };
         let page = self.store.backend().dead_letters(&query).await?;
         let mut ids = Vec::new();

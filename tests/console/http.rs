@@ -7,7 +7,7 @@ use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 use switchboard::gateway::{ApprovalMode, GatewayConfig, TestGateway};
 
-use super::{gateway, TOKEN};
+use super::{common, gateway, TOKEN};
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -249,4 +249,76 @@ async fn without_a_token_the_console_opens_like_the_api_with_csrf_still_on() {
         StatusCode::FORBIDDEN,
         "CSRF is checked without a token too"
     );
+}
+
+#[tokio::test]
+async fn an_open_console_refuses_a_dns_name_and_the_cookie_follows_the_proxy_scheme() {
+    let gw = TestGateway::start_with(GatewayConfig::default()).await;
+    let base = gw.http_url();
+    // A page reached through a DNS name (what a rebinding attack looks like).
+    let rebound = client()
+        .get(format!("{base}/console"))
+        .header(header::HOST, "evil.example:80")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::FORBIDDEN);
+    assert!(rebound
+        .text()
+        .await
+        .unwrap()
+        .contains("IP address or localhost"));
+    // Through an https proxy the session cookie is Secure; it never carries Max-Age
+    // (the server's idle expiry governs).
+    let proxied = client()
+        .get(format!("{base}/console"))
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    let set = proxied.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        set.contains("; Secure") && !set.contains("Max-Age"),
+        "{set}"
+    );
+}
+
+#[tokio::test]
+async fn a_live_stream_ends_when_its_session_signs_out() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let base = gw.http_url();
+    let (cookie, csrf) = session(&base).await;
+    let mut live = client()
+        .get(format!("{base}/console"))
+        .header(header::COOKIE, &cookie)
+        .header(header::ACCEPT, "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    // The first update arrives one tick after the stream opens.
+    let first = tokio::time::timeout(common::DEADLINE, live.chunk())
+        .await
+        .expect("an update within the deadline")
+        .unwrap()
+        .expect("a chunk");
+    assert!(String::from_utf8_lossy(&first).contains("event: region"));
+    let out = client()
+        .post(format!("{base}/console/logout"))
+        .header(header::COOKIE, &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    // Read until the server ends the stream; a stream that outlived the sign-out
+    // would run into the deadline instead.
+    tokio::time::timeout(common::DEADLINE, async {
+        while live.chunk().await.unwrap().is_some() {}
+    })
+    .await
+    .expect("the stream ended after sign-out");
 }

@@ -152,14 +152,15 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
     b.screenshot("runtime-dead-letters").await;
     handler.failing.store(false, Ordering::SeqCst);
     b.click("#dead-letters button[data-action=replay]").await;
-    b.wait_text("#rt-notice", "replayed").await;
+    b.wait_text("#notice", "replayed").await;
     super::common::eventually("the replay delivered", || async {
         handler.delivered.load(Ordering::SeqCst) == 1
     })
     .await;
 
     // A filtered selection: a second dead letter, then "Replay all matching" (which
-    // asks first) replays both of the binding's, the first one again.
+    // asks first) replays the one never replayed, and a second click replays none:
+    // a repeated bulk replay delivers nothing twice.
     handler.failing.store(true, Ordering::SeqCst);
     assert_eq!(post_hook(&rt.base, &json!({"order": 18})).await, 200);
     b.goto(&format!("{}/console/dead-letters?binding=orders", rt.base))
@@ -175,11 +176,17 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
         .accept_alert()
         .await
         .expect("the confirmation is asked");
-    b.wait_text("#rt-notice", "replayed 2 dead letter(s)").await;
-    super::common::eventually("both replays delivered", || async {
-        handler.delivered.load(Ordering::SeqCst) == 3
+    b.wait_text("#notice", "replayed 1 dead letter(s)").await;
+    super::common::eventually("the new one delivered", || async {
+        handler.delivered.load(Ordering::SeqCst) == 2
     })
     .await;
+    b.click("button[data-action=replay-selection]").await;
+    b.client
+        .accept_alert()
+        .await
+        .expect("the confirmation is asked");
+    b.wait_text("#notice", "replayed 0 dead letter(s)").await;
 
     b.goto(&format!("{}/console", rt.base)).await;
     b.wait_text("#outbox-bindings", "orders").await;
@@ -208,7 +215,7 @@ async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
         .await;
     b.wait_text("#bindings tr[data-binding=orders] td.state", "paused")
         .await;
-    b.wait_text("#rt-notice", "orders: pause done").await;
+    b.wait_text("#notice", "orders: pause done").await;
     let api = reqwest::Client::new()
         .get(format!("{}/api/v1/triggers", rt.base))
         .bearer_auth(TOKEN)
@@ -231,6 +238,10 @@ async fn a_binding_is_paused_resumed_and_drained_by_clicks() {
 
     b.click("#bindings tr[data-binding=orders] button[data-action=drain]")
         .await;
+    b.client
+        .accept_alert()
+        .await
+        .expect("a drain is confirmed first");
     b.wait_js(
         "drained",
         "const td = document.querySelector('#bindings tr[data-binding=orders] td.state'); \

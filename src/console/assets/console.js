@@ -17,6 +17,12 @@
     }
   }
 
+  var held = {};
+  function swap(el, html) {
+    el.innerHTML = html;
+    window.switchboardConsole.updates += 1;
+  }
+
   if (document.body.dataset.live && window.EventSource) {
     var source = new EventSource(location.pathname + location.search);
     source.onopen = function () { setStatus(true); };
@@ -26,17 +32,29 @@
       try { msg = JSON.parse(e.data); } catch (_) { return; }
       var el = document.getElementById(msg.id);
       if (!el) { return; }
-      // Keep a focused field (a filter being typed into) out of the swap.
+      // A field being typed into (a filter, a reason) is not swapped away: the
+      // update waits until the field loses focus.
       if (el.contains(document.activeElement) && document.activeElement.tagName === "INPUT") {
+        held[msg.id] = msg.html;
         return;
       }
-      el.innerHTML = msg.html;
-      window.switchboardConsole.updates += 1;
+      swap(el, msg.html);
+    });
+    document.addEventListener("focusout", function () {
+      setTimeout(function () {
+        Object.keys(held).forEach(function (id) {
+          var el = document.getElementById(id);
+          if (el && !el.contains(document.activeElement)) {
+            swap(el, held[id]);
+            delete held[id];
+          }
+        });
+      }, 0);
     });
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
-  // Forms marked data-confirm ask first (replays of many dead letters, drains).
+  // Forms marked data-confirm ask first (bulk replays, drains, rejections).
   document.addEventListener("submit", function (e) {
     var form = e.target;
     var q = form.getAttribute && form.getAttribute("data-confirm");

@@ -3,7 +3,7 @@
 //! (`GET /api/v1/triggers/{id}/history`), and the pause, resume and drain buttons
 //! (the operations behind `POST /api/v1/triggers/{id}/pause|resume|drain`).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
@@ -11,8 +11,8 @@ use maud::{html, Markup};
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{button, done, failed, notice, num, pretty, scalar, ActionForm, Notice};
-use crate::console::format::{ago, count, time};
+use super::widgets::{button, confirm_button, done, failed, num, pretty, scalar, ActionForm};
+use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
 
@@ -39,7 +39,8 @@ fn actions(id: &str, paused: bool, csrf: &str, back: &str) -> Markup {
             (button(&format!("{base}/pause"), "Pause", csrf, back, "secondary"))
         }
         " "
-        (button(&format!("{base}/drain"), "Drain", csrf, back, "danger"))
+        (confirm_button(&format!("{base}/drain"), "Drain", csrf, back, "danger",
+            Some("Drain this binding? It takes no new events, finishes its rows, and terminates.")))
     }
 }
 
@@ -47,7 +48,6 @@ fn actions(id: &str, paused: bool, csrf: &str, back: &str) -> Markup {
 /// its buttons.
 pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
     let list = triggers["triggers"].as_array().cloned().unwrap_or_default();
-    let now = crate::clock::now_ms();
     html! {
         @if list.is_empty() { p.muted { "No bindings." } }
         table #bindings {
@@ -64,7 +64,7 @@ pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
                     td.num { (count(num(c, "received"))) } td.num { (count(num(c, "matched"))) }
                     td.num.dispatched { (count(num(c, "dispatched"))) } td.num { (count(num(c, "failed"))) }
                     td.num { (count(num(c, "dead_lettered"))) } td.num { (c["in_flight"].as_i64().unwrap_or(0)) }
-                    td { (ago(now, c["last_received_ms"].as_i64().unwrap_or(0))) }
+                    td { (time(c["last_received_ms"].as_i64().unwrap_or(0))) }
                     @if let Some(csrf) = csrf {
                         td { (actions(&id, b["paused"].as_bool().unwrap_or(false), csrf, "/console/bindings")) }
                     }
@@ -77,22 +77,11 @@ pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
 pub(crate) async fn list(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
-    Query(n): Query<Notice>,
     headers: HeaderMap,
 ) -> Response {
-    let notice_text = n.notice;
-    serve(app, session, &headers, move |app, csrf| {
-        let notice_text = notice_text.clone();
-        async move {
-            let body = html! { h1 { "Bindings" } (table(&app.ops.triggers(), Some(&csrf))) };
-            Page::new(
-                "Bindings",
-                vec![
-                    Region::new("rt-notice", notice(&notice_text)),
-                    Region::new("rt-bindings", body),
-                ],
-            )
-        }
+    serve(app, session, &headers, move |app, csrf| async move {
+        let body = html! { h1 { "Bindings" } (table(&app.ops.triggers(), Some(&csrf))) };
+        Page::new("Bindings", vec![Region::new("rt-bindings", body)])
     })
     .await
 }
@@ -101,12 +90,10 @@ pub(crate) async fn detail(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
     Path(id): Path<String>,
-    Query(n): Query<Notice>,
     headers: HeaderMap,
 ) -> Response {
-    let notice_text = n.notice;
     serve(app, session, &headers, move |app, csrf| {
-        let (id, notice_text) = (id.clone(), notice_text.clone());
+        let id = id.clone();
         async move {
             let all = app.ops.triggers();
             let found = all["triggers"]
@@ -142,7 +129,7 @@ pub(crate) async fn detail(
                     }
                 }
             };
-            Page::new(id.clone(), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-binding", body)])
+            Page::new(id.clone(), vec![Region::new("rt-binding", body)])
         }
     })
     .await
@@ -151,6 +138,7 @@ pub(crate) async fn detail(
 /// `POST /console/bindings/{id}/{pause|resume|drain}`.
 pub(crate) async fn act(
     State(app): App,
+    Extension(session): Extension<SessionInfo>,
     Path((id, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
@@ -161,7 +149,12 @@ pub(crate) async fn act(
         _ => return (StatusCode::NOT_FOUND, "no such action\n").into_response(),
     };
     match result {
-        Ok(_) => done(&form.back, &format!("{id}: {action} done")),
+        Ok(_) => done(
+            &app.kit,
+            &session,
+            &form.back,
+            &format!("{id}: {action} done"),
+        ),
         Err(e) => failed(e),
     }
 }

@@ -13,9 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{
-    button, done, failed, notice, pretty, scalar, unavailable, ActionForm, Notice,
-};
+use super::widgets::{button, done, failed, pretty, scalar, unavailable, ActionForm};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
@@ -39,8 +37,6 @@ pub(crate) struct EventFilters {
     window: String,
     #[serde(default)]
     after: String,
-    #[serde(default)]
-    notice: String,
 }
 
 /// The time windows the filter offers: `(value, label, ms)`.
@@ -158,7 +154,6 @@ pub(crate) async fn list(
             Page::new(
                 "Events",
                 vec![
-                    Region::new("rt-notice", notice(&f.notice)),
                     Region::new(
                         "rt-event-filters",
                         html! { h1 { "Events" } (filters(&f, &sources)) },
@@ -198,12 +193,10 @@ pub(crate) async fn detail(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
     Path(id): Path<String>,
-    Query(n): Query<Notice>,
     headers: HeaderMap,
 ) -> Response {
-    let notice_text = n.notice;
     serve(app, session, &headers, move |app, csrf| {
-        let (id, notice_text) = (id.clone(), notice_text.clone());
+        let id = id.clone();
         async move {
             let found = match app.ops.event_detail(&id).await {
                 Ok(v) => v,
@@ -244,7 +237,7 @@ pub(crate) async fn detail(
             };
             Page::new(
                 format!("Event {id}"),
-                vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-event", body)],
+                vec![Region::new("rt-event", body)],
             )
         }
     })
@@ -254,13 +247,19 @@ pub(crate) async fn detail(
 /// `POST /console/events/{id}/replay`: to every binding that took it.
 pub(crate) async fn replay(
     State(app): App,
+    Extension(session): Extension<SessionInfo>,
     Path(id): Path<String>,
     Form(form): Form<ActionForm>,
 ) -> Response {
     match app.ops.replay_event(&id, None, None).await {
         Ok(v) => {
             let n = v["replayed"].as_array().map_or(0, Vec::len);
-            done(&form.back, &format!("replayed to {n} binding(s)"))
+            done(
+                &app.kit,
+                &session,
+                &form.back,
+                &format!("replayed to {n} binding(s)"),
+            )
         }
         Err(e) => failed(e),
     }

@@ -25,6 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::ops::DeliverOps;
 use crate::console::ConsoleKit;
+
+/// How often the runtime's live pages render again: they read the store, so once a
+/// second (the gateway's in-memory pages take half that).
+const LIVE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::secret::Secret;
 use crate::webhooks::state::Ingress;
 use app::RuntimeConsole;
@@ -47,6 +51,7 @@ pub(crate) fn routes(
             ("/console/dead-letters", "Dead letters"),
             ("/console/queues", "Queues"),
         ],
+        LIVE_TICK,
         closing,
     );
     let app = Arc::new(RuntimeConsole {

@@ -1,6 +1,6 @@
 //! The overview, sources and queues pages.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
@@ -8,9 +8,9 @@ use maud::html;
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{fields, notice, num, scalar, unavailable, Notice};
+use super::widgets::{fields, num, scalar, unavailable};
 use crate::console::chart::{self, Series};
-use crate::console::format::{ago, count};
+use crate::console::format::{count, time};
 use crate::console::{Page, Region, SessionInfo};
 use crate::webhooks::admin::list_sources_value;
 
@@ -52,61 +52,55 @@ fn outbox(stats: &Value) -> maud::Markup {
 pub(crate) async fn overview(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
-    Query(n): Query<Notice>,
     headers: HeaderMap,
 ) -> Response {
-    let notice_text = n.notice;
-    serve(app, session, &headers, move |app, _csrf| {
-        let notice_text = notice_text.clone();
-        async move {
-            let stats = match app.ops.stats().await {
-                Ok(s) => outbox(&s),
-                Err(e) => unavailable(&e),
-            };
-            let series = app.ops.outbox_series();
-            let points = series["points"].as_array().cloned().unwrap_or_default();
-            let pick = |k: &str| {
-                points
-                    .iter()
-                    .map(|p| p[k].as_f64().unwrap_or(0.0))
-                    .collect::<Vec<_>>()
-            };
-            let depth = chart::line(
-                "outbox depth, last five minutes",
-                &[
-                    Series {
-                        label: "due",
-                        values: pick("due"),
-                    },
-                    Series {
-                        label: "leased",
-                        values: pick("leased"),
-                    },
-                    Series {
-                        label: "dead letters",
-                        values: pick("dead_letters"),
-                    },
-                ],
-                crate::runtime::outbox_series::CAPACITY,
-            );
-            let triggers = app.ops.triggers();
-            let bindings = html! {
-                h2 { "Bindings" }
-                (super::bindings::table(&triggers, None))
-            };
-            Page::new(
-                "Overview",
-                vec![
-                    Region::new("rt-notice", notice(&notice_text)),
-                    Region::new(
-                        "rt-outbox",
-                        html! { h1 { "Runtime" } h2 { "Outbox" } (stats) },
-                    ),
-                    Region::new("rt-depth", html! { div.card { (depth) } }),
-                    Region::new("rt-bindings", bindings),
-                ],
-            )
-        }
+    serve(app, session, &headers, move |app, _csrf| async move {
+        let stats = match app.ops.stats().await {
+            Ok(s) => outbox(&s),
+            Err(e) => unavailable(&e),
+        };
+        let series = app.ops.outbox_series();
+        let points = series["points"].as_array().cloned().unwrap_or_default();
+        let pick = |k: &str| {
+            points
+                .iter()
+                .map(|p| p[k].as_f64().unwrap_or(0.0))
+                .collect::<Vec<_>>()
+        };
+        let depth = chart::line(
+            "outbox depth, last five minutes",
+            &[
+                Series {
+                    label: "due",
+                    values: pick("due"),
+                },
+                Series {
+                    label: "leased",
+                    values: pick("leased"),
+                },
+                Series {
+                    label: "dead letters",
+                    values: pick("dead_letters"),
+                },
+            ],
+            crate::runtime::outbox_series::CAPACITY,
+        );
+        let triggers = app.ops.triggers();
+        let bindings = html! {
+            h2 { "Bindings" }
+            (super::bindings::table(&triggers, None))
+        };
+        Page::new(
+            "Overview",
+            vec![
+                Region::new(
+                    "rt-outbox",
+                    html! { h1 { "Runtime" } h2 { "Outbox" } (stats) },
+                ),
+                Region::new("rt-depth", html! { div.card { (depth) } }),
+                Region::new("rt-bindings", bindings),
+            ],
+        )
     })
     .await
 }
@@ -116,13 +110,13 @@ const SOURCE_COLUMNS: [&str; 6] = ["id", "provider", "kind", "tenant", "ingress_
 
 /// A source's counts (`counts` of `GET /api/v1/sources`): accepted, refusals by
 /// reason, last event, rate-limit tokens.
-fn source_counts(c: &Value, now: i64) -> maud::Markup {
+fn source_counts(c: &Value) -> maud::Markup {
     html! {
         div { "accepted " strong.accepted { (count(num(c, "accepted"))) } }
         @if let Some(r) = c["refusals"].as_object() {
             @for (reason, n) in r { div { span.pill.bad { (reason) } " " (scalar(n)) } }
         }
-        div.muted { "last event " (ago(now, c["last_event_ms"].as_i64().unwrap_or(0))) }
+        div.muted { "last event " (time(c["last_event_ms"].as_i64().unwrap_or(0))) }
         @if let Some(rl) = c["rate_limit"].as_object() {
             div.muted { "rate limit: " (scalar(&rl["tokens"])) " tokens" @if rl["limited"].as_bool() == Some(true) { " (limiting)" } }
         }
@@ -137,7 +131,6 @@ pub(crate) async fn sources(
     serve(app, session, &headers, |app, _csrf| async move {
         let listed = list_sources_value(&app.ingress).await;
         let described = listed["sources"].as_array().cloned().unwrap_or_default();
-        let now = crate::clock::now_ms();
         let body = html! {
             h1 { "Sources" }
             @if described.is_empty() { p.muted { "No sources are configured." } }
@@ -148,7 +141,7 @@ pub(crate) async fn sources(
                         td { strong { (scalar(&s["id"])) } }
                         td { (scalar(&s["provider"])) } td { (scalar(&s["kind"])) }
                         td { (scalar(&s["tenant"])) } td { code { (scalar(&s["ingress_path"])) } }
-                        td { (source_counts(&s["counts"], now)) }
+                        td { (source_counts(&s["counts"])) }
                         td {
                             @let rest: serde_json::Map<String, Value> = s.as_object().into_iter().flatten()
                                 .filter(|(k, _)| !SOURCE_COLUMNS.contains(&k.as_str()))

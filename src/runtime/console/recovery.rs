@@ -12,7 +12,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::app::{serve, App};
-use super::widgets::{button, done, failed, notice, unavailable, ActionForm};
+use super::widgets::{button, done, failed, unavailable, ActionForm};
 use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
@@ -31,8 +31,6 @@ pub(crate) struct DeadLetterFilters {
     error_kind: String,
     #[serde(default)]
     before: String,
-    #[serde(default)]
-    notice: String,
 }
 
 /// The error kinds a filter offers (`AttemptError::kind`'s labels).
@@ -126,16 +124,15 @@ pub(crate) async fn list(
                     button type="submit" { "Filter" }
                 }
                 form.filters method="post" action="/console/dead-letters/replay"
-                    data-confirm="Replay every dead letter matching these filters (up to 1000)?" {
+                    data-confirm="Replay every dead letter matching these filters that was not replayed yet (up to 1000)?" {
                     input type="hidden" name="csrf" value=(csrf);
                     input type="hidden" name="binding" value=(f.binding);
                     input type="hidden" name="error_kind" value=(f.error_kind);
                     input type="hidden" name="back" value=(f.href_before(""));
-                    button.secondary type="submit" data-action="replay-selection" { "Replay all matching" }
+                    button.secondary type="submit" data-action="replay-selection" { "Replay all matching, not yet replayed" }
                 }
             };
             Page::new("Dead letters", vec![
-                    Region::new("rt-notice", notice(&f.notice)),
                     Region::new("rt-dl-filters", filters),
                     Region::new("rt-dead-letters", table),
                 ])
@@ -144,26 +141,21 @@ pub(crate) async fn list(
     .await
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct DetailQuery {
-    #[serde(default)]
-    notice: String,
-}
-
 pub(crate) async fn detail(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
     Path(id): Path<i64>,
-    Query(q): Query<DetailQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let notice_text = q.notice;
     serve(app, session, &headers, move |app, csrf| {
-        let notice_text = notice_text.clone();
         async move {
-            let found = app.ops.store.backend().dead_letter(id).await.ok().flatten();
-            let Some(d) = found else {
-                return Page::missing("rt-dead-letter", &format!("No dead letter {id}."));
+            let d = match app.ops.store.backend().dead_letter(id).await {
+                Ok(Some(d)) => d,
+                Ok(None) => return Page::missing("rt-dead-letter", &format!("No dead letter {id}.")),
+                Err(e) => {
+                    let body = html! { p.error { "The store is unavailable: " (e) } };
+                    return Page::new("Dead letter", vec![Region::new("rt-dead-letter", body)]);
+                }
             };
             let body = html! {
                 h1 { "Dead letter " (d.id) }
@@ -190,7 +182,7 @@ pub(crate) async fn detail(
                     ul { @for a in &d.annotations { li { (a) } } }
                 }
             };
-            Page::new(format!("Dead letter {}", d.id), vec![Region::new("rt-notice", notice(&notice_text)), Region::new("rt-dead-letter", body)])
+            Page::new(format!("Dead letter {}", d.id), vec![Region::new("rt-dead-letter", body)])
         }
     })
     .await
@@ -209,7 +201,11 @@ pub(crate) struct SelectionForm {
 
 /// `POST /console/dead-letters/replay`: every dead letter matching the list's
 /// filters, up to [`MAX_BULK_REPLAY`] (`POST /api/v1/dead-letters/replay`).
-pub(crate) async fn replay_selection(State(app): App, Form(form): Form<SelectionForm>) -> Response {
+pub(crate) async fn replay_selection(
+    State(app): App,
+    Extension(session): Extension<SessionInfo>,
+    Form(form): Form<SelectionForm>,
+) -> Response {
     let sel = DeadLetterSelection {
         binding: given(&form.binding),
         error_kind: given(&form.error_kind),
@@ -217,6 +213,7 @@ pub(crate) async fn replay_selection(State(app): App, Form(form): Form<Selection
         before_ms: None,
         after_id: None,
         limit: MAX_BULK_REPLAY,
+        include_replayed: false,
     };
     match app.ops.replay_dead_letters(&sel).await {
         Ok(v) => {
@@ -224,9 +221,11 @@ pub(crate) async fn replay_selection(State(app): App, Form(form): Form<Selection
             let more = if v["next"].is_null() {
                 ""
             } else {
-                "; more match: replay again"
+                "; more match: the button replays the next ones"
             };
             done(
+                &app.kit,
+                &session,
                 &form.back,
                 &format!(
                     "replayed {} dead letter(s), {failed} could not be{more}",
@@ -241,11 +240,17 @@ pub(crate) async fn replay_selection(State(app): App, Form(form): Form<Selection
 /// `POST /console/dead-letters/{id}/replay`.
 pub(crate) async fn replay(
     State(app): App,
+    Extension(session): Extension<SessionInfo>,
     Path(id): Path<i64>,
     Form(form): Form<ActionForm>,
 ) -> Response {
     match app.ops.replay_dead_letter(id, None).await {
-        Ok(_) => done(&form.back, &format!("dead letter {id} replayed")),
+        Ok(_) => done(
+            &app.kit,
+            &session,
+            &form.back,
+            &format!("dead letter {id} replayed"),
+        ),
         Err(e) => failed(e),
     }
 }

@@ -7,7 +7,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::console::guard::encode_component;
+use crate::console::{ConsoleKit, SessionInfo};
 use crate::runtime::ops::OpError;
 
 /// A console action's form: its CSRF token is checked by the kit; `back` is the page
@@ -18,17 +18,23 @@ pub(crate) struct ActionForm {
     pub(crate) back: String,
 }
 
-/// A page's `?notice=` (what an action just did).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct Notice {
-    #[serde(default)]
-    pub(crate) notice: String,
+/// A POST button (a one-field form) labelled `label`, returning to `back`; with
+/// `confirm`, the browser asks that question first.
+pub(crate) fn button(action: &str, label: &str, csrf: &str, back: &str, class: &str) -> Markup {
+    confirm_button(action, label, csrf, back, class, None)
 }
 
-/// A POST button (a one-field form) labelled `label`, returning to `back`.
-pub(crate) fn button(action: &str, label: &str, csrf: &str, back: &str, class: &str) -> Markup {
+/// [`button`] that asks `confirm` first, when given.
+pub(crate) fn confirm_button(
+    action: &str,
+    label: &str,
+    csrf: &str,
+    back: &str,
+    class: &str,
+    confirm: Option<&str>,
+) -> Markup {
     html! {
-        form.inline method="post" action=(action) {
+        form.inline method="post" action=(action) data-confirm=[confirm] {
             input type="hidden" name="csrf" value=(csrf);
             input type="hidden" name="back" value=(back);
             button type="submit" class=(class) data-action=(label.to_lowercase()) { (label) }
@@ -36,26 +42,22 @@ pub(crate) fn button(action: &str, label: &str, csrf: &str, back: &str, class: &
     }
 }
 
-/// Back to `back` (a console page; else the overview) with `notice` shown there.
-pub(crate) fn done(back: &str, notice: &str) -> Response {
+/// Back to `back` (a console page; else the overview), where `notice` is shown once
+/// (kept on the server for this session: a notice in the URL could be forged).
+pub(crate) fn done(kit: &ConsoleKit, session: &SessionInfo, back: &str, notice: &str) -> Response {
     let back = if back.starts_with("/console") && !back.starts_with("//") {
         back
     } else {
         "/console"
     };
-    let sep = if back.contains('?') { '&' } else { '?' };
-    Redirect::to(&format!("{back}{sep}notice={}", encode_component(notice))).into_response()
+    kit.flash(session, notice);
+    Redirect::to(back).into_response()
 }
 
 /// An operation's error as a plain answer with its status.
 pub(crate) fn failed(e: OpError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, format!("{}: {}\n", e.code(), e.message())).into_response()
-}
-
-/// The notice an action left in the query.
-pub(crate) fn notice(text: &str) -> Markup {
-    html! { @if !text.is_empty() { p.notice role="status" { (text) } } }
 }
 
 /// A JSON value for a person: strings bare, the rest as compact JSON.

@@ -58,6 +58,9 @@ fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<Arg>) {
     if let Some(k) = &q.error_kind {
         term(&mut sql, "errors -> -1 ->> 'kind' = $", Box::new(k.clone()));
     }
+    if q.unreplayed {
+        term(&mut sql, "replays = $", Box::new(0_i32));
+    }
     args.push(Box::new(q.limit as i64));
     sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
     (sql, args)

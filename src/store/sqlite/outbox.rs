@@ -81,6 +81,9 @@ fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<rusqlite::types::Value>
             V::Text(k.clone()),
         );
     }
+    if q.unreplayed {
+        term(&mut sql, "replays = ?", V::Integer(0));
+    }
     args.push(V::Integer(q.limit as i64));
     sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
     (sql, args)
