@@ -62,14 +62,6 @@ mod tests {
 
     #[test]
     fn counts_have_separators() {
-        assert_eq!(ago(10_000, 6_000), "4 s ago");
-        assert_eq!(ago(10_000, 0), "never");
-        assert_eq!(ago(7_200_000, 1), "1 h ago");
-        assert_eq!(
-            ago(1_000, 5_000),
-            "0 s ago",
-            "a clock step back is not negative"
-        );
         assert_eq!(count(0), "0");
         assert_eq!(count(999), "999");
         assert_eq!(count(1_234_567), "1,234,567");

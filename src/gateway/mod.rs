@@ -82,6 +82,7 @@ mod persist;
 mod rates;
 mod registry;
 mod report;
+mod schemas;
 mod series;
 mod server;
 mod session;

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::figures::RegistrationFigures;
 use super::report::ReportedMetrics;
+use super::schemas::{schemas_of, CapabilitySchema, SchemaPool};
 use crate::error::Error;
 use crate::identity::{sanitize, Arn, RegistrationKey};
 use crate::proto::{ConnectorScope, MetricsReport, RegisterConnectorRequest};
@@ -70,55 +71,6 @@ pub(crate) struct Resolved<S> {
     pub(crate) socket: S,
     /// Its live figures, counted by the invoke without another look-up.
     pub(crate) figures: Arc<RegistrationFigures>,
-}
-
-/// Most bytes of capability schemas kept per registration (names, descriptions and
-/// schema texts together): enough for a tool connector's dozens of tools, small
-/// enough that 10,000 registrations stay cheap. Past it only the ids are listed.
-pub(crate) const MAX_KEPT_SCHEMA_BYTES: usize = 64 * 1024;
-
-/// One capability as its connector described it at register time, for the console's
-/// registration page and `GET /api/v1/registrations/{arn}`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub(crate) struct CapabilitySchema {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) description: String,
-    /// JSON Schema text of the input, as sent; empty when none.
-    pub(crate) input_schema: String,
-    /// JSON Schema text of the output, as sent; empty when none.
-    pub(crate) output_schema: String,
-}
-
-/// The capability schemas a register request carried, or `None` when they exceed
-/// [`MAX_KEPT_SCHEMA_BYTES`] (or there are none).
-fn kept_schemas(req: &RegisterConnectorRequest) -> Option<Arc<[CapabilitySchema]>> {
-    let types = &req.capabilities.as_ref()?.task_types;
-    let bytes: usize = types
-        .iter()
-        .map(|t| {
-            t.task_type_id.len()
-                + t.name.len()
-                + t.description.len()
-                + t.input_schema_json.len()
-                + t.output_schema_json.len()
-        })
-        .sum();
-    if types.is_empty() || bytes > MAX_KEPT_SCHEMA_BYTES {
-        return None;
-    }
-    Some(
-        types
-            .iter()
-            .map(|t| CapabilitySchema {
-                id: t.task_type_id.clone(),
-                name: t.name.clone(),
-                description: t.description.clone(),
-                input_schema: t.input_schema_json.clone(),
-                output_schema: t.output_schema_json.clone(),
-            })
-            .collect(),
-    )
 }
 
 /// One registration as the console's paged listing reads it, borrowed from the
@@ -180,6 +132,7 @@ pub(crate) struct Registry<S> {
     by_arn: BTreeMap<String, Entry<S>>,
     socket_tenant: HashMap<u64, String>,
     socket_arns: HashMap<u64, HashSet<String>>,
+    schemas: SchemaPool,
 }
 
 /// One registration: what the API shows, and the socket it points at.
@@ -193,7 +146,7 @@ struct Entry<S> {
     since_ms: u64,
     /// Executes, errors, in flight, invokes: shared with the execute and invoke paths.
     figures: Arc<RegistrationFigures>,
-    /// Its capabilities' schemas ([`kept_schemas`]).
+    /// Its capabilities' schemas, shared with every registration that sent the same.
     schemas: Option<Arc<[CapabilitySchema]>>,
 }
 
@@ -203,6 +156,7 @@ impl<S: Clone> Registry<S> {
             by_arn: BTreeMap::new(),
             socket_tenant: HashMap::new(),
             socket_arns: HashMap::new(),
+            schemas: SchemaPool::default(),
         }
     }
 
@@ -341,7 +295,7 @@ impl<S: Clone> Registry<S> {
             requested_at_ms,
             since_ms,
             figures,
-            schemas: kept_schemas(req),
+            schemas: schemas_of(req).and_then(|(list, bytes)| self.schemas.share(list, bytes)),
         };
         self.by_arn.insert(arn.clone(), entry);
         RegisterOutcome::Accepted { arn }

@@ -26,7 +26,8 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::figures::RegistrationFiguresView;
 use super::link::{TRANSPORT_GRPC, TRANSPORT_WEBSOCKET};
-use super::registry::{CapabilitySchema, EntryView, RegistrationInfo, Status};
+use super::registry::{EntryView, RegistrationInfo, Status};
+use super::schemas::CapabilitySchema;
 use super::series::{Baseline, Point, SAMPLE_INTERVAL};
 use super::state::GatewayState;
 
@@ -238,7 +239,7 @@ pub(crate) struct RegistrationDetail {
     pub(crate) item: RegistrationItem,
     /// Each capability's name, description and input/output JSON Schema as sent at
     /// register time; `null` when none were sent or they exceed
-    /// [`super::registry::MAX_KEPT_SCHEMA_BYTES`] (the ids stay in `capabilities`).
+    /// [`super::schemas::MAX_KEPT_SCHEMA_BYTES`] (the ids stay in `capabilities`).
     pub(crate) capability_schemas: Option<Vec<CapabilitySchema>>,
 }
 

@@ -1,19 +1,54 @@
 //! What the runtime console's pages share: its state and the page answer.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use axum::response::Response;
 
 use crate::console::{page, ConsoleKit, Page, SessionInfo};
-use crate::runtime::ops::DeliverOps;
+use crate::runtime::ops::{DeliverOps, OpError};
 use crate::webhooks::state::Ingress;
+use serde_json::Value;
+
+/// How long the outbox totals are reused across live pages: they are several
+/// grouped counts over the outbox, and every open overview would otherwise run them
+/// once a tick.
+const STATS_TTL: Duration = Duration::from_secs(2);
 
 /// What the console's handlers share.
 pub(crate) struct RuntimeConsole {
     pub(crate) kit: Arc<ConsoleKit>,
     pub(crate) ops: Arc<DeliverOps>,
     pub(crate) ingress: Arc<Ingress>,
+    /// The last outbox totals and when they were read ([`RuntimeConsole::stats`]).
+    stats: Mutex<Option<(Instant, Value)>>,
+}
+
+impl RuntimeConsole {
+    /// The console over `ops` and `ingress`.
+    pub(crate) fn new(kit: Arc<ConsoleKit>, ops: Arc<DeliverOps>, ingress: Arc<Ingress>) -> Self {
+        RuntimeConsole {
+            kit,
+            ops,
+            ingress,
+            stats: Mutex::default(),
+        }
+    }
+
+    /// The outbox totals (`GET /api/v1/outbox/stats`), read at most once per
+    /// [`STATS_TTL`] however many pages show them (two readers racing both read;
+    /// the lock is never held across the read).
+    pub(crate) async fn stats(&self) -> Result<Value, OpError> {
+        if let Some((at, v)) = &*self.stats.lock().expect("stats lock") {
+            if at.elapsed() < STATS_TTL {
+                return Ok(v.clone());
+            }
+        }
+        let v = self.ops.stats().await?;
+        *self.stats.lock().expect("stats lock") = Some((Instant::now(), v.clone()));
+        Ok(v)
+    }
 }
 
 pub(crate) type App = axum::extract::State<Arc<RuntimeConsole>>;

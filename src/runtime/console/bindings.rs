@@ -74,6 +74,19 @@ pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
     }
 }
 
+/// A binding's lifecycle log (`GET /api/v1/triggers/{id}/history`), oldest first.
+fn history_table(history: &Value) -> Markup {
+    html! {
+        table #history {
+            tr { th { "when" } th { "version" } th { "event" } th { "reason" } th { "process" } }
+            @for e in history["history"].as_array().into_iter().flatten() {
+                tr { td { (time(e["at_ms"].as_i64().unwrap_or(0))) } td { "v" (scalar(&e["version"])) }
+                     td { (scalar(&e["event"])) } td { (scalar(&e["reason"])) } td { code { (scalar(&e["process"])) } } }
+            }
+        }
+    }
+}
+
 pub(crate) async fn list(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
@@ -100,9 +113,12 @@ pub(crate) async fn detail(
                 .as_array()
                 .and_then(|l| l.iter().find(|b| b["id"] == id.as_str()))
                 .cloned();
-            let history = app.ops.history(&id, None, Some(100)).await;
-            let (Some(b), Ok(history)) = (found, history) else {
+            let Some(b) = found else {
                 return Page::missing("rt-binding", &format!("No binding {id} is known."));
+            };
+            let history = match app.ops.history(&id, None, Some(100)).await {
+                Ok(h) => html! { (history_table(&h)) },
+                Err(e) => super::widgets::unavailable(&e),
             };
             let paused = b["paused"].as_bool().unwrap_or(false);
             let body = html! {
@@ -121,13 +137,7 @@ pub(crate) async fn detail(
                 h2 { "Definition (active version)" }
                 (pretty(&b["definition"]))
                 h2 { "Lifecycle history" }
-                table #history {
-                    tr { th { "when" } th { "version" } th { "event" } th { "reason" } th { "process" } }
-                    @for e in history["history"].as_array().into_iter().flatten() {
-                        tr { td { (time(e["at_ms"].as_i64().unwrap_or(0))) } td { "v" (scalar(&e["version"])) }
-                             td { (scalar(&e["event"])) } td { (scalar(&e["reason"])) } td { code { (scalar(&e["process"])) } } }
-                    }
-                }
+                (history)
             };
             Page::new(id.clone(), vec![Region::new("rt-binding", body)])
         }

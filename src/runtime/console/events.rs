@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{button, done, failed, pretty, scalar, unavailable, ActionForm};
-use crate::console::format::time;
+use super::widgets::{button, done, failed, scalar, unavailable, ActionForm};
+use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
 use crate::runtime::ops::OpError;
@@ -189,6 +189,31 @@ fn deliveries(list: &[Value]) -> Markup {
     }
 }
 
+/// Most payload bytes the detail page shows; the rest is a link away, so a 10 MiB
+/// body does not become a 10 MiB page re-rendered on every tick.
+const MAX_SHOWN_PAYLOAD: usize = 256 * 1024;
+
+/// The payload as a person reads it (JSON pretty-printed, text as it is), cut at
+/// [`MAX_SHOWN_PAYLOAD`] with a pointer to the whole of it.
+fn payload(v: &Value, id: &str) -> Markup {
+    let text = match v {
+        Value::String(t) => t.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    };
+    if text.len() <= MAX_SHOWN_PAYLOAD {
+        return html! { pre { (text) } };
+    }
+    let cut = (0..=MAX_SHOWN_PAYLOAD)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    html! {
+        pre { (&text[..cut]) }
+        p.muted { "Shown: the first " (count(cut as u64)) " of " (count(text.len() as u64))
+                  " bytes; the whole payload is at " code { "GET /api/v1/events/" (id) } "." }
+    }
+}
+
 pub(crate) async fn detail(
     State(app): App,
     Extension(session): Extension<SessionInfo>,
@@ -228,12 +253,7 @@ pub(crate) async fn detail(
                     }
                 }
                 h2 { "Payload (" (scalar(&e["encoding"])) ")" }
-                div #event-payload {
-                    @match &e["payload"] {
-                        Value::String(text) => pre { (text) },
-                        other => (pretty(other)),
-                    }
-                }
+                div #event-payload { (payload(&e["payload"], &id)) }
             };
             Page::new(
                 format!("Event {id}"),

@@ -54,11 +54,7 @@ pub(crate) fn routes(
         LIVE_TICK,
         closing,
     );
-    let app = Arc::new(RuntimeConsole {
-        kit: kit.clone(),
-        ops,
-        ingress,
-    });
+    let app = Arc::new(RuntimeConsole::new(kit.clone(), ops, ingress));
     let pages = Router::new()
         .route("/console", get(overview::overview))
         .route("/console/sources", get(overview::sources))

@@ -55,7 +55,7 @@ pub(crate) async fn overview(
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, move |app, _csrf| async move {
-        let stats = match app.ops.stats().await {
+        let stats = match app.stats().await {
             Ok(s) => outbox(&s),
             Err(e) => unavailable(&e),
         };
@@ -163,7 +163,7 @@ pub(crate) async fn queues(
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, |app, _csrf| async move {
-        let body = match app.ops.stats().await {
+        let body = match app.stats().await {
             Err(e) => unavailable(&e),
             Ok(stats) => html! {
                 @let queues = stats["queues"].as_object().cloned().unwrap_or_default();
