@@ -89,6 +89,34 @@ pub mod webhooks {
     pub mod signature {
         pub use crate::webhooks::signature::{github, standard_webhooks, Rejection};
     }
+    /// The console's event list, for `benches/event_search.rs`.
+    ///
+    /// A wrapper rather than a re-export: `webhooks::event_search` is `pub(crate)`.
+    pub mod event_search {
+        use crate::store::{EventQuery, Store};
+        use crate::webhooks::event_search::EventFilter;
+
+        /// One page of [`crate::webhooks::event_search::list_events`] (the JSON that
+        /// `GET /api/v1/events` answers) for the filter `q` spells: `source`, `kind`,
+        /// `dedupe_key` (the `delivery_id` filter), `since_ms`, `until_ms`, `limit`,
+        /// `before_seq` (the `after` cursor). `q.event_id` is not a list filter and is
+        /// ignored.
+        pub async fn list_events(
+            store: &Store,
+            q: &EventQuery,
+        ) -> crate::Result<serde_json::Value> {
+            let f = EventFilter {
+                source: q.source.clone(),
+                kind: q.kind.clone(),
+                delivery_id: q.dedupe_key.clone(),
+                since_ms: q.since_ms,
+                until_ms: q.until_ms,
+                limit: q.limit,
+                after: q.before_seq,
+            };
+            crate::webhooks::event_search::list_events(store, &f).await
+        }
+    }
     /// Cron expressions, for the `cron_expression` fuzz target.
     pub mod cron {
         pub use crate::webhooks::cron::{CronError, Schedule};

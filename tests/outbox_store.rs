@@ -43,6 +43,7 @@ on_both_stores!(
     expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_ones,
     wake_fires_after_an_enqueueing_commit,
     two_claimers_on_a_thousand_rows_never_receive_the_same_row,
+    time_bounded_pages_are_exact_whatever_the_window_holds,
 );
 
 async fn an_accepted_event_enqueues_one_row_per_binding_and_a_duplicate_enqueues_nothing(
@@ -603,6 +604,81 @@ async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKin
     assert_eq!(queued.queued.iter().filter(|m| m.received).count(), 1);
     let nothing = f.backend.event_deliveries("evt_none").await.unwrap();
     assert_eq!(nothing, Default::default());
+}
+
+/// A page bounded by received time alone is the same whether the store walks the
+/// primary key (a window of many events) or reads the window through its index (few
+/// events: under SQLite's probe threshold of 1,000, or none at all), including with
+/// received times out of `seq` order and paging by the cursor.
+async fn time_bounded_pages_are_exact_whatever_the_window_holds(kind: StoreKind) {
+    let f = Fixture::open(&kind).await;
+    const N: i64 = 1_500;
+    // Received times out of insertion order: 10 ms apart, shuffled by a stride.
+    let writes = (0..N)
+        .map(|i| {
+            let at = 100_000 + (i * 7_919 % N) * 10;
+            switchboard::__private::store::append_write(event(&format!("w-{i}"), at), T * 2, vec![])
+        })
+        .collect();
+    f.backend.write_batch(writes, T).await.unwrap();
+    let mut all = Vec::new();
+    let mut before = None;
+    loop {
+        let page = f
+            .backend
+            .events(&EventQuery {
+                limit: 500,
+                before_seq: before,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        all.extend(page.iter().map(|e| (e.seq, e.event.received_at_ms)));
+        match page.last() {
+            Some(last) if page.len() == 500 => before = Some(last.seq),
+            _ => break,
+        }
+    }
+    assert_eq!(all.len(), N as usize);
+    let end = 100_000 + N * 10;
+    for (since, until) in [
+        (Some(end - 100), None),        // 10 events: the index
+        (Some(end + 1), None),          // none
+        (Some(100_000 + 500), None),    // 1,450: the primary key
+        (None, Some(100_000 + 200)),    // 20
+        (None, Some(end - 200)),        // 1,480
+        (Some(100_500), Some(105_000)), // 450
+        (Some(100_500), Some(114_000)), // 1,350
+    ] {
+        let want: Vec<i64> = all
+            .iter()
+            .filter(|(_, at)| since.is_none_or(|s| *at >= s) && until.is_none_or(|u| *at < u))
+            .map(|(seq, _)| *seq)
+            .collect();
+        for limit in [7, 500] {
+            let mut got = Vec::new();
+            let mut before = None;
+            loop {
+                let page = f
+                    .backend
+                    .events(&EventQuery {
+                        limit,
+                        before_seq: before,
+                        since_ms: since,
+                        until_ms: until,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                got.extend(page.iter().map(|e| e.seq));
+                match page.last() {
+                    Some(last) if page.len() == limit => before = Some(last.seq),
+                    _ => break,
+                }
+            }
+            assert_eq!(got, want, "since {since:?} until {until:?} limit {limit}");
+        }
+    }
 }
 
 async fn expire_deletes_old_unreferenced_events_in_chunks_and_keeps_referenced_ones(

@@ -98,12 +98,15 @@ pub struct Rejected {
 /// filters are combined: the next page is the same query with a lower `before_seq`.
 /// Equality filters are served by an index each (`events_by_source`,
 /// `events_by_kind`, `events_by_dedupe`, `events_by_id`), so a page costs about its
-/// length even in a table of millions of events. The time bounds have no index on
-/// this path (received time and `seq` are close but not strictly in the same order,
+/// length even in a table of millions of events. The time bounds cannot ride the
+/// keyset walk (received time and `seq` are close but not strictly in the same order,
 /// so neither can stand in for the other exactly): alone, they filter the
 /// newest-first walk of the primary key, which is cheap while the window holds a
-/// page of events and reads down to the window's edge when it holds fewer; combined
-/// with an equality filter, they filter that filter's index walk.
+/// page of events and reads down to the window's edge when it holds fewer, so a
+/// backend reads a window that holds few events through `events_by_received` and
+/// sorts it instead (SQLite counts the window on that index first; PostgreSQL's
+/// planner decides from its statistics); combined with an equality filter, they
+/// filter that filter's index walk.
 #[derive(Debug, Clone, Default)]
 pub struct EventQuery {
     /// Only this source's events.

@@ -29,14 +29,24 @@ const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = ?1 AND key =
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events";
 
+/// A page bounded by received time alone reads its window through `events_by_received`
+/// (and sorts it) when the window holds fewer events than this, else walks the
+/// primary key newest first. See [`window_is_small`].
+const SMALL_WINDOW: i64 = 1_000;
+
 /// The events page's SQL with only the filters `q` sets, and its parameters. Built per
 /// query rather than one statement with `(?1 IS NULL OR source = ?1)` terms: SQLite
 /// plans a statement once, before it sees the parameters, so such a term would keep
 /// it off `events_by_source` / `events_by_kind` / `events_by_dedupe` and walk the whole
-/// table; with plain equalities each filter is served by its index.
-fn events_sql(q: &EventQuery) -> (String, Vec<rusqlite::types::Value>) {
+/// table; with plain equalities each filter is served by its index. `by_received`
+/// reads the rows through `events_by_received` (`INDEXED BY`): the same rows, another
+/// plan ([`window_is_small`] says when).
+fn events_sql(q: &EventQuery, by_received: bool) -> (String, Vec<rusqlite::types::Value>) {
     use rusqlite::types::Value as V;
     let mut sql = String::from(SELECT_EVENTS);
+    if by_received {
+        sql.push_str(" INDEXED BY events_by_received");
+    }
     let mut args: Vec<V> = Vec::new();
     let mut term = |sql: &mut String, cond: &str, v: V| {
         args.push(v);
@@ -67,6 +77,51 @@ fn events_sql(q: &EventQuery) -> (String, Vec<rusqlite::types::Value>) {
     args.push(V::Integer(q.limit as i64));
     sql.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", args.len()));
     (sql, args)
+}
+
+/// Whether `q` is bounded by received time alone (no equality filter) and its window,
+/// below its cursor, holds fewer than [`SMALL_WINDOW`] events: counted on
+/// `events_by_received` alone (the index holds `seq`, the rowid), at most
+/// [`SMALL_WINDOW`] entries read.
+///
+/// Why: alone, a time bound filters the newest-first walk of the primary key, which
+/// stops after a page when the window is full of recent events but reads the whole
+/// table when the window is empty or sparse (`since` the last minute on a quiet day:
+/// a million rows read to answer nothing). A small window is cheaper read through its
+/// index and sorted; a large one is cheaper walked, as the LIMIT stops the walk. The
+/// answer is the same either way.
+fn window_is_small(c: &Connection, q: &EventQuery) -> rusqlite::Result<bool> {
+    use rusqlite::types::Value as V;
+    let time_only = (q.since_ms.is_some() || q.until_ms.is_some())
+        && q.source.is_none()
+        && q.kind.is_none()
+        && q.dedupe_key.is_none()
+        && q.event_id.is_none();
+    if !time_only {
+        return Ok(false);
+    }
+    let mut conds = Vec::new();
+    let mut args = Vec::new();
+    for (cond, v) in [
+        ("received_at >= ?", q.since_ms),
+        ("received_at < ?", q.until_ms),
+        ("seq < ?", q.before_seq),
+    ] {
+        if let Some(v) = v {
+            args.push(V::Integer(v));
+            conds.push(cond.replace('?', &format!("?{}", args.len())));
+        }
+    }
+    args.push(V::Integer(SMALL_WINDOW));
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM events INDEXED BY events_by_received WHERE {} LIMIT ?{})",
+        conds.join(" AND "),
+        args.len()
+    );
+    let n: i64 = c
+        .prepare_cached(&sql)?
+        .query_row(rusqlite::params_from_iter(args), |r| r.get(0))?;
+    Ok(n < SMALL_WINDOW)
 }
 
 /// Applies a batch; returns each write's result and how many outbox rows and queue
@@ -203,8 +258,10 @@ impl Backend for SqliteBackend {
     }
 
     async fn events(&self, query: &EventQuery) -> Result<Vec<StoredEvent>> {
-        let (sql, args) = events_sql(query);
+        let query = query.clone();
         Self::with(&self.reader, move |c| {
+            let small = window_is_small(c, &query).map_err(sql_err("read events"))?;
+            let (sql, args) = events_sql(&query, small);
             let mut stmt = c.prepare_cached(&sql).map_err(sql_err("read events"))?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(args), row_to_event)
@@ -351,11 +408,11 @@ mod tests {
     use super::*;
 
     /// The plan SQLite picks for an events page with `q`'s filters, one line per step.
-    fn plan(q: &EventQuery) -> String {
+    fn plan_of(q: &EventQuery, by_received: bool) -> String {
         let mut c = Connection::open_in_memory().unwrap();
         crate::store::body_codec::register_sql_function(&c).unwrap();
         super::super::schema::migrate(&mut c, ":memory:").unwrap();
-        let (sql, args) = events_sql(q);
+        let (sql, args) = events_sql(q, by_received);
         let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
@@ -372,7 +429,7 @@ mod tests {
                 ..EventQuery::default()
             };
             f(&mut q);
-            plan(&q)
+            plan_of(&q, false)
         };
         let by_source = q(&|q| q.source = Some("gh".into()));
         assert!(by_source.contains("events_by_source"), "{by_source}");
@@ -397,5 +454,50 @@ mod tests {
         }
         // Paged by kind, the walk stays in the index's order: no sort either.
         assert!(!by_kind.contains("TEMP B-TREE"), "{by_kind}");
+        // A small time window is read through its index instead.
+        let q = EventQuery {
+            limit: 50,
+            since_ms: Some(5),
+            ..EventQuery::default()
+        };
+        let small = plan_of(&q, true);
+        assert!(small.contains("events_by_received"), "{small}");
+    }
+
+    #[test]
+    fn only_a_time_bound_alone_with_few_events_in_its_window_counts_as_small() {
+        let mut c = Connection::open_in_memory().unwrap();
+        crate::store::body_codec::register_sql_function(&c).unwrap();
+        super::super::schema::migrate(&mut c, ":memory:").unwrap();
+        c.execute_batch(&format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {})
+             INSERT INTO events (id, source, provider, kind, received_at, dedupe_key,
+                 trace_id, tenant, headers, body, signature)
+             SELECT 'e' || i, 'gh', 'github', 'k', i, 'd' || i, 't', 'x', '{{}}', x'', 'verified'
+             FROM n",
+            SMALL_WINDOW + 10
+        ))
+        .unwrap();
+        let small = |f: &dyn Fn(&mut EventQuery)| {
+            let mut q = EventQuery {
+                limit: 50,
+                ..EventQuery::default()
+            };
+            f(&mut q);
+            window_is_small(&c, &q).unwrap()
+        };
+        assert!(!small(&|_| {}));
+        assert!(!small(&|q| q.since_ms = Some(1)));
+        assert!(small(&|q| q.since_ms = Some(20)));
+        assert!(small(&|q| q.until_ms = Some(SMALL_WINDOW)));
+        assert!(!small(&|q| q.until_ms = Some(SMALL_WINDOW + 1)));
+        assert!(small(&|q| {
+            q.since_ms = Some(1);
+            q.before_seq = Some(SMALL_WINDOW);
+        }));
+        assert!(!small(&|q| {
+            q.since_ms = Some(20);
+            q.kind = Some("k".into());
+        }));
     }
 }
