@@ -96,8 +96,8 @@ pub mod webhooks {
         use crate::store::{EventQuery, Store};
         use crate::webhooks::event_search::EventFilter;
 
-        /// One page of [`crate::webhooks::event_search::list_events`] (the JSON that
-        /// `GET /api/v1/events` answers) for the filter `q` spells: `source`, `kind`,
+        /// One page of the runtime's event search (`webhooks::event_search::list_events`,
+        /// the JSON that `GET /api/v1/events` answers) for the filter `q` spells: `source`, `kind`,
         /// `dedupe_key` (the `delivery_id` filter), `since_ms`, `until_ms`, `limit`,
         /// `before_seq` (the `after` cursor). `q.event_id` is not a list filter and is
         /// ignored.
