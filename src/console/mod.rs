@@ -12,13 +12,13 @@
 //!   no Node build, nothing fetched at run time.
 //! - **Live regions**: a page is a list of regions, each rendered by one function.
 //!   The page's own URL, asked for `text/event-stream` (which `EventSource` sends),
-//!   renders the same regions again every [`LIVE_TICK`] and sends the ones that
+//!   renders the same regions again every tick of its console and sends the ones that
 //!   changed; `console.js` swaps each into place by id. One renderer for the first
 //!   paint and every update, so they cannot disagree, and escaping stays on the
-//!   server. The script is about fifty lines and there is no client-side template.
+//!   server. The script is about sixty lines and there is no client-side template.
 //! - **Actions are plain HTML forms** (POST, with a hidden CSRF field): they work
-//!   without script, and [`guard`] checks every POST's token before any handler runs,
-//!   so no handler can forget to.
+//!   without script, and [`guard`] checks the token of every POST behind the session
+//!   before any handler runs, so no handler can forget to.
 //! - **Charts are SVG** drawn by the server from the sampled series ([`chart`]).
 
 pub(crate) mod assets;

@@ -3,10 +3,14 @@
 //! A console page is a title and a list of [`Region`]s, each an element with an id.
 //! [`respond`] answers a browser's navigation with the whole document, and the same
 //! URL asked for `text/event-stream` (what `EventSource` sends) with a stream: every
-//! [`super::LIVE_TICK`] the page is rendered again and each region whose HTML changed
-//! is sent as an SSE event `region` with `{"id", "html"}`; `console.js` puts it in
-//! place. The stream ends when the console closes (listener shutdown), so an open tab
-//! never holds a graceful shutdown.
+//! tick of its console ([`ConsoleKit::tick`]; the first one tick after the page) the
+//! page is rendered again and each region whose HTML changed is sent as an SSE event
+//! `region` with `{"id", "html"}`; `console.js` puts it in place. A console serves at
+//! most [`super::MAX_LIVE_STREAMS`] streams at once (past that, 503: the page works,
+//! it is just not live). A stream ends when its session signs out or expires, and when
+//! the console closes (listener shutdown), so an open tab never holds a graceful
+//! shutdown. A notice an action left for the session (a flash) is shown once, above
+//! the regions, outside the live part.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
