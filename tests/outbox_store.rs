@@ -31,6 +31,7 @@ on_both_stores!(
     claims_go_by_due_time_then_id_and_stop_at_the_limit,
     a_lease_hides_rows_until_it_expires_and_a_stale_token_changes_nothing,
     an_ordering_key_holds_later_rows_until_its_head_is_gone,
+    finishes_folded_into_a_claim_apply_first_and_free_the_next_head,
     release_gives_rows_back_due_now_with_the_attempt_restored,
     retry_keeps_the_error_and_schedules_the_next_attempt,
     a_dead_letter_keeps_the_history_and_fans_out_rows_that_carry_it,
@@ -209,6 +210,63 @@ async fn an_ordering_key_holds_later_rows_until_its_head_is_gone(kind: StoreKind
     let next = f.claim(T + 10, 5, 10).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].payload, br#"{"delivery":"a-2"}"#);
+}
+
+/// The dispatcher folds a batch's finishes into its next claim: one transaction, the
+/// finishes first, so the row a delivered head held back is claimed by the same call;
+/// a stale finish is skipped, not an error.
+async fn finishes_folded_into_a_claim_apply_first_and_free_the_next_head(kind: StoreKind) {
+    let f = Fixture::open(&kind).await;
+    f.append("a-1", vec![keyed("A")]).await;
+    f.append("a-2", vec![keyed("A")]).await;
+    f.append("c-1", vec![row(B)]).await;
+    let first = f.claim(T, 1, 10).await;
+    assert_eq!(first.len(), 2, "a-1 and c-1; a-2 waits for a-1");
+    let head = first.iter().find(|r| r.ordering_key.is_some()).unwrap();
+    let other = first.iter().find(|r| r.ordering_key.is_none()).unwrap();
+    let finishes = vec![
+        Finish::Done {
+            id: head.id,
+            token: 1,
+        },
+        Finish::Done {
+            id: other.id,
+            token: 99,
+        },
+    ];
+    let (applied, next) = f
+        .backend
+        .finish_and_claim(finishes, T, &claim_request(&[B], T, T + LEASE, 2, 10))
+        .await
+        .unwrap();
+    assert_eq!(applied, 1, "the finish under a stale token is skipped");
+    assert_eq!(
+        next.len(),
+        1,
+        "a-2 became the head within the same transaction"
+    );
+    assert_eq!(next[0].payload, br#"{"delivery":"a-2"}"#.to_vec());
+    assert_eq!(next[0].token, 2);
+
+    // Without finishes it is a plain claim; with no bindings it still applies them.
+    let (applied, none) = f
+        .backend
+        .finish_and_claim(Vec::new(), T, &claim_request(&[B], T, T + LEASE, 3, 10))
+        .await
+        .unwrap();
+    assert_eq!((applied, none.len()), (0, 0), "c-1 and a-2 are leased");
+    let done = vec![Finish::Done {
+        id: other.id,
+        token: 1,
+    }];
+    let (applied, none) = f
+        .backend
+        .finish_and_claim(done, T, &claim_request(&[], T, T + LEASE, 4, 10))
+        .await
+        .unwrap();
+    assert_eq!((applied, none.len()), (1, 0));
+    let stats = f.backend.stats(T).await.unwrap();
+    assert_eq!(stats.leased, 1, "only a-2 is left");
 }
 
 async fn release_gives_rows_back_due_now_with_the_attempt_restored(kind: StoreKind) {

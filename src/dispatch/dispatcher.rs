@@ -16,8 +16,12 @@
 //!   and its owner told, so it loads the versions another process recorded), bounded
 //!   by that version's timeout; it
 //!   decides the row's [`Finish`] ([`crate::outbox::outcome::decide`]) and queues it;
-//! - the **finisher** commits queued finishes in batches (hundreds of successes are
-//!   one `DELETE`), retrying with backoff while the store is down;
+//! - the claim loop also **commits the queued finishes**: folded into its next claim's
+//!   transaction ([`OutboxStore::finish_and_claim`]), so a busy dispatcher pays one
+//!   commit per batch of rows, not two (one claim, one finish), or on their own when it
+//!   will not claim now (too few permits free, every binding throttled or paused);
+//!   hundreds of successes are one `DELETE` either way. A commit that fails puts its
+//!   finishes back and backs off; the rows keep their leases meanwhile;
 //! - the **lease keeper** extends the lease of every row in flight every third of a
 //!   lease, so a long handler keeps its row and a crashed process's rows come back
 //!   when its lease ends.
@@ -30,10 +34,11 @@
 //! start, so a test with paused time drives retries and leases in virtual time.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -64,7 +69,15 @@ pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Default shutdown grace: 10 s for in-flight attempts before they are abandoned and
 /// their rows released.
 pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Finishes the finisher commits in one transaction at most.
+/// Claim loops per dispatcher: two, so that while a backlog lasts one loop's claim is
+/// in the database while the other starts the rows it claimed, and neither the store's
+/// round trip nor the starting of a batch waits for the other. Each counts the rows its
+/// claim asks for ([`Claiming`]), so the two together never claim more rows than there
+/// are permits. A third measured no better (two cores: the database's work and the
+/// rows' are what is overlapped).
+const CLAIM_LOOPS: usize = 2;
+
+/// Finishes committed in one transaction at most.
 pub(crate) const MAX_FINISH_BATCH: usize = 1024;
 
 /// How the dispatcher runs.
@@ -166,6 +179,10 @@ struct Inner {
     /// Rows in flight (id → claim token) whose finish is not yet committed: what the
     /// lease keeper extends and what shutdown releases.
     held: Mutex<HashMap<i64, i64>>,
+    /// Rows asked for by claims in flight, not yet admitted: not free for another claim.
+    claiming: AtomicUsize,
+    /// Finishes of ended attempts, not yet committed (at most one per held row).
+    finished: Mutex<Vec<Finish>>,
     /// Signalled when an attempt ends (a permit is free) or a finish commits (an
     /// ordering key's next row may be claimable).
     capacity: Notify,
@@ -180,10 +197,8 @@ pub struct Dispatcher {
     inner: Arc<Inner>,
     stop: CancellationToken,
     attempts: TaskTracker,
-    claim_loop: tokio::task::JoinHandle<()>,
-    finisher: tokio::task::JoinHandle<()>,
+    claim_loops: Vec<tokio::task::JoinHandle<()>>,
     keeper: tokio::task::JoinHandle<()>,
-    finishes: Option<mpsc::Sender<Finish>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -247,28 +262,23 @@ impl Dispatcher {
             unknown_version,
             throttles: Mutex::default(),
             held: Mutex::default(),
+            finished: Mutex::default(),
+            claiming: AtomicUsize::new(0),
             capacity: Notify::new(),
             abandon: CancellationToken::new(),
         });
         let stop = CancellationToken::new();
         let attempts = TaskTracker::new();
-        let (tx, rx) = mpsc::channel(MAX_FINISH_BATCH * 4);
-        let claim_loop = tokio::spawn(claim_loop(
-            inner.clone(),
-            stop.clone(),
-            attempts.clone(),
-            tx.clone(),
-        ));
-        let finisher = tokio::spawn(finisher(inner.clone(), rx));
+        let claim_loops = (0..CLAIM_LOOPS)
+            .map(|_| tokio::spawn(claim_loop(inner.clone(), stop.clone(), attempts.clone())))
+            .collect();
         let keeper = tokio::spawn(keeper(inner.clone(), stop.clone()));
         Dispatcher {
             inner,
             stop,
             attempts,
-            claim_loop,
-            finisher,
+            claim_loops,
             keeper,
-            finishes: Some(tx),
         }
     }
 
@@ -282,9 +292,11 @@ impl Dispatcher {
     /// their finishes, and releases the rows of attempts that did not end in time, so
     /// another process (or the next start) takes them at once rather than after their
     /// lease.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         self.stop.cancel();
-        let _ = self.claim_loop.await;
+        for claim_loop in self.claim_loops {
+            let _ = claim_loop.await;
+        }
         self.attempts.close();
         let grace = self.inner.options.shutdown_grace;
         if tokio::time::timeout(grace, self.attempts.wait())
@@ -298,8 +310,14 @@ impl Dispatcher {
             self.inner.abandon.cancel();
             self.attempts.wait().await;
         }
-        drop(self.finishes.take());
-        let _ = self.finisher.await;
+        // The claim loop has ended: what the attempts finished is committed here,
+        // retried while the store is away (a row released unfinished would run again).
+        let mut backoff = store_backoff();
+        while !self.inner.finished().is_empty() {
+            if !commit_finishes(&self.inner).await {
+                tokio::time::sleep(backoff.next_delay(rand::random())).await;
+            }
+        }
         let _ = self.keeper.await;
         let held: Vec<(i64, i64)> = self.inner.held().drain().collect();
         if !held.is_empty() {
@@ -317,6 +335,40 @@ impl Dispatcher {
 impl Inner {
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<i64, i64>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn finished(&self) -> std::sync::MutexGuard<'_, Vec<Finish>> {
+        self.finished.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues an ended attempt's finish for the claim loop's next commit, and wakes it.
+    fn queue_finish(&self, finish: Finish) {
+        self.finished().push(finish);
+        self.capacity.notify_one();
+    }
+
+    /// Takes up to [`MAX_FINISH_BATCH`] queued finishes, oldest first.
+    fn take_finishes(&self) -> Vec<Finish> {
+        let mut queued = self.finished();
+        let n = queued.len().min(MAX_FINISH_BATCH);
+        queued.drain(..n).collect()
+    }
+
+    /// Puts back finishes whose commit failed, ahead of those queued since.
+    fn requeue_finishes(&self, finishes: Vec<Finish>) {
+        let mut queued = self.finished();
+        queued.splice(0..0, finishes);
+    }
+
+    /// After `finishes` committed (`applied` of them still held their rows): their rows
+    /// are no longer held, and the rest were stale.
+    fn finishes_committed(&self, finishes: &[Finish], applied: u64) {
+        self.metrics
+            .stale((finishes.len() as u64).saturating_sub(applied));
+        let mut held = self.held();
+        for f in finishes {
+            held.remove(&finish_id(f));
+        }
     }
 
     /// Free process permits at which the loop claims again: half a batch (or half the
@@ -390,6 +442,26 @@ impl Inner {
     }
 }
 
+/// Rows a claim asks for, counted in [`Inner::claiming`] from before the claim until
+/// its rows are admitted or released (or it failed).
+struct Claiming<'a> {
+    count: &'a AtomicUsize,
+    n: usize,
+}
+
+impl<'a> Claiming<'a> {
+    fn new(count: &'a AtomicUsize, n: usize) -> Self {
+        count.fetch_add(n, Relaxed);
+        Claiming { count, n }
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.n, Relaxed);
+    }
+}
+
 /// Backoff while the store is away: from 100 ms to 5 s, jittered, so a database that
 /// comes back is used again within seconds and a down one is not hammered.
 fn store_backoff() -> Backoff {
@@ -399,12 +471,7 @@ fn store_backoff() -> Backoff {
     ))
 }
 
-async fn claim_loop(
-    inner: Arc<Inner>,
-    stop: CancellationToken,
-    attempts: TaskTracker,
-    finishes: mpsc::Sender<Finish>,
-) {
+async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTracker) {
     let wake = inner.store.wake();
     let mut backoff = store_backoff();
     let mut seen: Option<Arc<crate::triggers::lifecycle::Lifecycle>> = None;
@@ -423,11 +490,17 @@ async fn claim_loop(
             seen = Some(current.clone());
         }
         let served: Vec<String> = inner.served();
-        let free = inner.global.available_permits();
+        // Permits the other loop's claim in flight will take are not free.
+        let free = inner
+            .global
+            .available_permits()
+            .saturating_sub(inner.claiming.load(Relaxed));
         let in_flight = inner.options.max_in_flight.saturating_sub(free);
         let mut full_claim = false;
         // The `now` of this pass's claim, if one ran: rows due after it were not seen.
         let mut claimed_at = None;
+        let finishes = inner.take_finishes();
+        let mut folded = false;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
             let now = inner.clock.now_ms();
             let mut room = 0usize;
@@ -447,6 +520,7 @@ async fn claim_loop(
                 // A throttled binding's rows beyond its window's room would only be
                 // given back: claim no more than can start.
                 let limit = inner.options.batch.min(free).min(room);
+                let _claiming = Claiming::new(&inner.claiming, limit);
                 let req = ClaimRequest {
                     now_ms: now,
                     lease_until_ms: now + inner.options.lease.as_millis() as i64,
@@ -454,13 +528,20 @@ async fn claim_loop(
                     limit,
                     bindings,
                 };
-                match inner.store.claim(&req).await {
-                    Ok(rows) => {
+                folded = true;
+                match inner
+                    .store
+                    .finish_and_claim(finishes.clone(), now, &req)
+                    .await
+                {
+                    Ok((applied, rows)) => {
                         backoff.reset();
+                        inner.finishes_committed(&finishes, applied);
                         full_claim = rows.len() == limit;
-                        admit(&inner, rows, &attempts, &finishes).await;
+                        admit(&inner, rows, &attempts).await;
                     }
                     Err(e) => {
+                        inner.requeue_finishes(finishes);
                         inner.metrics.store_error();
                         let delay = backoff.next_delay(rand::random());
                         tracing::warn!(error = %e, retry_in = ?delay, "dispatcher: claim failed; backing off");
@@ -471,6 +552,20 @@ async fn claim_loop(
                     }
                 }
             }
+        }
+        if !folded && !finishes.is_empty() {
+            // No claim now: commit the finishes on their own (a delivered row may have
+            // been its ordering key's head, so look again after).
+            inner.requeue_finishes(finishes);
+            if commit_finishes(&inner).await {
+                backoff.reset();
+            } else {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay(rand::random())) => {}
+                }
+            }
+            continue;
         }
         if full_claim {
             tokio::task::yield_now().await;
@@ -504,18 +599,13 @@ async fn claim_loop(
 }
 
 /// Starts the rows that get both permits; releases the rest in one statement.
-async fn admit(
-    inner: &Arc<Inner>,
-    rows: Vec<ClaimedRow>,
-    attempts: &TaskTracker,
-    finishes: &mpsc::Sender<Finish>,
-) {
+async fn admit(inner: &Arc<Inner>, rows: Vec<ClaimedRow>, attempts: &TaskTracker) {
     let mut release = Vec::new();
     let current = inner.triggers.current();
     for row in rows {
         let Some(binding) = current.resolve(&row.binding_id, &row.fingerprint).cloned() else {
             if let Some(number) = current.number(&row.binding_id, &row.fingerprint) {
-                strand(inner, row, number, finishes).await;
+                strand(inner, row, number);
             } else {
                 // Recorded by another process since this one last looked.
                 inner.unknown_version.notify_one();
@@ -540,13 +630,7 @@ async fn admit(
             continue;
         }
         inner.held().insert(row.id, row.token);
-        attempts.spawn(attempt(
-            inner.clone(),
-            binding,
-            row,
-            permits,
-            finishes.clone(),
-        ));
+        attempts.spawn(attempt(inner.clone(), binding, row, permits));
     }
     if !release.is_empty() {
         let now = inner.clock.now_ms();
@@ -562,7 +646,7 @@ async fn admit(
 
 /// Dead-letters a row whose version is recorded but cannot run here (its definition
 /// no longer builds, or it left memory): it would otherwise be claimed for ever.
-async fn strand(inner: &Arc<Inner>, row: ClaimedRow, number: u32, finishes: &mpsc::Sender<Finish>) {
+fn strand(inner: &Arc<Inner>, row: ClaimedRow, number: u32) {
     let label = crate::triggers::lifecycle::label(&row.binding_id, number);
     tracing::warn!(row = row.id, version = %label, "a row's binding version cannot be built here; dead-lettered");
     inner.metrics.dead_lettered(&row.binding_id);
@@ -578,7 +662,7 @@ async fn strand(inner: &Arc<Inner>, row: ClaimedRow, number: u32, finishes: &mps
         },
         fanout: Vec::new(),
     };
-    let _ = finishes.send(finish).await;
+    inner.queue_finish(finish);
 }
 
 async fn attempt(
@@ -586,7 +670,6 @@ async fn attempt(
     binding: Arc<Binding>,
     row: ClaimedRow,
     permits: [OwnedSemaphorePermit; 2],
-    finishes: mpsc::Sender<Finish>,
 ) {
     let started = inner.clock.now_ms();
     let became_due = row.due_at_ms.max(row.enqueued_at_ms);
@@ -662,11 +745,9 @@ async fn attempt(
         Finish::Done { .. } => {}
     }
     drop(permits);
-    inner.capacity.notify_one();
-    // The finisher outlives every attempt (shutdown waits for attempts first), so the
-    // send only fails if the dispatcher was dropped without shutdown; then the row
-    // comes back when its lease ends.
-    let _ = finishes.send(finish).await;
+    // Committed by the claim loop's next pass (which this wakes), or by shutdown once
+    // every attempt has ended.
+    inner.queue_finish(finish);
 }
 
 fn finish_id(f: &Finish) -> i64 {
@@ -678,39 +759,28 @@ fn finish_id(f: &Finish) -> i64 {
     }
 }
 
-async fn finisher(inner: Arc<Inner>, mut rx: mpsc::Receiver<Finish>) {
-    let mut batch = Vec::with_capacity(MAX_FINISH_BATCH);
-    while rx.recv_many(&mut batch, MAX_FINISH_BATCH).await > 0 {
-        let finishes = std::mem::take(&mut batch);
-        let ids: Vec<i64> = finishes.iter().map(finish_id).collect();
-        let mut backoff = store_backoff();
-        loop {
-            match inner
-                .store
-                .finish(finishes.clone(), inner.clock.now_ms())
-                .await
-            {
-                Ok(applied) => {
-                    inner
-                        .metrics
-                        .stale((ids.len() as u64).saturating_sub(applied));
-                    break;
-                }
-                Err(e) => {
-                    inner.metrics.store_error();
-                    let delay = backoff.next_delay(rand::random());
-                    tracing::warn!(error = %e, finishes = ids.len(), retry_in = ?delay, "dispatcher: finishing failed; retrying (the rows keep their leases)");
-                    tokio::time::sleep(delay).await;
-                }
-            }
+/// Commits up to [`MAX_FINISH_BATCH`] queued finishes on their own; false when there
+/// were none or the commit failed (they are queued again, the rows keep their leases).
+async fn commit_finishes(inner: &Inner) -> bool {
+    let finishes = inner.take_finishes();
+    if finishes.is_empty() {
+        return false;
+    }
+    match inner
+        .store
+        .finish(finishes.clone(), inner.clock.now_ms())
+        .await
+    {
+        Ok(applied) => {
+            inner.finishes_committed(&finishes, applied);
+            true
         }
-        {
-            let mut held = inner.held();
-            for id in &ids {
-                held.remove(id);
-            }
+        Err(e) => {
+            inner.metrics.store_error();
+            tracing::warn!(error = %e, finishes = finishes.len(), "dispatcher: finishing failed; retrying (the rows keep their leases)");
+            inner.requeue_finishes(finishes);
+            false
         }
-        inner.capacity.notify_one();
     }
 }
 

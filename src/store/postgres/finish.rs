@@ -4,7 +4,7 @@
 //! statement each, and their fan-out rows one more ([`INSERT_ROWS`]).
 
 use futures_util::future::{try_join4, try_join_all};
-use tokio_postgres::Row;
+use tokio_postgres::{Row, Statement, Transaction};
 
 use super::enqueue::{insert_rows, INSERT_ROWS};
 use super::pg_err;
@@ -147,29 +147,72 @@ impl FinishBatch {
     }
 }
 
+/// The finish statements, prepared (cached) on one connection.
+pub(super) struct FinishStatements {
+    done: Statement,
+    retry: Statement,
+    annotate: Statement,
+    dead: Statement,
+    insert: Statement,
+}
+
+impl FinishStatements {
+    pub(super) async fn prepare(client: &deadpool_postgres::Object) -> Result<FinishStatements> {
+        let (done, retry, annotate, dead, insert) = futures_util::try_join!(
+            client.prepare_cached(FINISH_DONE),
+            client.prepare_cached(FINISH_RETRY),
+            client.prepare_cached(FINISH_ANNOTATE),
+            client.prepare_cached(FINISH_DEAD),
+            client.prepare_cached(INSERT_ROWS),
+        )
+        .map_err(pg_err("prepare finish"))?;
+        Ok(FinishStatements {
+            done,
+            retry,
+            annotate,
+            dead,
+            insert,
+        })
+    }
+}
+
 /// Applies `finishes` in one transaction on `client`; returns how many applied.
 pub(super) async fn finish(
     client: &mut deadpool_postgres::Object,
     finishes: Vec<Finish>,
     now_ms: i64,
 ) -> Result<u64> {
+    let stmts = FinishStatements::prepare(client).await?;
+    let tx = client.transaction().await.map_err(pg_err("begin finish"))?;
+    let applied = apply(&tx, &stmts, finishes, now_ms).await?;
+    tx.commit().await.map_err(pg_err("commit finish"))?;
+    Ok(applied)
+}
+
+/// Applies `finishes` inside the caller's transaction `tx` (a finish batch's own, or
+/// the claim's they are folded into); returns how many applied. Every kind's statement
+/// is sent at the first poll, so a claim sent after this future was first polled runs
+/// after them on the server.
+pub(super) async fn apply(
+    tx: &Transaction<'_>,
+    stmts: &FinishStatements,
+    finishes: Vec<Finish>,
+    now_ms: i64,
+) -> Result<u64> {
     let b = FinishBatch::of(finishes);
-    let (done, retry, annotate, dead, insert) = futures_util::try_join!(
-        client.prepare_cached(FINISH_DONE),
-        client.prepare_cached(FINISH_RETRY),
-        client.prepare_cached(FINISH_ANNOTATE),
-        client.prepare_cached(FINISH_DEAD),
-        client.prepare_cached(INSERT_ROWS),
-    )
-    .map_err(pg_err("prepare finish"))?;
-    let owned_tx = client.transaction().await.map_err(pg_err("begin finish"))?;
-    let tx = &owned_tx;
+    let FinishStatements {
+        done,
+        retry,
+        annotate,
+        dead,
+        insert,
+    } = stmts;
     // Every kind is sent at once (pipelined); each is skipped when empty.
     let dones = async {
         if b.done.0.is_empty() {
             return Ok(0);
         }
-        let row = tx.query_one(&done, &[&b.done.0, &b.done.1]).await?;
+        let row = tx.query_one(done, &[&b.done.0, &b.done.1]).await?;
         Ok(row.get::<_, i64>(0) as u64)
     };
     let retries = async {
@@ -177,23 +220,19 @@ pub(super) async fn finish(
             return Ok(0);
         }
         let r = &b.retry;
-        tx.execute(&retry, &[&r.0, &r.1, &r.2, &r.3]).await
+        tx.execute(retry, &[&r.0, &r.1, &r.2, &r.3]).await
     };
     let annotated = async {
         if b.annotate.0.is_empty() {
             return Ok(0);
         }
         let a = &b.annotate;
-        let row = tx.query_one(&annotate, &[&a.0, &a.1, &a.2, &a.3]).await?;
+        let row = tx.query_one(annotate, &[&a.0, &a.1, &a.2, &a.3]).await?;
         Ok(row.get::<_, i64>(0) as u64)
     };
-    let deads = try_join_all(b.dead.iter().map(|(id, token, error, _)| {
-        let dead = &dead;
-        async move {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-                [id, token, error, &now_ms];
-            tx.query_opt(dead, &params).await
-        }
+    let deads = try_join_all(b.dead.iter().map(|(id, token, error, _)| async move {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [id, token, error, &now_ms];
+        tx.query_opt(dead, &params).await
     }));
     let (dones, retries, annotated, deads) = try_join4(dones, retries, annotated, deads)
         .await
@@ -209,10 +248,9 @@ pub(super) async fn finish(
         fanout.extend(ready.into_iter().map(|r| (dl.event_id.clone(), r)));
     }
     if !fanout.is_empty() {
-        insert_rows(tx, &insert, &fanout, now_ms)
+        insert_rows(tx, insert, &fanout, now_ms)
             .await
             .map_err(pg_err("enqueue dead-letter handlers"))?;
     }
-    owned_tx.commit().await.map_err(pg_err("commit finish"))?;
     Ok(applied)
 }

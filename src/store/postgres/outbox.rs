@@ -173,6 +173,14 @@ fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRo
     ((std::cmp::Reverse(r.get(17)), r.get(16)), row)
 }
 
+/// The rows a claim returned, in the contract's order (priority descending, due, id):
+/// `RETURNING` has none.
+fn claimed_rows(found: &[Row], token: i64) -> Vec<ClaimedRow> {
+    let mut claimed: Vec<_> = found.iter().map(|r| claimed_row(r, token)).collect();
+    claimed.sort_by_key(|((priority, was_due), row)| (*priority, *was_due, row.id));
+    claimed.into_iter().map(|(_, row)| row).collect()
+}
+
 /// Splits (id, token) pairs into the two arrays the statements take.
 fn pairs(rows: &[(i64, i64)]) -> (Vec<i64>, Vec<i64>) {
     rows.iter().copied().unzip()
@@ -199,10 +207,49 @@ impl OutboxStore for PostgresBackend {
             )
             .await
             .map_err(pg_err("claim outbox rows"))?;
-        let mut claimed: Vec<_> = found.iter().map(|r| claimed_row(r, req.token)).collect();
-        // RETURNING has no order; the contract's is (priority descending, due, id).
-        claimed.sort_by_key(|((priority, was_due), row)| (*priority, *was_due, row.id));
-        Ok(claimed.into_iter().map(|(_, row)| row).collect())
+        Ok(claimed_rows(&found, req.token))
+    }
+
+    async fn finish_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        now_ms: i64,
+        req: &ClaimRequest,
+    ) -> Result<(u64, Vec<ClaimedRow>)> {
+        if finishes.is_empty() {
+            return Ok((0, self.claim(req).await?));
+        }
+        let mut client = self.client().await?;
+        let stmts = finish::FinishStatements::prepare(&client).await?;
+        let claim = prepared(&client, CLAIM).await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_err("begin finish and claim"))?;
+        let claiming = async {
+            if req.bindings.is_empty() || req.limit == 0 {
+                return Ok(Vec::new());
+            }
+            let params: [&(dyn ToSql + Sync); 5] = [
+                &req.now_ms,
+                &req.bindings,
+                &(req.limit as i64),
+                &req.lease_until_ms,
+                &req.token,
+            ];
+            tx.query(&claim, &params)
+                .await
+                .map_err(pg_err("claim outbox rows"))
+        };
+        // Pipelined: the finishes' statements go first (sent at the first poll), then
+        // the claim, which therefore sees them (a delivered row's ordering key's next
+        // row is its head already); one commit for both.
+        let (applied, found) =
+            try_join(finish::apply(&tx, &stmts, finishes, now_ms), claiming).await?;
+        tx.commit()
+            .await
+            .map_err(pg_err("commit finish and claim"))?;
+        Ok((applied, claimed_rows(&found, req.token)))
     }
 
     async fn release(&self, rows: &[(i64, i64)], now_ms: i64) -> Result<u64> {

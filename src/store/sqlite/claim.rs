@@ -6,7 +6,8 @@
 
 use rusqlite::{params, Connection, TransactionBehavior};
 
-use crate::outbox::model::{ClaimRequest, ClaimedRow};
+use super::finish::{self, Finished};
+use crate::outbox::model::{ClaimRequest, ClaimedRow, Finish};
 use crate::store::options::Synchronous;
 use crate::store::outbox_rows::{self as rows, to_u32};
 
@@ -73,13 +74,49 @@ pub(super) fn claim(
         Synchronous::Full => Some(UnsyncedCommits::start(c)?),
         Synchronous::Normal => None,
     };
-    let claimed = claim_rows(c, req);
+    let claimed = (|| {
+        let tx = rusqlite::Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+        let rows = claim_rows(&tx, req)?;
+        tx.commit()?;
+        Ok(rows)
+    })();
     drop(unsynced);
     claimed
 }
 
-fn claim_rows(c: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<ClaimedRow>> {
-    let tx = rusqlite::Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+/// Applies `finishes`, then claims per `req`, in one `IMMEDIATE` transaction. With
+/// finishes it commits at the writer's own level (`FULL` by default: a finish is
+/// synced, as on its own), and the claim rides on that one commit; without, it is a
+/// plain [`claim`]. Returns what the finishes did and the rows claimed.
+pub(super) fn finish_and_claim(
+    c: &mut Connection,
+    finishes: Vec<Finish>,
+    now_ms: i64,
+    req: &ClaimRequest,
+    sync: Synchronous,
+) -> rusqlite::Result<(Finished, Vec<ClaimedRow>)> {
+    if finishes.is_empty() {
+        let rows = claim(c, req, sync)?;
+        return Ok((
+            Finished {
+                applied: 0,
+                created: 0,
+            },
+            rows,
+        ));
+    }
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let done = finish::apply(&tx, finishes, now_ms)?;
+    let rows = claim_rows(&tx, req)?;
+    tx.commit()?;
+    Ok((done, rows))
+}
+
+/// Selects and leases the rows of a claim inside the caller's transaction.
+fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<ClaimedRow>> {
+    if req.bindings.is_empty() || req.limit == 0 {
+        return Ok(Vec::new());
+    }
     let bindings = serde_json::to_string(&req.bindings).unwrap_or_else(|_| "[]".into());
     let claimed = {
         let mut select = tx.prepare_cached(&claim_select())?;
@@ -115,7 +152,6 @@ fn claim_rows(c: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claime
         }
         found
     };
-    tx.commit()?;
     Ok(claimed)
 }
 

@@ -14,12 +14,25 @@ pub(super) struct Finished {
     pub(super) created: usize,
 }
 
+/// Applies `finishes` in one `IMMEDIATE` transaction of its own.
 pub(super) fn finish(
     c: &mut Connection,
     finishes: Vec<Finish>,
     now_ms: i64,
 ) -> rusqlite::Result<Finished> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let done = apply(&tx, finishes, now_ms)?;
+    tx.commit()?;
+    Ok(done)
+}
+
+/// Applies `finishes` inside the caller's transaction `tx` (a finish batch's own, or
+/// the claim's that the finishes are folded into: `super::claim::finish_and_claim`).
+pub(super) fn apply(
+    tx: &Connection,
+    finishes: Vec<Finish>,
+    now_ms: i64,
+) -> rusqlite::Result<Finished> {
     let mut applied = 0;
     let created;
     {
@@ -34,7 +47,7 @@ pub(super) fn finish(
             "UPDATE dead_letters SET annotations = json_insert(annotations, '$[#]', ?2)
              WHERE id = ?1",
         )?;
-        let mut enqueuer = Enqueuer::new(&tx)?;
+        let mut enqueuer = Enqueuer::new(tx)?;
         for f in finishes {
             match f {
                 Finish::Done { id, token } => applied += done.execute(params![id, token])? as u64,
@@ -66,7 +79,7 @@ pub(super) fn finish(
                     error,
                     fanout,
                 } => {
-                    let moved = dead_letter(&tx, id, Some(token), error, now_ms)?;
+                    let moved = dead_letter(tx, id, Some(token), error, now_ms)?;
                     if let Some((dead, delivered)) = moved {
                         applied += 1;
                         let fanout = rows::fanout_rows(fanout, &dead, &delivered);
@@ -77,7 +90,6 @@ pub(super) fn finish(
         }
         created = enqueuer.created;
     }
-    tx.commit()?;
     Ok(Finished { applied, created })
 }
 

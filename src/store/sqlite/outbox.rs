@@ -327,6 +327,25 @@ impl OutboxStore for SqliteBackend {
         Ok(done.applied)
     }
 
+    async fn finish_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        now_ms: i64,
+        req: &ClaimRequest,
+    ) -> Result<(u64, Vec<ClaimedRow>)> {
+        let req = req.clone();
+        let sync = self.synchronous;
+        let (done, rows) = Self::with(&self.writer, move |c| {
+            claim::finish_and_claim(c, finishes, now_ms, &req, sync)
+                .map_err(sql_err("finish and claim outbox rows"))
+        })
+        .await?;
+        if done.created > 0 {
+            self.wake.notify_one();
+        }
+        Ok((done.applied, rows))
+    }
+
     async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>> {
         let bindings = serde_json::to_string(bindings).unwrap_or_else(|_| "[]".into());
         Self::with(&self.reader, move |c| {
