@@ -35,6 +35,11 @@
 //! the end of its stdin, so a parent killed outright leaves no gateway behind. Every
 //! figure requires zero failed executes; the errors are counted and printed.
 //!
+//! The child gateway sends binary frames, so switchboard's client answers in binary;
+//! the codec-only client speaks text frames, as a client that never asks for binary
+//! does. `SWITCHBOARD_BENCH_FRAMES=text` starts the child with binary frames off, for
+//! switchboard's figure on text frames.
+//!
 //! `cargo bench --bench client_cpu --all-features` (SWITCHBOARD_BENCH_SECS sets the
 //! seconds per client and configuration, default 3).
 
@@ -95,8 +100,12 @@ fn answer(line: &str) {
 }
 
 async fn gateway_child() {
+    // `SWITCHBOARD_BENCH_FRAMES=text`: a gateway that never sends binary frames, so
+    // switchboard's client keeps to `proto` text frames as the codec-only client does.
+    let binary = std::env::var("SWITCHBOARD_BENCH_FRAMES").map_or(true, |f| f != "text");
+    let config = GatewayConfig::default().with_binary_frames(binary);
     let gateway = Arc::new(
-        Gateway::start(GatewayConfig::default(), "127.0.0.1:0".parse().unwrap())
+        Gateway::start(config, "127.0.0.1:0".parse().unwrap())
             .await
             .expect("gateway starts"),
     );

@@ -21,6 +21,10 @@
 //! caller and a target registration, over each transport, beside executes to the
 //! target and that transport's one-connection echo ((a), or (c)).
 //!
+//! switchboard's WebSocket rows run twice: on a gateway that sends binary frames (the
+//! default; the connector then answers in binary) and on one that never does, so the
+//! client keeps to `proto` text frames. Baseline (b) stays the text codec either way.
+//!
 //! `cargo bench --bench throughput --all-features` (SWITCHBOARD_BENCH_SECS sets the
 //! seconds per configuration).
 
@@ -387,36 +391,17 @@ async fn invoke_rows(
     let _ = run.await;
 }
 
-#[tokio::main]
-async fn main() {
-    let dur = run_for();
-    // SWITCHBOARD_BENCH_ONLY=grpc skips the WebSocket rows (to profile the gRPC path).
-    let grpc_only = std::env::var("SWITCHBOARD_BENCH_ONLY").is_ok_and(|v| v == "grpc");
-    let raw = echo_server(EchoKind::Raw).await;
-    let codec = echo_server(EchoKind::Codec).await;
-    println!(
-        "frame size: {} bytes; {:?} per configuration",
-        sample_request(0).len(),
-        dur
-    );
-    println!();
-    println!("| registrations | in flight | switchboard rt/s | p50 µs | p99 µs | (a) raw echo rt/s | (b) codec echo rt/s | ratio to (a) | ratio to (b) |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let config = GatewayConfig::default().with_grpc_listen("127.0.0.1:0".parse().unwrap());
-    let gateway = Arc::new(
-        Gateway::start(config, "127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap(),
-    );
-    let mut baselines = HashMap::new();
-    for in_flight in IN_FLIGHT.into_iter().filter(|_| !grpc_only) {
-        let a = drive_echo(raw, in_flight, dur).await;
-        let b = drive_echo(codec, in_flight, dur).await;
-        baselines.insert(in_flight, (a.rate(), b.rate()));
-    }
-    let mut ws = WsRates::new();
-    let ws_regs: &[usize] = if grpc_only { &[] } else { &[1, 64, 512] };
-    for &regs in ws_regs {
+/// WebSocket execute rows on `gateway` for each number of registrations, beside the
+/// echo baselines per in flight; records the rates in `ws`.
+async fn ws_rows(
+    gateway: &Arc<Gateway>,
+    frames: &str,
+    regs_list: &[usize],
+    baselines: &HashMap<usize, (f64, f64)>,
+    ws: &mut WsRates,
+    dur: Duration,
+) {
+    for &regs in regs_list {
         let tenant = format!("bench{regs}");
         let names = (0..regs).map(|i| format!("echo-{i}"));
         let (runner, run) = echo_runner(&gateway.ws_url(), &tenant, names, 256).await;
@@ -440,7 +425,7 @@ async fn main() {
             let (a, b) = baselines[&in_flight];
             ws.insert((regs, in_flight), sb.rate());
             println!(
-                "| {regs} | {in_flight} | {:.0} | {} | {} | {a:.0} | {b:.0} | {:.2} | {:.2} |",
+                "| {frames} | {regs} | {in_flight} | {:.0} | {} | {} | {a:.0} | {b:.0} | {:.2} | {:.2} |",
                 sb.rate(),
                 us(sb.p(0.50)),
                 us(sb.p(0.99)),
@@ -450,6 +435,57 @@ async fn main() {
         }
         runner.shutdown_handle().shutdown();
         let _ = run.await;
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let dur = run_for();
+    // SWITCHBOARD_BENCH_ONLY=grpc skips the WebSocket rows (to profile the gRPC path).
+    let grpc_only = std::env::var("SWITCHBOARD_BENCH_ONLY").is_ok_and(|v| v == "grpc");
+    let raw = echo_server(EchoKind::Raw).await;
+    let codec = echo_server(EchoKind::Codec).await;
+    println!(
+        "frame size: {} bytes; {:?} per configuration",
+        sample_request(0).len(),
+        dur
+    );
+    println!();
+    println!("| frames | registrations | in flight | switchboard rt/s | p50 µs | p99 µs | (a) raw echo rt/s | (b) codec echo rt/s | ratio to (a) | ratio to (b) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let config = GatewayConfig::default().with_grpc_listen("127.0.0.1:0".parse().unwrap());
+    let gateway = Arc::new(
+        Gateway::start(config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let mut baselines = HashMap::new();
+    for in_flight in IN_FLIGHT.into_iter().filter(|_| !grpc_only) {
+        let a = drive_echo(raw, in_flight, dur).await;
+        let b = drive_echo(codec, in_flight, dur).await;
+        baselines.insert(in_flight, (a.rate(), b.rate()));
+    }
+    let mut ws = WsRates::new();
+    let ws_regs: &[usize] = if grpc_only { &[] } else { &[1, 64, 512] };
+    ws_rows(&gateway, "binary", ws_regs, &baselines, &mut ws, dur).await;
+    // The same rows on a gateway that never sends binary frames, so the client keeps to
+    // `proto` text frames: what binary frames save, measured in the same run.
+    if !grpc_only {
+        let text = Gateway::start(
+            GatewayConfig::default().with_binary_frames(false),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        ws_rows(
+            &Arc::new(text),
+            "text",
+            &[1, 64],
+            &baselines,
+            &mut WsRates::new(),
+            dur,
+        )
+        .await;
     }
     let grpc_echo = grpc_table(gateway.clone(), &ws, dur).await;
     println!();

@@ -419,6 +419,7 @@ pub mod stream_core {
             self.conn.poll_transmit().map(|t| match t {
                 Transmit::Message(m) => Ok(*m),
                 Transmit::Text(text) => Err(text),
+                Transmit::Binary(bytes) => Err(format!("a binary frame of {} bytes", bytes.len())),
             })
         }
 

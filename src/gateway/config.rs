@@ -133,6 +133,14 @@ pub struct GatewayConfig {
     pub grpc_listen: Option<std::net::SocketAddr>,
     /// How registers are decided (default [`ApprovalMode::Auto`]).
     pub approval: ApprovalMode,
+    /// Whether data goes to a Phoenix socket in binary frames (a raw protobuf
+    /// `StreamMessage`, no JSON envelope, no base64) once its connector has shown it
+    /// reads them: by joining with `{"frames": "binary"}` (switchboard's connectors
+    /// do) or by sending a binary frame itself. Default true: it saves both ends the
+    /// envelope and the base64 on every message. Sockets that show neither (the
+    /// official Phoenix clients, other SDKs) get `proto` text frames either way;
+    /// false keeps every socket on text.
+    pub binary_frames: bool,
     /// The operator token: when set, `/api/*` (list, execute, approve, reject,
     /// stats) and `/metrics` need `Authorization: Bearer <token>`. The connectors'
     /// own routes (the Phoenix and gRPC sockets, key registration, the token
@@ -185,6 +193,7 @@ impl Default for GatewayConfig {
             max_in_flight_per_socket: 4096,
             grpc_listen: None,
             approval: ApprovalMode::Auto,
+            binary_frames: true,
             admin_token: None,
             data_dir: None,
             public_url: None,
@@ -225,6 +234,12 @@ impl GatewayConfig {
     /// Sets [`GatewayConfig::max_in_flight_per_socket`].
     pub fn with_max_in_flight_per_socket(mut self, n: usize) -> Self {
         self.max_in_flight_per_socket = n;
+        self
+    }
+
+    /// Sets [`GatewayConfig::binary_frames`].
+    pub fn with_binary_frames(mut self, on: bool) -> Self {
+        self.binary_frames = on;
         self
     }
 

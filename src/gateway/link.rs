@@ -14,9 +14,11 @@
 //! addressed to the registration can be queued ahead of it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::Message as WsMessage;
+use prost::Message as _;
 use tokio::sync::mpsc::{self, Permit};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +44,10 @@ pub(crate) enum Outbound {
     Phoenix {
         tx: mpsc::Sender<WsMessage>,
         join_ref: Mutex<Option<String>>,
+        /// Whether data goes in binary frames (raw protobuf) rather than `proto` text
+        /// frames: set when the connector showed it reads them
+        /// ([`super::GatewayConfig::binary_frames`]).
+        binary: AtomicBool,
     },
     /// One gRPC `Connect` stream: messages go as they are, from the first one on.
     Grpc { tx: mpsc::Sender<StreamMessage> },
@@ -207,14 +213,31 @@ impl ConnectorLink {
         }
     }
 
-    /// `msg` as a server push on the lobby channel under the current join ref.
+    /// Sends data to this socket in binary frames from now on (a Phoenix socket
+    /// whose connector reads them); a no-op on a gRPC stream.
+    pub(crate) fn use_binary_frames(&self) {
+        if let Outbound::Phoenix { binary, .. } = &self.outbound {
+            binary.store(true, Relaxed);
+        }
+    }
+
+    /// `msg` as a server push on the lobby channel under the current join ref: a
+    /// binary frame when the socket takes them, else a `proto` text frame. `None`
+    /// while the lobby is not joined.
     fn phoenix_push(&self, msg: &StreamMessage) -> Option<WsMessage> {
-        let Outbound::Phoenix { join_ref, .. } = &self.outbound else {
+        let Outbound::Phoenix {
+            join_ref, binary, ..
+        } = &self.outbound
+        else {
             return None;
         };
-        let jr = join_ref.lock().expect("join ref lock").clone()?;
+        let joined = join_ref.lock().expect("join ref lock");
+        let jr = joined.as_deref()?;
+        if binary.load(Relaxed) {
+            return Some(WsMessage::Binary(msg.encode_to_vec().into()));
+        }
         Some(WsMessage::Text(
-            encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
+            encode_proto(Some(jr), None, LOBBY_TOPIC, msg).into(),
         ))
     }
 

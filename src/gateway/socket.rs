@@ -7,7 +7,7 @@
 //! lobby and handled alike.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
@@ -23,7 +23,7 @@ use super::state::GatewayState;
 use crate::phoenix::frame::{
     EVENT_CLOSE, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY,
 };
-use crate::phoenix::{Frame, LOBBY_TOPIC, PHOENIX_TOPIC};
+use crate::phoenix::{Frame, FRAMES_BINARY, JOIN_FRAMES_KEY, LOBBY_TOPIC, PHOENIX_TOPIC};
 use crate::proto::StreamMessage;
 
 /// Frames queued to one socket's writer. When full, whoever pushes awaits: an execute
@@ -37,6 +37,7 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
     let wire = Outbound::Phoenix {
         tx: tx.clone(),
         join_ref: Mutex::new(None),
+        binary: AtomicBool::new(false),
     };
     let link = Arc::new(ConnectorLink::new(
         id,
@@ -212,7 +213,13 @@ impl Conn<'_> {
             return;
         }
         match StreamMessage::decode(bytes) {
-            Ok(msg) => super::session::on_message(self.state, self.link, msg).await,
+            Ok(msg) => {
+                // A connector that sends binary reads it: answer in kind.
+                if self.state.config.binary_frames {
+                    self.link.use_binary_frames();
+                }
+                super::session::on_message(self.state, self.link, msg).await
+            }
             Err(e) => {
                 tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable binary frame");
                 counters.drop_frame("bad_protobuf");
@@ -271,6 +278,11 @@ impl Conn<'_> {
         // The reply is queued before the channel takes data, so that nothing pushed on
         // it (a test hook's push, say) can reach the client ahead of its join reply.
         self.reply(frame, "ok", json!({})).await;
+        if self.state.config.binary_frames
+            && frame.payload.get(JOIN_FRAMES_KEY).and_then(Value::as_str) == Some(FRAMES_BINARY)
+        {
+            self.link.use_binary_frames();
+        }
         self.link.replace_join_ref(Some(jr));
     }
 

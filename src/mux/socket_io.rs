@@ -136,10 +136,11 @@ impl SocketIo {
     }
 }
 
-/// A transmit as a WebSocket frame; a Phoenix core writes text frames only.
+/// A transmit as a WebSocket frame.
 fn ws_frame(t: Transmit) -> Option<WsMessage> {
     match t {
         Transmit::Text(text) => Some(WsMessage::text(text)),
+        Transmit::Binary(bytes) => Some(WsMessage::Binary(bytes)),
         Transmit::Message(_) => None,
     }
 }
@@ -149,7 +150,7 @@ fn ws_frame(t: Transmit) -> Option<WsMessage> {
 fn grpc_message(t: Transmit) -> Option<StreamMessage> {
     match t {
         Transmit::Message(m) => Some(*m),
-        Transmit::Text(_) => None,
+        Transmit::Text(_) | Transmit::Binary(_) => None,
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::frame::{
     encode_proto, Frame, EVENT_CLOSE, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_PROTO,
-    EVENT_REPLY, PHOENIX_TOPIC,
+    EVENT_REPLY, FRAMES_BINARY, JOIN_FRAMES_KEY, PHOENIX_TOPIC,
 };
 use super::inbound::InboundFrame;
 use crate::proto::StreamMessage;
@@ -94,7 +94,8 @@ impl ChannelState {
         (self.refs.fetch_add(1, Ordering::Relaxed) + 1).to_string()
     }
 
-    /// Starts a (re)join: a new join ref, state `Joining`. Returns the frame to send.
+    /// Starts a (re)join: a new join ref, state `Joining`. Returns the frame to send,
+    /// whose payload says that this client reads binary frames ([`JOIN_FRAMES_KEY`]).
     pub fn join(&mut self) -> Frame {
         let r = self.take_ref();
         self.join_ref = Some(r.clone());
@@ -104,7 +105,7 @@ impl ChannelState {
             Some(r),
             self.topic.clone(),
             EVENT_JOIN,
-            json!({}),
+            json!({ JOIN_FRAMES_KEY: FRAMES_BINARY }),
         )
     }
 

@@ -29,6 +29,14 @@ pub const EVENT_CLOSE: &str = "phx_close";
 pub const EVENT_LEAVE: &str = "phx_leave";
 /// Phoenix heartbeat.
 pub const EVENT_HEARTBEAT: &str = "heartbeat";
+/// The lobby join's payload key by which a connector says it reads binary frames
+/// (raw protobuf `StreamMessage`s, no envelope, no base64), valued [`FRAMES_BINARY`].
+/// A gateway of the family that knows it may send data in binary frames from the
+/// join on; one that does not ignores it (join payloads are free-form), and the
+/// connector keeps to text until it receives a binary frame.
+pub const JOIN_FRAMES_KEY: &str = "frames";
+/// See [`JOIN_FRAMES_KEY`].
+pub const FRAMES_BINARY: &str = "binary";
 
 /// Why a text frame or its payload was refused. Each variant is a drop reason the
 /// transports count separately.

@@ -12,6 +12,7 @@ pub(crate) mod inbound;
 pub use channel::{ChannelEvent, ChannelState, JoinState};
 pub use frame::{
     decode_proto, encode_proto, Frame, FrameError, EVENT_CLOSE, EVENT_ERROR, EVENT_HEARTBEAT,
-    EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY, LOBBY_TOPIC, PHOENIX_TOPIC,
+    EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY, FRAMES_BINARY, JOIN_FRAMES_KEY, LOBBY_TOPIC,
+    PHOENIX_TOPIC,
 };
 pub use inbound::{decode_proto_bytes, InboundFrame};

@@ -5,7 +5,7 @@
 use futures_util::{SinkExt, StreamExt};
 use prost::Message as _;
 use serde_json::json;
-use switchboard::gateway::{LobbyEvent, TestGateway};
+use switchboard::gateway::{GatewayConfig, LobbyEvent, TestGateway};
 use switchboard::phoenix::{encode_proto, LOBBY_TOPIC};
 use switchboard::proto::{
     stream_message::Message, ExecuteResponse, HeartbeatResponse, PayloadEncoding, StreamMessage,
@@ -15,8 +15,8 @@ use tokio_tungstenite::tungstenite::Message as Ws;
 
 use crate::common::DEADLINE;
 use crate::raw::{
-    next_execute, next_frame, raw_client, register, register_response, registered, send_proto,
-    socket_of,
+    next_binary, next_execute, next_frame, raw_client, register, register_response, registered,
+    send_proto, socket_of, Raw,
 };
 
 fn binary(msg: Message) -> Ws {
@@ -24,17 +24,21 @@ fn binary(msg: Message) -> Ws {
 }
 
 #[tokio::test]
-async fn messages_in_binary_frames_are_handled_like_proto_frames() {
+async fn messages_in_binary_frames_are_handled_like_proto_frames_and_answered_in_kind() {
     let gw = TestGateway::start().await;
     let mut ws = raw_client(&gw).await;
     ws.send(binary(register("acme", "bin"))).await.unwrap();
-    let resp = register_response(&mut ws).await;
+    let Message::RegisterResponse(resp) = next_binary(&mut ws).await else {
+        panic!("expected a register response")
+    };
     assert!(resp.success, "{}", resp.error);
     assert_eq!(resp.connector_arn, "matrix:acme:raw:bin");
 
     let exec = gw.execute("matrix:acme:raw:bin", json!({"q": 1}));
     let serve = async {
-        let req = next_execute(&mut ws).await;
+        let Message::ExecuteRequest(req) = next_binary(&mut ws).await else {
+            panic!("expected an execute request")
+        };
         let resp = ExecuteResponse {
             request_id: req.request_id,
             success: true,
@@ -48,6 +52,57 @@ async fn messages_in_binary_frames_are_handled_like_proto_frames() {
     };
     let (out, ()) = tokio::join!(exec, serve);
     assert_eq!(out.unwrap().payload, json!({"a": 1}));
+}
+
+/// Joins the lobby with `payload` and registers `instance` in a `proto` text frame.
+async fn join_and_register(gw: &TestGateway, payload: &str, instance: &str) -> Raw {
+    let (mut ws, _) = tokio_tungstenite::connect_async(gw.ws_url()).await.unwrap();
+    ws.send(Ws::text(format!(
+        r#"["1","1","{LOBBY_TOPIC}","phx_join",{payload}]"#
+    )))
+    .await
+    .unwrap();
+    let reply = next_frame(&mut ws).await.expect("join reply");
+    assert_eq!(
+        reply.reply_status(),
+        Some("ok"),
+        "the join reply stays text"
+    );
+    send_proto(&mut ws, 2, register("acme", instance)).await;
+    ws
+}
+
+#[tokio::test]
+async fn a_join_that_asks_for_binary_frames_gets_its_data_in_binary() {
+    let gw = TestGateway::start().await;
+    let mut ws = join_and_register(&gw, r#"{"frames":"binary"}"#, "hint").await;
+    let Message::RegisterResponse(resp) = next_binary(&mut ws).await else {
+        panic!("expected a register response")
+    };
+    assert!(resp.success, "{}", resp.error);
+}
+
+#[tokio::test]
+async fn binary_frames_go_only_where_asked_for_and_never_when_turned_off() {
+    let gw = TestGateway::start().await;
+    let mut plain = join_and_register(&gw, "{}", "plain").await;
+    assert!(register_response(&mut plain).await.success, "text: no hint");
+
+    let off = TestGateway::start_with(GatewayConfig::default().with_binary_frames(false)).await;
+    let mut hinted = join_and_register(&off, r#"{"frames":"binary"}"#, "hinted").await;
+    assert!(
+        register_response(&mut hinted).await.success,
+        "text: turned off"
+    );
+    // Nor does a connector's own binary frame switch its socket there.
+    hinted
+        .send(binary(register("acme", "second")))
+        .await
+        .unwrap();
+    assert!(
+        register_response(&mut hinted).await.success,
+        "text: still off"
+    );
 }
 
 #[tokio::test]

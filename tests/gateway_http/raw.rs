@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use futures_util::{SinkExt, StreamExt};
+use prost::Message as _;
 use switchboard::gateway::TestGateway;
 use switchboard::phoenix::{encode_proto, Frame, LOBBY_TOPIC};
 use switchboard::proto::{
@@ -29,7 +30,8 @@ pub(crate) async fn raw_client(gw: &TestGateway) -> Raw {
     ws
 }
 
-/// The next text frame, or `None` when the server closed the socket.
+/// The next text frame (a binary one fails the test), or `None` when the server
+/// closed the socket.
 pub(crate) async fn next_frame(ws: &mut Raw) -> Option<Frame> {
     loop {
         match tokio::time::timeout(DEADLINE, ws.next())
@@ -38,6 +40,7 @@ pub(crate) async fn next_frame(ws: &mut Raw) -> Option<Frame> {
         {
             Some(Ok(Ws::Text(t))) => return Some(Frame::decode(t.as_str()).unwrap()),
             Some(Ok(Ws::Close(_))) | None | Some(Err(_)) => return None,
+            Some(Ok(Ws::Binary(b))) => panic!("expected a text frame, got binary {b:?}"),
             Some(Ok(_)) => continue,
         }
     }
@@ -74,6 +77,21 @@ pub(crate) async fn register_response(
     match frame.proto().unwrap().message {
         Some(Message::RegisterResponse(r)) => r,
         other => panic!("expected a register response, got {other:?}"),
+    }
+}
+
+/// The next data message, which must come in a binary frame (a raw protobuf
+/// `StreamMessage`), skipping nothing.
+pub(crate) async fn next_binary(ws: &mut Raw) -> Message {
+    match tokio::time::timeout(DEADLINE, ws.next())
+        .await
+        .expect("a frame before the deadline")
+    {
+        Some(Ok(Ws::Binary(b))) => StreamMessage::decode(b)
+            .expect("a raw StreamMessage")
+            .message
+            .expect("a message"),
+        other => panic!("expected a binary frame, got {other:?}"),
     }
 }
 

@@ -14,6 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
+use prost::Message as _;
+
 use super::executes::{Admission, Ended, ExecId, Executes, Start};
 use super::pending_invokes::{self, InvokeSpec, Opened, Routes};
 use super::registrations::{Accepted, Answer, RegisterTimer, RegistrationSpec, Registrations};
@@ -44,6 +46,10 @@ pub(crate) struct Connection<W, U> {
     timers: Timers,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event<W>>,
+    /// Whether the gateway has sent a binary frame since the socket opened: from then
+    /// on this socket's data goes out in binary frames too (raw protobuf, no JSON
+    /// envelope, no base64). A gateway that never sends binary gets text frames.
+    binary: bool,
 }
 
 /// Where the connection stands.
@@ -83,6 +89,7 @@ impl<W, U> Connection<W, U> {
             timers: Timers::default(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            binary: false,
         }
     }
 
@@ -156,6 +163,7 @@ impl<W, U> Connection<W, U> {
         let t = now.instant;
         self.channel.reset();
         self.transmits.clear();
+        self.binary = false;
         if self.opts.framing == Framing::Phoenix {
             let join = self.channel.join().encode();
             self.transmits.push_back(Transmit::Text(join));
@@ -243,7 +251,10 @@ impl<W, U> Connection<W, U> {
                     return;
                 }
                 match decode_proto_bytes(bytes) {
-                    Ok(msg) => msg,
+                    Ok(msg) => {
+                        self.binary = true;
+                        msg
+                    }
                     Err(e) => {
                         tracing::warn!(tenant = %self.opts.tenant, error = %e, "dropping undecodable binary frame");
                         self.metrics.drop_frame(e.reason());
@@ -711,6 +722,7 @@ impl<W, U> Connection<W, U> {
         };
         self.metrics.frames_out.fetch_add(1, Relaxed);
         let frame = match self.opts.framing {
+            Framing::Phoenix if self.binary => Transmit::Binary(msg.encode_to_vec().into()),
             Framing::Phoenix => Transmit::Text(self.channel.encode_data(&msg)),
             Framing::Stream => Transmit::Message(Box::new(msg)),
         };

@@ -117,6 +117,10 @@ pub(crate) enum Framing {
 pub(crate) enum Transmit {
     /// A Phoenix text frame ([`Framing::Phoenix`]).
     Text(String),
+    /// A Phoenix binary frame: a raw protobuf `StreamMessage`, no envelope, no
+    /// base64. Written instead of a `proto` text frame once the gateway has sent a
+    /// binary frame on this socket ([`Framing::Phoenix`] only).
+    Binary(bytes::Bytes),
     /// A message of a gRPC stream ([`Framing::Stream`]); boxed because transmits
     /// wait in a queue, where every Phoenix text frame would otherwise take a
     /// message's size.

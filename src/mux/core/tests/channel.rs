@@ -2,10 +2,12 @@
 //! frames.
 
 use bytes::Bytes;
+use prost::Message as _;
 
+use super::super::Transmit;
 use super::support::*;
 use super::wire::*;
-use crate::proto::{stream_message::Message, HeartbeatRequest, WebSocketFrame};
+use crate::proto::{stream_message::Message, HeartbeatRequest, StreamMessage, WebSocketFrame};
 
 /// A joined core with two registrations and the current join ref.
 fn two() -> (Harness, String) {
@@ -90,6 +92,38 @@ fn an_execute_request_in_a_binary_frame_starts_an_execute() {
     let mut h = joined([spec("a")]);
     h.binary(binary_of(execute("r1", &arn("a"))));
     assert_eq!(started(&h.events()), ["r1"]);
+}
+
+#[test]
+fn after_a_binary_frame_data_goes_out_in_binary_until_the_socket_is_replaced() {
+    let mut h = joined([spec("a")]);
+    h.binary(binary_of(execute("r1", &arn("a"))));
+    let [(exec, _)] = starts(&h.events())[..] else {
+        panic!("one execute started")
+    };
+    h.finish(exec, "r1");
+    let out = h.conn.poll_transmit().expect("the execute's answer");
+    let Transmit::Binary(bytes) = out else {
+        panic!("the answer to a binary gateway is binary: {out:?}")
+    };
+    let answer = StreamMessage::decode(bytes).expect("a raw StreamMessage");
+    assert!(
+        matches!(answer.message, Some(Message::ExecuteResponse(ref r)) if r.request_id == "r1"),
+        "{answer:?}"
+    );
+
+    // A new socket starts on text again, whatever the last one spoke.
+    h.conn.handle_disconnected(h.now());
+    h.join_and_register();
+    h.deliver(execute("r2", &arn("a")));
+    let [(exec, _)] = starts(&h.events())[..] else {
+        panic!("one execute started")
+    };
+    h.finish(exec, "r2");
+    assert!(
+        matches!(&h.sent()[..], [Message::ExecuteResponse(r)] if r.request_id == "r2"),
+        "a text answer on the new socket"
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@ fn messages(h: &mut Harness) -> Vec<Message> {
         .map(|t| match t {
             Transmit::Message(m) => m.message.expect("a message"),
             Transmit::Text(t) => panic!("a stream core wrote a Phoenix frame: {t}"),
+            Transmit::Binary(b) => panic!("a stream core wrote a binary frame: {b:?}"),
         })
         .collect()
 }

@@ -74,10 +74,11 @@ impl Clock {
     }
 }
 
-/// A Phoenix core's transmit, which is always a text frame.
+/// A Phoenix core's transmit, which must be a text frame.
 pub(super) fn text(t: Transmit) -> String {
     match t {
         Transmit::Text(text) => text,
+        Transmit::Binary(b) => panic!("a binary frame where text was expected: {b:?}"),
         Transmit::Message(m) => panic!("a Phoenix core wrote a raw message: {m:?}"),
     }
 }
