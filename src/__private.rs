@@ -56,9 +56,8 @@ pub mod dispatch {
         pub use crate::dispatch::deliver::{AttemptInput, Deliver};
     }
     pub mod dispatcher {
-        pub use crate::dispatch::dispatcher::{
-            Dispatcher, DispatcherOptions, DEFAULT_MAX_IN_FLIGHT,
-        };
+        pub use crate::dispatch::dispatcher::Dispatcher;
+        pub use crate::dispatch::options::{DispatcherOptions, DEFAULT_MAX_IN_FLIGHT};
         pub use crate::dispatch::permits::Permits;
     }
     pub mod metrics {

@@ -18,5 +18,6 @@ pub(crate) mod deliver;
 pub(crate) mod dispatcher;
 pub(crate) mod http;
 pub(crate) mod metrics;
+pub(crate) mod options;
 pub(crate) mod permits;
 pub(crate) mod throttle;
