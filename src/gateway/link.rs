@@ -231,13 +231,13 @@ impl ConnectorLink {
         else {
             return None;
         };
-        let joined = join_ref.lock().expect("join ref lock");
-        let jr = joined.as_deref()?;
+        // The lock is held for the clone only: concurrent pushers encode in parallel.
+        let jr = join_ref.lock().expect("join ref lock").clone()?;
         if binary.load(Relaxed) {
             return Some(WsMessage::Binary(msg.encode_to_vec().into()));
         }
         Some(WsMessage::Text(
-            encode_proto(Some(jr), None, LOBBY_TOPIC, msg).into(),
+            encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
         ))
     }
 
