@@ -27,6 +27,13 @@
 //! `SWITCHBOARD_BENCH_PLACEMENT=child|in-process` runs one placement only;
 //! `SWITCHBOARD_BENCH_ROWS=<text>` only the store rows whose name contains it (for
 //! profiling one row).
+//!
+//! `allocs/event` counts heap allocations (and reallocations) in this process during
+//! the row, divided by the events acknowledged: with the client in a child process,
+//! what the server's path allocates per request, which unlike the rate does not move
+//! with whatever else the machine is doing. Counted per thread and added to a shared
+//! total every [`ALLOC_FLUSH`] allocations, so counting costs no contended atomic per
+//! allocation and the rates stay comparable to an uncounted build.
 
 #[path = "support/payload.rs"]
 mod payload;
@@ -47,6 +54,57 @@ use sha2::Sha256;
 use support::{run_for, us, Sample};
 use switchboard::{Runtime, RuntimeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Allocations a thread counts before adding them to [`ALLOCS`].
+const ALLOC_FLUSH: u64 = 256;
+/// Allocations counted so far, give or take [`ALLOC_FLUSH`] per thread.
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static THREAD_ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The system allocator, counting.
+struct Counting;
+
+impl Counting {
+    fn count() {
+        // `try_with`: a thread being torn down has no counter left; its allocation
+        // goes uncounted.
+        let _ = THREAD_ALLOCS.try_with(|n| {
+            let v = n.get() + 1;
+            if v == ALLOC_FLUSH {
+                ALLOCS.fetch_add(v, Ordering::Relaxed);
+                n.set(0);
+            } else {
+                n.set(v);
+            }
+        });
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to `System`; counting touches no memory
+// the allocator hands out.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        Counting::count();
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        Counting::count();
+        unsafe { std::alloc::System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        Counting::count();
+        unsafe { std::alloc::System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// Requests in flight at once.
 const CONCURRENCY: usize = 256;
@@ -250,14 +308,23 @@ async fn stored_count(rt: &Runtime) -> u64 {
     }
 }
 
-fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>) {
+fn row(
+    name: &str,
+    s: &Figures,
+    base: Option<f64>,
+    batches: Option<(u64, u64)>,
+    allocs: Option<u64>,
+) {
     let rate = s.rate;
+    let allocs = allocs.map_or("-".to_owned(), |a| {
+        format!("{:.0}", a as f64 / s.ops.max(1) as f64)
+    });
     let ratio = base.map_or("1.00".to_owned(), |b| format!("{:.2}", rate / b));
     let per_batch = batches.map_or("-".to_owned(), |(b, w)| {
         format!("{:.1}", w as f64 / b.max(1) as f64)
     });
     println!(
-        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} |",
+        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} | {allocs:>12} |",
         rate,
         us(s.p50),
         us(s.p99)
@@ -400,29 +467,42 @@ async fn bench(placements: Vec<Placement>) {
                 .await
                 .unwrap(),
         );
+        let before = ALLOCS.load(Ordering::Relaxed);
         let mut only = drive_store(store.clone(), size, dur).await;
+        let only_allocs = ALLOCS.load(Ordering::Relaxed) - before;
         let only_stats = store.stats();
         drop(store);
         for &placement in &placements {
             println!("\nclient: {}\n", placement.name());
-            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn |");
-            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|");
+            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn | allocs/event |");
+            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|-------------:|");
             let (addr, server) = baseline().await;
+            let before = ALLOCS.load(Ordering::Relaxed);
             let f = placement.drive(addr, size, dur).await;
+            let allocs = ALLOCS.load(Ordering::Relaxed) - before;
             let base = f.rate;
-            row("baseline (no work)", &f, None, None);
+            row("baseline (no work)", &f, None, None, Some(allocs));
             server.abort();
             row(
                 "store only (FULL, no HTTP)",
                 &Figures::of(&mut only),
                 Some(base),
                 Some((only_stats.batches, only_stats.writes)),
+                Some(only_allocs),
             );
             for (name, store, extra) in stores(dir.path(), size, placement, &pg).await {
                 let rt = runtime(&store, extra).await;
+                let before = ALLOCS.load(Ordering::Relaxed);
                 let f = placement.drive(rt.local_addr(), size, dur).await;
+                let allocs = ALLOCS.load(Ordering::Relaxed) - before;
                 let stats = rt.store().stats();
-                row(name, &f, Some(base), Some((stats.batches, stats.writes)));
+                row(
+                    name,
+                    &f,
+                    Some(base),
+                    Some((stats.batches, stats.writes)),
+                    Some(allocs),
+                );
                 let stored = stored_count(&rt).await;
                 assert_eq!(
                     stored, f.ops,

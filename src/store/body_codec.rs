@@ -81,7 +81,7 @@ impl Prepared {
     /// Takes the body out of `event` (stored as is, or compressed per `compression`),
     /// serialises its headers and drops its parsed payload, which no backend writes.
     pub(crate) fn take(event: &mut TriggerEvent, compression: BodyCompression) -> Prepared {
-        let headers_json = serde_json::to_string(&event.headers).unwrap_or_else(|_| "{}".into());
+        let headers_json = headers_json(&event.headers);
         event.payload = serde_json::Value::Null;
         let body = std::mem::take(&mut event.body);
         let (codec, body) = encode(body, compression);
@@ -90,6 +90,20 @@ impl Prepared {
             codec,
             body,
         }
+    }
+}
+
+/// `headers` as a JSON object, written into a buffer sized for it up front (a dozen
+/// headers would otherwise grow the string three or four times).
+fn headers_json(headers: &std::collections::BTreeMap<String, String>) -> String {
+    let size = 2 + headers
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 6)
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    match serde_json::to_writer(&mut out, headers) {
+        Ok(()) => String::from_utf8(out).unwrap_or_else(|_| "{}".into()),
+        Err(_) => "{}".into(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! [`TriggerEvent`], the normalised form of one accepted delivery.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -139,7 +140,10 @@ pub(crate) fn new_event_id(now_ms: i64) -> String {
 /// The event id for `now_ms` and the random part `r`: `evt_` + 12 hex digits of
 /// milliseconds + 16 of `r`, so ids sort by time.
 pub(crate) fn event_id(now_ms: i64, r: u64) -> String {
-    format!("evt_{:012x}{:016x}", now_ms.max(0), r)
+    // Written into one allocation of the final size (`format!` would grow it twice).
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "evt_{:012x}{:016x}", now_ms.max(0), r);
+    id
 }
 
 /// The trace id of a W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`) when it
@@ -161,7 +165,9 @@ pub(crate) fn trace_id_or(traceparent: Option<&str>, fallback: u128) -> String {
             }
         }
     }
-    format!("{fallback:032x}")
+    let mut id = String::with_capacity(32);
+    let _ = write!(id, "{fallback:032x}");
+    id
 }
 
 /// Bodies are JSON text almost always; the admin API shows them as a string when they

@@ -218,8 +218,6 @@ pub(crate) async fn start(
 pub(crate) struct Origin<'a> {
     /// Receipt time, unix ms.
     pub(crate) received_at_ms: i64,
-    /// The delivery's redacted headers (empty for poll and stream events).
-    pub(crate) headers: &'a BTreeMap<String, String>,
     /// The delivery's `traceparent`, if any.
     pub(crate) traceparent: Option<&'a str>,
     /// Verified (a webhook) or internal (a poll, a stream, a tick).
@@ -260,13 +258,37 @@ pub(crate) fn stored_headers(
     headers
 }
 
+/// [`materialise`] for each of one delivery's `events`, with fresh ids. The last event
+/// takes `headers` and the others get copies: a delivery is one event far more often
+/// than several, and then its headers (a map of a dozen strings) are not copied at all.
+pub(crate) fn materialise_each(
+    stamp: Stamp<'_>,
+    events: Vec<InboundEvent>,
+    origin: &Origin<'_>,
+    mut headers: BTreeMap<String, String>,
+) -> Result<Vec<TriggerEvent>> {
+    let last = events.len().saturating_sub(1);
+    let mut out = Vec::with_capacity(events.len());
+    for (i, event) in events.into_iter().enumerate() {
+        let own = if i == last {
+            std::mem::take(&mut headers)
+        } else {
+            headers.clone()
+        };
+        out.push(materialise(stamp, event, origin, own, IdSeed::random())?);
+    }
+    Ok(out)
+}
+
 /// A source's normalised event as the event the store keeps: the rules for ids,
-/// trace ids, tenant and provider, in one place for every kind of source. `ids` is
-/// the randomness, drawn by the caller, so this is a plain function.
+/// trace ids, tenant and provider, in one place for every kind of source. `headers`
+/// are the delivery's stored headers (empty for poll and stream events). `ids` is the
+/// randomness, drawn by the caller, so this is a plain function.
 pub(crate) fn materialise(
     stamp: Stamp<'_>,
     event: InboundEvent,
     origin: &Origin<'_>,
+    headers: BTreeMap<String, String>,
     ids: IdSeed,
 ) -> Result<TriggerEvent> {
     // PostgreSQL TEXT cannot hold NUL: refuse such an event here rather than fail
@@ -296,7 +318,7 @@ pub(crate) fn materialise(
         dedupe_key: event.dedupe_key,
         trace_id: trace_id_or(origin.traceparent, ids.trace),
         tenant: stamp.tenant.to_owned(),
-        headers: origin.headers.clone(),
+        headers,
         body,
         payload: event.payload,
         signature: origin.signature,
@@ -358,17 +380,12 @@ pub(crate) struct SourceCommit {
 impl SourceCommit {
     /// Materialises `events` as of now.
     pub(crate) fn materialise_all(&self, events: Vec<InboundEvent>) -> Result<Vec<TriggerEvent>> {
-        let empty = BTreeMap::new();
         let origin = Origin {
             received_at_ms: now_ms(),
-            headers: &empty,
             traceparent: None,
             signature: SignatureStatus::Internal,
         };
-        events
-            .into_iter()
-            .map(|e| materialise(self.source.stamp(), e, &origin, IdSeed::random()))
-            .collect()
+        materialise_each(self.source.stamp(), events, &origin, BTreeMap::new())
     }
 }
 
@@ -390,4 +407,43 @@ pub(crate) fn by_id(sources: &[Arc<HostedSource>]) -> HashMap<String, Arc<Hosted
         .iter()
         .map(|s| (s.spec.id.clone(), s.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_of_a_delivery_keeps_its_headers_and_gets_its_own_ids() {
+        let stamp = Stamp {
+            source: "s",
+            provider: "github",
+            tenant: "default",
+        };
+        let origin = Origin {
+            received_at_ms: 1_000,
+            traceparent: None,
+            signature: SignatureStatus::Verified,
+        };
+        let headers = BTreeMap::from([("x-github-event".to_owned(), "issues".to_owned())]);
+        let events = (0..3)
+            .map(|i| {
+                InboundEvent::new(
+                    "issues.opened".into(),
+                    format!("d{i}"),
+                    serde_json::Value::Null,
+                )
+            })
+            .collect();
+        let out = materialise_each(stamp, events, &origin, headers.clone()).unwrap();
+        assert_eq!(out.len(), 3);
+        for (i, e) in out.iter().enumerate() {
+            assert_eq!(e.headers, headers, "event {i}");
+            assert_eq!(e.dedupe_key, format!("d{i}"));
+        }
+        assert_ne!(out[0].id, out[1].id);
+        assert_ne!(out[1].id, out[2].id);
+        let none = materialise_each(stamp, Vec::new(), &origin, headers).unwrap();
+        assert!(none.is_empty());
+    }
 }

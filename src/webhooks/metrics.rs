@@ -211,7 +211,10 @@ impl IngressMetrics {
         if outcome != "unknown_source" {
             let now = crate::clock::now_ms();
             self.tally(source, |t| {
-                *t.outcomes.entry(outcome.to_owned()).or_default() += 1;
+                match t.outcomes.get_mut(outcome) {
+                    Some(n) => *n += 1,
+                    None => drop(t.outcomes.insert(outcome.to_owned(), 1)),
+                }
                 if outcome == "stored" {
                     t.accepted += 1;
                     t.last_event_ms = Some(now);

@@ -33,13 +33,13 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::json;
 
-use super::hosted::{materialise, stored_headers, HostedSource, Origin};
+use super::hosted::{materialise_each, stored_headers, HostedSource, Origin};
 use super::listener::PeerAddr;
 use super::redact::redact_headers;
 use super::state::Ingress;
 use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Received, Refusal};
 use crate::store::{now_ms, Appended, Rejected};
-use crate::triggers::{IdSeed, SignatureStatus};
+use crate::triggers::SignatureStatus;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
 /// restarted database to come back, short next to providers' retry schedules.
@@ -110,18 +110,27 @@ fn with_retry_after(mut resp: Response, secs: u64) -> Response {
     resp
 }
 
+/// The handler. It takes the request whole rather than through the method, URI and
+/// header extractors, which would each copy their part out of it.
 async fn hook(
     State(app): State<Arc<Ingress>>,
     Path(id): Path<String>,
     peer: Option<Extension<PeerAddr>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
     let peer = peer.map(|Extension(PeerAddr(a))| a);
-    let resp = handle(&app, &id, peer, &method, &uri, &headers, body).await;
+    let (parts, body) = request.into_parts();
+    let resp = handle(
+        &app,
+        &id,
+        peer,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        body,
+    )
+    .await;
     app.metrics.observe(started.elapsed().as_secs_f64());
     resp
 }
@@ -159,10 +168,12 @@ async fn handle(
             return with_retry_after(resp, secs);
         }
     }
-    let pairs: Vec<(&str, &str)> = headers
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
-        .collect();
+    let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(headers.len());
+    pairs.extend(
+        headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?))),
+    );
     let limit = source.spec.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -243,17 +254,35 @@ impl Stored {
     }
 
     /// `{"id", "duplicate"}` for one event, `{"events": [...]}` otherwise.
-    fn answer(&self) -> serde_json::Value {
+    fn answer(&self) -> Answer<'_> {
+        fn each((id, duplicate): &(String, bool)) -> EventAnswer<'_> {
+            EventAnswer {
+                id,
+                duplicate: *duplicate,
+            }
+        }
         match self.0.as_slice() {
-            [(id, duplicate)] => json!({"id": id, "duplicate": duplicate}),
-            all => json!({
-                "events": all
-                    .iter()
-                    .map(|(id, duplicate)| json!({"id": id, "duplicate": duplicate}))
-                    .collect::<Vec<_>>()
-            }),
+            [one] => Answer::One(each(one)),
+            all => Answer::Many {
+                events: all.iter().map(each).collect(),
+            },
         }
     }
+}
+
+/// The 200 answer's body ([`Stored::answer`]), serialised straight from the ids.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Answer<'a> {
+    One(EventAnswer<'a>),
+    Many { events: Vec<EventAnswer<'a>> },
+}
+
+/// One event of [`Answer`].
+#[derive(serde::Serialize)]
+struct EventAnswer<'a> {
+    id: &'a str,
+    duplicate: bool,
 }
 
 /// Materialises a delivery's events and commits them (with their claims and outbox
@@ -290,19 +319,13 @@ async fn store_events(
     let headers = stored_headers(req.headers, source.source.secret_headers());
     let origin = Origin {
         received_at_ms: req.received_at_ms,
-        headers: &headers,
         traceparent: req.header("traceparent"),
         signature: SignatureStatus::Verified,
     };
-    let mut stored = Vec::with_capacity(events.len());
-    for e in events {
-        match materialise(source.stamp(), e, &origin, IdSeed::random()) {
-            Ok(e) => stored.push(e),
-            Err(e) => {
-                return Err(refuse_here(Refusal::new(400, "malformed", e.to_string())));
-            }
-        }
-    }
+    let stored = match materialise_each(source.stamp(), events, &origin, headers) {
+        Ok(stored) => stored,
+        Err(e) => return Err(refuse_here(Refusal::new(400, "malformed", e.to_string()))),
+    };
     match app.committer.commit(source, stored, None).await {
         Ok(appended) => Ok(Stored(
             appended

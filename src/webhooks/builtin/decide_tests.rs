@@ -91,7 +91,6 @@ fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> 
                 .map(|(_, v)| *v);
             let origin = Origin {
                 received_at_ms: NOW_MS,
-                headers: &stored,
                 traceparent,
                 signature: SignatureStatus::Verified,
             };
@@ -100,7 +99,7 @@ fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> 
                 provider: &s.provider,
                 tenant: "default",
             };
-            Some(materialise(stamp, (**e).clone(), &origin, IDS).unwrap())
+            Some(materialise(stamp, (**e).clone(), &origin, stored, IDS).unwrap())
         }
         _ => None,
     };
