@@ -427,13 +427,7 @@ mod tests {
         };
         let headers = BTreeMap::from([("x-github-event".to_owned(), "issues".to_owned())]);
         let events = (0..3)
-            .map(|i| {
-                InboundEvent::new(
-                    "issues.opened".into(),
-                    format!("d{i}"),
-                    serde_json::Value::Null,
-                )
-            })
+            .map(|i| InboundEvent::new("issues.opened", format!("d{i}"), serde_json::Value::Null))
             .collect();
         let out = materialise_each(stamp, events, &origin, headers.clone()).unwrap();
         assert_eq!(out.len(), 3);
