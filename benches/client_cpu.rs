@@ -343,19 +343,6 @@ impl Measured {
     }
 }
 
-/// User plus system CPU time of this whole process (every thread).
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is handed, which is plain data for
-    // which all-zeroes is a valid value.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
 /// Measures this process's CPU time over one `load` of `tenant`.
 async fn measure_slice(
     child: &mut GatewayChild,
@@ -364,9 +351,9 @@ async fn measure_slice(
     dur: Duration,
     into: &mut Measured,
 ) {
-    let before = process_cpu();
+    let before = support::process_cpu();
     let load = child.load(tenant, in_flight, dur).await;
-    into.add(load, process_cpu() - before);
+    into.add(load, support::process_cpu() - before);
 }
 
 async fn warm_up(child: &mut GatewayChild, tenant: &str, in_flight: usize) {

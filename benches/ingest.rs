@@ -28,6 +28,11 @@
 //! `SWITCHBOARD_BENCH_ROWS=<text>` only the store rows whose name contains it (for
 //! profiling one row).
 //!
+//! `CPU µs/event` is this process's CPU time (user + system, every thread) during the
+//! row over the events acknowledged: with the client in a child process, the server's
+//! cost per request, steadier than the rate when other work shares the machine (the
+//! rate moves by ±15% from run to run, this by a few per cent).
+//!
 //! `allocs/event` counts heap allocations (and reallocations) in this process during
 //! the row, divided by the events acknowledged: with the client in a child process,
 //! what the server's path allocates per request, which unlike the rate does not move
@@ -51,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use support::{run_for, us, Sample};
+use support::{process_cpu, run_for, us, Sample};
 use switchboard::{Runtime, RuntimeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -308,23 +313,37 @@ async fn stored_count(rt: &Runtime) -> u64 {
     }
 }
 
-fn row(
-    name: &str,
-    s: &Figures,
-    base: Option<f64>,
-    batches: Option<(u64, u64)>,
-    allocs: Option<u64>,
-) {
+/// What the process spent on one row: CPU time and heap allocations.
+#[derive(Clone, Copy)]
+struct Cost {
+    cpu: Duration,
+    allocs: u64,
+}
+
+impl Cost {
+    /// Runs `f` and returns its output with what the process spent meanwhile.
+    async fn of<T>(f: impl std::future::Future<Output = T>) -> (T, Cost) {
+        let (cpu, allocs) = (process_cpu(), ALLOCS.load(Ordering::Relaxed));
+        let out = f.await;
+        let cost = Cost {
+            cpu: process_cpu() - cpu,
+            allocs: ALLOCS.load(Ordering::Relaxed) - allocs,
+        };
+        (out, cost)
+    }
+}
+
+fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>, cost: Cost) {
     let rate = s.rate;
-    let allocs = allocs.map_or("-".to_owned(), |a| {
-        format!("{:.0}", a as f64 / s.ops.max(1) as f64)
-    });
+    let ops = s.ops.max(1) as f64;
+    let cpu = format!("{:.1}", cost.cpu.as_secs_f64() * 1e6 / ops);
+    let allocs = format!("{:.0}", cost.allocs as f64 / ops);
     let ratio = base.map_or("1.00".to_owned(), |b| format!("{:.2}", rate / b));
     let per_batch = batches.map_or("-".to_owned(), |(b, w)| {
         format!("{:.1}", w as f64 / b.max(1) as f64)
     });
     println!(
-        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} | {allocs:>12} |",
+        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} | {cpu:>12} | {allocs:>12} |",
         rate,
         us(s.p50),
         us(s.p99)
@@ -467,41 +486,35 @@ async fn bench(placements: Vec<Placement>) {
                 .await
                 .unwrap(),
         );
-        let before = ALLOCS.load(Ordering::Relaxed);
-        let mut only = drive_store(store.clone(), size, dur).await;
-        let only_allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let (mut only, only_cost) = Cost::of(drive_store(store.clone(), size, dur)).await;
         let only_stats = store.stats();
         drop(store);
         for &placement in &placements {
             println!("\nclient: {}\n", placement.name());
-            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn | allocs/event |");
-            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|-------------:|");
+            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn | CPU µs/event | allocs/event |");
+            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|-------------:|-------------:|");
             let (addr, server) = baseline().await;
-            let before = ALLOCS.load(Ordering::Relaxed);
-            let f = placement.drive(addr, size, dur).await;
-            let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+            let (f, cost) = Cost::of(placement.drive(addr, size, dur)).await;
             let base = f.rate;
-            row("baseline (no work)", &f, None, None, Some(allocs));
+            row("baseline (no work)", &f, None, None, cost);
             server.abort();
             row(
                 "store only (FULL, no HTTP)",
                 &Figures::of(&mut only),
                 Some(base),
                 Some((only_stats.batches, only_stats.writes)),
-                Some(only_allocs),
+                only_cost,
             );
             for (name, store, extra) in stores(dir.path(), size, placement, &pg).await {
                 let rt = runtime(&store, extra).await;
-                let before = ALLOCS.load(Ordering::Relaxed);
-                let f = placement.drive(rt.local_addr(), size, dur).await;
-                let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+                let (f, cost) = Cost::of(placement.drive(rt.local_addr(), size, dur)).await;
                 let stats = rt.store().stats();
                 row(
                     name,
                     &f,
                     Some(base),
                     Some((stats.batches, stats.writes)),
-                    Some(allocs),
+                    cost,
                 );
                 let stored = stored_count(&rt).await;
                 assert_eq!(
