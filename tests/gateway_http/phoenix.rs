@@ -182,3 +182,34 @@ async fn idle_sockets_are_closed() {
     })
     .await;
 }
+
+/// A client that floods its socket with frames needing replies (more than the
+/// socket's writer queue holds) while it reads gets every reply, in order: the reader
+/// waits for queue space while the writer drains it, and nothing is dropped or
+/// reordered on the way.
+#[tokio::test]
+async fn a_flood_of_frames_needing_replies_is_answered_in_order() {
+    use futures_util::StreamExt;
+    const N: usize = 5_000;
+    let gw = TestGateway::start().await;
+    let (mut sink, mut stream) = raw_client(&gw).await.split();
+    let sender = tokio::spawn(async move {
+        for n in 0..N {
+            let hb = format!(r#"[null,"{n}","phoenix","heartbeat",{{}}]"#);
+            sink.feed(Ws::text(hb)).await.unwrap();
+        }
+        sink.flush().await.unwrap();
+        sink
+    });
+    for n in 0..N {
+        let frame = tokio::time::timeout(DEADLINE, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("reply {n} before the deadline"))
+            .expect("the socket stays open")
+            .unwrap();
+        let frame = switchboard::phoenix::Frame::decode(frame.to_text().unwrap()).unwrap();
+        assert_eq!(frame.msg_ref.as_deref(), Some(n.to_string().as_str()));
+        assert_eq!(frame.reply_status(), Some("ok"));
+    }
+    sender.await.unwrap();
+}
