@@ -30,13 +30,13 @@
 //!
 //! `CPU µs/event` is this process's CPU time (user + system, every thread) during the
 //! row over the events acknowledged: with the client in a child process, the server's
-//! cost per request, steadier than the rate when other work shares the machine (the
-//! rate moves by ±15% from run to run, this by a few per cent).
+//! cost per request. It moves with the machine's load as the rate does (46–59 µs for
+//! one build's SQLite FULL row over a session), so compare it within one run.
 //!
 //! `allocs/event` counts heap allocations (and reallocations) in this process during
 //! the row, divided by the events acknowledged: with the client in a child process,
-//! what the server's path allocates per request, which unlike the rate does not move
-//! with whatever else the machine is doing. Counted per thread and added to a shared
+//! what the server's path allocates per request, which unlike the rate and the CPU
+//! time does not move with whatever else the machine is doing. Counted per thread and added to a shared
 //! total every [`ALLOC_FLUSH`] allocations, so counting costs no contended atomic per
 //! allocation and the rates stay comparable to an uncounted build.
 
