@@ -211,5 +211,5 @@ async fn a_flood_of_frames_needing_replies_is_answered_in_order() {
         assert_eq!(frame.msg_ref.as_deref(), Some(n.to_string().as_str()));
         assert_eq!(frame.reply_status(), Some("ok"));
     }
-    sender.await.unwrap();
+    let _sink = sender.await.unwrap();
 }
