@@ -41,20 +41,36 @@ impl Default for StoreOptions {
     }
 }
 
-/// A store URL with any password replaced, for logs and errors.
+/// A store URL with any password replaced, for logs and errors: the user info's, and a
+/// `password` query parameter's (tokio-postgres takes every connection parameter in
+/// the query too, so `postgres://app@db/x?password=…` is as much a password).
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, host_start) = match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let creds = &url[scheme_end + 3..at];
             match creds.split_once(':') {
                 Some((user, _)) => {
-                    format!("{}{user}:[redacted]{}", &url[..scheme_end + 3], &url[at..])
+                    let head = format!("{}{user}:[redacted]", &url[..scheme_end + 3]);
+                    let start = head.len() + 1;
+                    (format!("{head}{}", &url[at..]), start)
                 }
-                None => url.to_owned(),
+                None => (url.to_owned(), at + 1),
             }
         }
-        _ => url.to_owned(),
-    }
+        (Some(scheme_end), _) => (url.to_owned(), scheme_end + 3),
+        _ => (url.to_owned(), 0),
+    };
+    let Some(q) = url[host_start..].find('?').map(|q| host_start + q + 1) else {
+        return url;
+    };
+    let query: Vec<String> = url[q..]
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=[redacted]"),
+            _ => kv.to_owned(),
+        })
+        .collect();
+    format!("{}{}", &url[..q], query.join("&"))
 }
 
 /// How SQLite syncs commits (see `store::sqlite`).
@@ -79,5 +95,18 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(redact_url("sqlite:/tmp/a.db"), "sqlite:/tmp/a.db");
+        // In the query, as tokio-postgres also reads it (found by the config fuzzer).
+        assert_eq!(
+            redact_url("postgres://app:st0re-pass@db:543per_se?password=cond2/events"),
+            "postgres://app:[redacted]@db:543per_se?password=[redacted]"
+        );
+        assert_eq!(
+            redact_url("postgres://app@db/x?sslmode=require&password=hunter2&x=1"),
+            "postgres://app@db/x?sslmode=require&password=[redacted]&x=1"
+        );
+        assert_eq!(
+            redact_url("postgres://db/x?password=hunter2"),
+            "postgres://db/x?password=[redacted]"
+        );
     }
 }
