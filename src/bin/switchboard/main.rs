@@ -214,6 +214,9 @@ async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Res
 async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
     let config = switchboard::RuntimeConfig::from_file(path)?.resolve()?;
     let sources = config.sources.len();
+    // Before the listener opens: a SIGHUP sent as soon as the port answers must find
+    // its handler in place, not the default action, which ends the process.
+    let hup = sighup();
     let runtime = switchboard::Runtime::builder(config)
         .config_path(path)
         .start()
@@ -223,7 +226,7 @@ async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         stop.shutdown();
     });
-    reload_on_sighup(runtime.reload_handle());
+    reload_on_sighup(hup, runtime.reload_handle());
     eprintln!(
         "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); Ctrl-C to stop",
         runtime.local_addr()
@@ -231,12 +234,27 @@ async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
     runtime.wait().await
 }
 
+/// Takes over SIGHUP from its default action (ending the process); signals that
+/// arrive before [`reload_on_sighup`] runs are kept for it.
+#[cfg(all(feature = "runtime", unix))]
+fn sighup() -> Option<tokio::signal::unix::Signal> {
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    if hup.is_none() {
+        eprintln!("cannot listen for SIGHUP; reload with POST /api/v1/triggers/reload instead");
+    }
+    hup
+}
+
+#[cfg(all(feature = "runtime", not(unix)))]
+fn sighup() -> Option<()> {
+    None
+}
+
 /// SIGHUP reloads the configuration file's `[[triggers]]`, as
 /// `POST /api/v1/triggers/reload` does; the outcome is logged.
 #[cfg(all(feature = "runtime", unix))]
-fn reload_on_sighup(reload: switchboard::ReloadHandle) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        eprintln!("cannot listen for SIGHUP; reload with POST /api/v1/triggers/reload instead");
+fn reload_on_sighup(hup: Option<tokio::signal::unix::Signal>, reload: switchboard::ReloadHandle) {
+    let Some(mut hup) = hup else {
         return;
     };
     tokio::spawn(async move {
@@ -251,4 +269,4 @@ fn reload_on_sighup(reload: switchboard::ReloadHandle) {
 }
 
 #[cfg(all(feature = "runtime", not(unix)))]
-fn reload_on_sighup(_: switchboard::ReloadHandle) {}
+fn reload_on_sighup(_: Option<()>, _: switchboard::ReloadHandle) {}
