@@ -231,11 +231,13 @@ impl ConnectorLink {
         else {
             return None;
         };
-        // The lock is held for the clone only: concurrent pushers encode in parallel.
-        let jr = join_ref.lock().expect("join ref lock").clone()?;
         if binary.load(Relaxed) {
+            // A binary frame carries no ref: only whether the lobby is joined matters.
+            join_ref.lock().expect("join ref lock").as_ref()?;
             return Some(WsMessage::Binary(msg.encode_to_vec().into()));
         }
+        // The lock is held for the clone only: concurrent pushers encode in parallel.
+        let jr = join_ref.lock().expect("join ref lock").clone()?;
         Some(WsMessage::Text(
             encode_proto(Some(&jr), None, LOBBY_TOPIC, msg).into(),
         ))
