@@ -1,6 +1,6 @@
 //! The shortest path from a [`BaseConnector`] to a running registration:
 //! [`run`] reads the configuration from the environment, registers one connector and
-//! serves it until ctrl-c; [`run_until`] takes the configuration and the stop signal
+//! serves it until SIGTERM or SIGINT ([`crate::shutdown_signal`]); [`run_until`] takes the configuration and the stop signal
 //! as arguments, for a process that has its own (a supervisor, a test).
 //!
 //! Both are thin on purpose: they are [`MultiConnectorRunner`] with one
@@ -16,8 +16,10 @@ use crate::error::Result;
 use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};
 
 /// Runs `connector` with the configuration from the environment
-/// ([`ConnectorConfig::from_env`]) until the process receives ctrl-c (SIGINT), then
-/// deregisters and returns.
+/// ([`ConnectorConfig::from_env`]) until the process receives SIGTERM (what Docker,
+/// Kubernetes and systemd send) or SIGINT (Ctrl-C), then stops gracefully: it leaves
+/// the gateway and returns. A second signal during the stop ends the process at once
+/// ([`crate::shutdown_signal`]).
 ///
 /// Fails at once, before connecting, when the configuration is missing or invalid (the
 /// error names the variable to set). Once running, connection failures are retried
@@ -45,12 +47,9 @@ use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};
 /// ```
 pub async fn run(connector: impl BaseConnector) -> Result<()> {
     let config = ConnectorConfig::from_env()?;
+    let signal = crate::signals::shutdown_signal();
     run_until(config, connector, async {
-        // If no handler can be installed, run until stopped some other way (the
-        // process is killed) rather than exit at once.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        signal.await;
     })
     .await
 }

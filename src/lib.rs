@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`, `signals`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -30,7 +30,8 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, secrets that never print, the circuit-breaker core, the generated messages)
+//! keys, secrets that never print, the circuit-breaker core, the stop signals, the
+//! generated messages)
 //! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
 //! connections (addresses, dialer, TLS, proxies) and hands out message streams and
@@ -92,6 +93,7 @@ pub mod phoenix;
 pub(crate) mod runtime;
 #[cfg(any(feature = "runtime", feature = "gateway"))]
 pub(crate) mod secret;
+pub(crate) mod signals;
 #[cfg(feature = "runtime")]
 pub(crate) mod store;
 pub(crate) mod transport;
@@ -157,6 +159,7 @@ pub use runtime::ops::{EnqueueRequest, Enqueued};
 pub use runtime::{ReloadHandle, Runtime, RuntimeBuilder};
 #[cfg(any(feature = "runtime", feature = "gateway"))]
 pub use secret::Secret;
+pub use signals::{shutdown_signal, StopSignal};
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
 pub use triggers::{SignatureStatus, TriggerEvent};

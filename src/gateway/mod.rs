@@ -108,9 +108,11 @@ pub use crate::context_keys::{
     CONNECTOR_ARN_CONTEXT_KEY, TARGET_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY,
 };
 
-/// Runs a gateway with `config` on `listen` until Ctrl-C (the `switchboard gateway`
-/// command).
+/// Runs a gateway with `config` on `listen` until SIGTERM or SIGINT, then stops
+/// gracefully ([`Gateway::shutdown`]); the `switchboard gateway` command.
 pub async fn serve(config: GatewayConfig, listen: SocketAddr) -> crate::Result<()> {
+    // Before the listeners open: a signal as soon as the port answers is heard.
+    let signal = crate::signals::shutdown_signal();
     let manual = config.approval == ApprovalMode::Manual;
     let gateway = Gateway::start(config, listen).await?;
     eprintln!("switchboard gateway listening on {}", gateway.local_addr());
@@ -128,7 +130,7 @@ pub async fn serve(config: GatewayConfig, listen: SocketAddr) -> crate::Result<(
             gateway.http_url()
         );
     }
-    tokio::signal::ctrl_c().await?;
+    signal.await;
     gateway.shutdown().await;
     Ok(())
 }

@@ -73,7 +73,8 @@ enum Command {
     /// retried, dead-lettered binding and its dead-letter handler; prints tables and
     /// exits non-zero if anything went missing.
     Demo(demo::DemoArgs),
-    /// Run the ingest runtime (webhook ingress, cron sources, admin API) until Ctrl-C.
+    /// Run the ingest runtime (webhook ingress, cron sources, admin API) until SIGTERM
+    /// or SIGINT, then stop gracefully.
     #[cfg(feature = "runtime")]
     Serve {
         /// The configuration file.
@@ -92,7 +93,7 @@ enum Command {
     #[cfg(feature = "runtime")]
     #[command(subcommand)]
     Triggers(admin::TriggerCommand),
-    /// Run echo connectors against a gateway until Ctrl-C.
+    /// Run echo connectors against a gateway until SIGTERM or SIGINT.
     Echo {
         /// Gateway URL (ws://, wss://, http://, https://).
         #[arg(
@@ -200,13 +201,14 @@ async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Res
             Ok(Registration::new(cfg, EchoConnector))
         })
         .collect::<switchboard::Result<Vec<_>>>()?;
+    let signal = switchboard::shutdown_signal();
     let runner = MultiConnectorRunner::new(RunnerOptions::default(), regs)?;
     let stop = runner.shutdown_handle();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         stop.shutdown();
     });
-    eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}; Ctrl-C to stop");
+    eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}; SIGTERM or Ctrl-C to stop");
     runner.run().await
 }
 
@@ -217,18 +219,19 @@ async fn serve(path: &std::path::Path) -> switchboard::Result<()> {
     // Before the listener opens: a SIGHUP sent as soon as the port answers must find
     // its handler in place, not the default action, which ends the process.
     let hup = sighup();
+    let signal = switchboard::shutdown_signal();
     let runtime = switchboard::Runtime::builder(config)
         .config_path(path)
         .start()
         .await?;
     let stop = runtime.shutdown_handle();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         stop.shutdown();
     });
     reload_on_sighup(hup, runtime.reload_handle());
     eprintln!(
-        "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); Ctrl-C to stop",
+        "switchboard ingest: {sources} source(s), listening on http://{} (POST /hooks/{{source}}, GET /api/v1/sources); SIGTERM or Ctrl-C to stop",
         runtime.local_addr()
     );
     runtime.wait().await

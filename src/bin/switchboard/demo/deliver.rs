@@ -157,8 +157,8 @@ async fn with_runtime(
     );
     let observed = drive(sizing, gateway, &runtime, journal).await;
     if sizing.keep_running {
-        println!("demo: the deliver section is done; both consoles stay up until Ctrl-C");
-        let _ = tokio::signal::ctrl_c().await;
+        println!("demo: the deliver section is done; both consoles stay up until SIGTERM or Ctrl-C");
+        switchboard::shutdown_signal().await;
     }
     let stopped = runtime.shutdown().await;
     let observed = observed?;
