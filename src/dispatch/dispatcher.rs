@@ -216,20 +216,24 @@ impl Dispatcher {
     /// Stops claiming, waits up to the shutdown grace for attempts in flight, commits
     /// their finishes, and releases the rows of attempts that did not end in time, so
     /// another process (or the next start) takes them at once rather than after their
-    /// lease.
-    pub async fn shutdown(self) {
+    /// lease. Says what it did, for the runtime's one stop line.
+    pub async fn shutdown(self) -> Stopped {
         self.stop.cancel();
         for claim_loop in self.claim_loops {
             let _ = claim_loop.await;
         }
         self.attempts.close();
+        let in_flight = self.attempts.len();
+        let mut abandoned = 0;
         let grace = self.inner.options.shutdown_grace;
         if tokio::time::timeout(grace, self.attempts.wait())
             .await
             .is_err()
         {
+            abandoned = self.attempts.len();
             tracing::warn!(
                 ?grace,
+                abandoned,
                 "attempts still running at the end of the shutdown grace; abandoning them"
             );
             self.inner.abandon.cancel();
@@ -245,16 +249,37 @@ impl Dispatcher {
         }
         let _ = self.keeper.await;
         let held: Vec<(i64, i64)> = self.inner.held().drain().collect();
+        let mut released = 0;
         if !held.is_empty() {
             let now = self.inner.clock.now_ms();
             match self.inner.store.release(&held, now).await {
-                Ok(n) => tracing::info!(released = n, "released rows still held at shutdown"),
+                Ok(n) => {
+                    released = n;
+                    tracing::info!(released = n, "released rows still held at shutdown");
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, rows = held.len(), "could not release rows at shutdown; they come back when their leases end")
                 }
             }
         }
+        Stopped {
+            finished: in_flight.saturating_sub(abandoned),
+            abandoned,
+            released,
+        }
     }
+}
+
+/// What [`Dispatcher::shutdown`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stopped {
+    /// Attempts in flight when claiming stopped that ended within the grace.
+    pub finished: usize,
+    /// Attempts still running at the end of the grace, abandoned.
+    pub abandoned: usize,
+    /// Rows held at the end (abandoned attempts' and claimed rows never started),
+    /// released for another process to claim at once.
+    pub released: u64,
 }
 
 impl Inner {

@@ -181,6 +181,12 @@ pub struct GatewayConfig {
     /// 30 s per issuer. Ten minutes picks up a key rotation soon (Keycloak publishes
     /// a new key before it signs with it) while fetching at most a few times an hour.
     pub jwks_cache_ttl: Duration,
+    /// How long a stopping gateway ([`super::Gateway::shutdown`], SIGTERM to
+    /// `switchboard gateway`) lets executes in flight be answered before it tells
+    /// every connector to reconnect and fails the rest (default 10 s). An execute
+    /// that has not been answered by then fails with `connection_closed`; keep the
+    /// orchestrator's kill timeout (`terminationGracePeriodSeconds`) above it.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -202,11 +208,18 @@ impl Default for GatewayConfig {
             trusted_issuers: Vec::new(),
             jwks_fetch_timeout: Duration::from_secs(5),
             jwks_cache_ttl: Duration::from_secs(10 * 60),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
 
 impl GatewayConfig {
+    /// Sets [`GatewayConfig::shutdown_grace`].
+    pub fn with_shutdown_grace(mut self, t: Duration) -> Self {
+        self.shutdown_grace = t;
+        self
+    }
+
     /// Sets [`GatewayConfig::idle_timeout`].
     pub fn with_idle_timeout(mut self, t: Duration) -> Self {
         self.idle_timeout = t;

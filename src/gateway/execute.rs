@@ -84,6 +84,13 @@ impl GatewayState {
         figures: &RegistrationFigures,
         call: ExecuteCall,
     ) -> Result<ExecuteResponse> {
+        // The token before the flag: see `GatewayState::begin_stop`.
+        let _draining = self.executing.token();
+        if self.is_stopping() {
+            return Err(Error::Overloaded(format!(
+                "the gateway is stopping; execute on {arn} not sent (retry once it is back or on another gateway)"
+            )));
+        }
         let _slot = link.admit(
             &format!("execute on {arn}"),
             self.config.max_in_flight_per_socket,

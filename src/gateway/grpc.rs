@@ -95,16 +95,24 @@ impl ConnectorService for Service {
             .tasks
             .spawn(read_loop(state.clone(), link, request.into_inner()));
         let counters = state.clone();
-        let out = futures_util::stream::unfold((rx, kill), move |(mut rx, kill)| {
+        let out = futures_util::stream::unfold(Some((rx, kill)), move |open| {
             let state = counters.clone();
             async move {
+                let (mut rx, kill) = open?;
                 let msg = tokio::select! {
                     biased;
                     m = rx.recv() => m?,
-                    _ = kill.cancelled() => return None,
+                    _ = kill.cancelled() => {
+                        // A stopping gateway ends the stream with UNAVAILABLE, which
+                        // the client reads as "reconnect now" (tonic's graceful
+                        // shutdown then sends GOAWAY on the connection).
+                        return state.is_stopping().then(|| {
+                            (Err(Status::unavailable("the gateway is stopping; reconnect")), None)
+                        });
+                    }
                 };
                 state.counters.frames_out.fetch_add(1, Relaxed);
-                Some((Ok(msg), (rx, kill)))
+                Some((Ok(msg), Some((rx, kill))))
             }
         });
         Ok(Response::new(out.boxed()))

@@ -72,6 +72,10 @@ pub(crate) fn router(state: Arc<GatewayState>) -> Router {
         ));
     Router::new()
         .route("/socket/connector/websocket", get(upgrade))
+        // The probes: open like the sockets (a kubelet holds no token), and they name
+        // no secrets.
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .merge(operator)
         .merge(super::auth_api::routes())
         .with_state(state.clone())
@@ -114,6 +118,9 @@ async fn upgrade(
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     ws: WebSocketUpgrade,
 ) -> Response {
+    if state.is_stopping() {
+        return stopping();
+    }
     let limit = state.config.max_frame_bytes;
     let peer = peer.map(|Extension(ConnectInfo(addr))| addr);
     ws.max_message_size(limit)
@@ -122,6 +129,37 @@ async fn upgrade(
             let tasks = state.tasks.clone();
             tasks.track_future(super::socket::run(state, socket, peer))
         })
+}
+
+/// 200 while the process serves HTTP at all.
+async fn healthz() -> Response {
+    Json(json!({"alive": true})).into_response()
+}
+
+/// 200 while the gateway takes sockets and executes; 503 once it has begun to stop,
+/// so a balancer sends new connectors elsewhere while the ones connected are told.
+async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
+    if state.is_stopping() {
+        let body = json!({"ready": false, "checks": {"stopping": {"ok": false, "detail": "the gateway is stopping"}}});
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    let body = json!({"ready": true, "checks": {"stopping": {"ok": true, "detail": "running"}}});
+    Json(body).into_response()
+}
+
+/// The answer to a new socket while the gateway stops: the client's reconnect loop
+/// tries again (another replica behind the same address, or this one restarted).
+fn stopping() -> Response {
+    let body = json!({
+        "error": "stopping",
+        "message": "this gateway is stopping; reconnect in a moment"
+    });
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        Json(body),
+    )
+        .into_response()
 }
 
 async fn list(State(state): State<Arc<GatewayState>>) -> Response {

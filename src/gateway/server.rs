@@ -237,13 +237,24 @@ impl Gateway {
         self.state.tasks.len()
     }
 
-    /// Stops accepting, closes every socket, cancels every task the gateway started
-    /// and waits for them and for in-flight HTTP requests, at most a few seconds.
-    /// Returns once the port is released, with the number of tasks still running when
-    /// the wait gave up: 0 on a clean stop.
+    /// The graceful stop: `/readyz` turns 503 and new sockets and executes are
+    /// refused; executes in flight get [`GatewayConfig::shutdown_grace`] to be
+    /// answered; then every Phoenix socket is told (`phx_close` on its lobby, a close
+    /// frame with code 1001) and every gRPC stream ends with UNAVAILABLE, so
+    /// connectors reconnect at once, and executes still unanswered fail with a clear
+    /// error. Approval state needs no flush: it is written to the data dir as it
+    /// changes. Returns once the port is released, with the number of tasks still
+    /// running when the wait gave up: 0 on a clean stop.
     pub async fn shutdown(mut self) -> usize {
+        let started = Instant::now();
+        self.state.begin_stop();
+        let grace = self.state.config.shutdown_grace;
+        let unanswered = match tokio::time::timeout(grace, self.state.executing.wait()).await {
+            Ok(()) => 0,
+            Err(_) => self.state.executing.len(),
+        };
+        let sockets = self.drop_all_sockets();
         self.state.cancel.cancel();
-        self.drop_all_sockets();
         self.state.tasks.close();
         let servers = [
             self.server.take(),
@@ -262,6 +273,14 @@ impl Gateway {
         if stopped.is_err() {
             tracing::warn!(?SHUTDOWN_GRACE, left, "gateway did not stop in time");
         }
+        tracing::info!(
+            target: crate::signals::STOP_LOG_TARGET,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            sockets_told = sockets,
+            executes_failed = unanswered,
+            tasks_left = left,
+            "gateway stopped: executes in flight answered or failed, every connector told to reconnect"
+        );
         left
     }
 }

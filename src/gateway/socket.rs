@@ -52,7 +52,7 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
     tracing::debug!(socket_id = id, "socket accepted");
 
     let (sink, mut stream) = ws.split();
-    let writer = state.tasks.spawn(write_loop(state.clone(), sink, rx));
+    let mut writer = state.tasks.spawn(write_loop(state.clone(), sink, rx));
     let idle_timeout = state.config.idle_timeout;
     let mut last_inbound = Instant::now();
     let idle = sleep_until(last_inbound + idle_timeout);
@@ -62,9 +62,13 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
         link: &link,
         tx,
     };
+    let mut goodbye = false;
     loop {
         tokio::select! {
-            _ = link.kill.cancelled() => break,
+            _ = link.kill.cancelled() => {
+                goodbye = state.is_stopping();
+                break;
+            }
             _ = &mut idle => {
                 let due = last_inbound + idle_timeout;
                 if Instant::now() >= due {
@@ -95,10 +99,39 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
             }
         }
     }
+    if goodbye {
+        say_goodbye(&state, &link, &conn.tx).await;
+    }
     let removed = state.forget_link(&link);
     state.counters.sockets_open.fetch_sub(1, Relaxed);
+    if goodbye {
+        // The writer ends once it has flushed the close frame; a client that stopped
+        // reading does not hold the stop longer than this.
+        let _ = tokio::time::timeout(GOODBYE_FLUSH, &mut writer).await;
+    }
     writer.abort();
-    tracing::debug!(socket_id = id, removed, "socket closed");
+    tracing::debug!(socket_id = id, removed, goodbye, "socket closed");
+}
+
+/// How long a stopping gateway waits for one socket's goodbye frames to be written.
+const GOODBYE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// WebSocket close code 1001, "going away": the server is going down (RFC 6455
+/// §7.4.1). The SDK reconnects at once on it instead of after a backoff step.
+pub(crate) const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// Tells the connector the gateway is stopping, as the protocol family can: the lobby
+/// channel ends with `phx_close` (its registrations and pending executes go with it,
+/// failed with a clear error) and the socket with a close frame, code 1001, so the
+/// connector starts reconnecting now rather than when its heartbeat goes unanswered.
+async fn say_goodbye(state: &GatewayState, link: &ConnectorLink, tx: &mpsc::Sender<WsMessage>) {
+    if let Some(join_ref) = end_lobby(state, link) {
+        let _ = tx.try_send(lobby_event_frame(join_ref, EVENT_CLOSE));
+    }
+    let _ = tx.try_send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+        code: CLOSE_GOING_AWAY,
+        reason: "gateway stopping".into(),
+    })));
 }
 
 /// Whether a read failed because the message or a frame exceeded
@@ -118,17 +151,21 @@ where
 {
     while let Some(frame) = rx.recv().await {
         let mut n = 1;
+        let mut closing = matches!(frame, WsMessage::Close(_));
         if sink.feed(frame).await.is_err() {
             return;
         }
-        while let Ok(frame) = rx.try_recv() {
+        while !closing {
+            let Ok(frame) = rx.try_recv() else { break };
             n += 1;
+            closing = matches!(frame, WsMessage::Close(_));
             if sink.feed(frame).await.is_err() {
                 return;
             }
         }
         state.counters.frames_out.fetch_add(n, Relaxed);
-        if sink.flush().await.is_err() {
+        if sink.flush().await.is_err() || closing {
+            // After a close frame nothing more may be sent (RFC 6455 §5.5.1).
             return;
         }
     }

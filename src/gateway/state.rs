@@ -6,7 +6,7 @@
 //! switches are not in it but beside it, in [`Faults`] (`faults.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -46,6 +46,11 @@ pub(crate) struct GatewayState {
     pub(crate) grpc_cut: Mutex<CancellationToken>,
     /// Every task the gateway starts: socket readers, writers, invokes.
     pub(crate) tasks: TaskTracker,
+    /// Set first when the gateway stops: `/readyz` answers 503, new sockets and new
+    /// executes are refused (`server.rs`, [`super::Gateway::shutdown`]).
+    stopping: AtomicBool,
+    /// One token per execute in flight, so a stop can give them its grace.
+    pub(crate) executing: TaskTracker,
 }
 
 impl GatewayState {
@@ -67,7 +72,22 @@ impl GatewayState {
             grpc_cut: Mutex::new(cancel.child_token()),
             cancel,
             tasks: TaskTracker::new(),
+            stopping: AtomicBool::new(false),
+            executing: TaskTracker::new(),
         }
+    }
+
+    /// Whether the gateway has begun to stop.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Begins the stop: from now on `/readyz` is 503 and new sockets and executes are
+    /// refused. SeqCst pairs with the execute path, which takes its `executing` token
+    /// before it reads the flag: an execute either sees the flag or is waited for.
+    pub(crate) fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.executing.close();
     }
 
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry<Arc<ConnectorLink>>> {

@@ -27,11 +27,15 @@ pub struct TestGateway {
 impl TestGateway {
     /// Starts on `127.0.0.1:0` with the test defaults: the production configuration
     /// except a [`TEST_EXECUTE_TIMEOUT`] execute deadline, so a test whose connector
-    /// never answers fails in seconds rather than half a minute. The idle timeout stays
+    /// never answers fails in seconds rather than half a minute, and no shutdown
+    /// grace, so a stop or restart fails executes in flight at once as a crash would
+    /// (start with [`TestGateway::start_with`] to test the grace). The idle timeout stays
     /// at its production value because it must exceed the clients' heartbeat interval.
     pub async fn start() -> TestGateway {
         Self::start_with(
-            GatewayConfig::default().with_default_execute_timeout(TEST_EXECUTE_TIMEOUT),
+            GatewayConfig::default()
+                .with_default_execute_timeout(TEST_EXECUTE_TIMEOUT)
+                .with_shutdown_grace(std::time::Duration::ZERO),
         )
         .await
     }

@@ -5,10 +5,12 @@
 //! claims, old audit rows and, past `event_retention`, events and finished records.
 //!
 //! [`Runtime::start`] (or [`Runtime::builder`], to add local connectors) wires them
-//! from a [`ResolvedConfig`]; [`Runtime::shutdown`] stops accepting, lets in-flight
-//! requests finish (their writes commit before they are answered), stops the
-//! dispatcher (in-flight attempts get the shutdown grace, what is still held is
-//! released), and ends every task.
+//! from a [`ResolvedConfig`]; [`Runtime::shutdown`] is the graceful stop an
+//! orchestrator's SIGTERM starts: readiness goes false and new requests are answered
+//! 503 while those in flight finish (their writes commit before they are answered),
+//! the sources stop and hand back their poll leases, the dispatcher stops claiming
+//! (in-flight attempts get the shutdown grace, what is still held is released), the
+//! gateway registrations leave, and the listener closes last ([`life`]).
 //!
 //! The wiring order matters once: the gateway registration exists before the handlers
 //! that deliver over it, the handlers before the operations that use them, and the
@@ -20,6 +22,7 @@ pub(crate) mod config;
 pub(crate) mod connector;
 mod console;
 pub(crate) mod console_ops;
+pub(crate) mod life;
 pub(crate) mod ops;
 pub(crate) mod outbox_series;
 mod replay_ops;
@@ -60,11 +63,19 @@ const RUNTIME_MAX_CONCURRENT: usize = 256;
 /// How long the sources' `shutdown` may take, together.
 const SOURCE_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a stop waits for the requests already admitted (a webhook whose write is
+/// committing) before it goes on: a request is bounded by the ingress's header and
+/// body timeouts plus a commit, well inside this.
+const REQUEST_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A running runtime.
 pub struct Runtime {
     addr: SocketAddr,
     store: Store,
     cancel: CancellationToken,
+    /// Stops the listener: last in a stop, after everything it fronts ([`life`]).
+    listener_stop: CancellationToken,
+    life: Arc<life::Life>,
     server: JoinHandle<std::io::Result<()>>,
     tasks: Vec<JoinHandle<()>>,
     dispatcher: Option<Dispatcher>,
@@ -375,7 +386,7 @@ impl RuntimeBuilder {
             .set(Arc::new(binding_metrics::RuntimeMetrics {
                 dispatch: metrics,
                 triggers: control.live().clone(),
-                store: backend,
+                store: backend.clone(),
                 breakers: ingress.router.breakers().clone(),
             }));
         let sources = ingress.order.clone();
@@ -386,23 +397,32 @@ impl RuntimeBuilder {
             config.admin_token.clone(),
             cancel.child_token(),
         );
+        let life = life::Life::new(backend, registration.clone(), sources.len());
         let app = router(
             ingress,
             admin::routes(ops.clone()),
             limits.max_concurrent_requests,
         )
-        .merge(console);
+        .merge(console)
+        .layer(axum::middleware::from_fn_with_state(
+            life.clone(),
+            life::gate,
+        ))
+        .merge(life::probes(life.clone()));
+        let listener_stop = CancellationToken::new();
         let server = tokio::spawn(crate::webhooks::listener::serve(
             listener,
             app,
             limits,
-            cancel.clone(),
+            listener_stop.clone(),
         ));
         tracing::info!(%addr, served = ?dispatcher.served(), "runtime listening");
         Ok(Runtime {
             addr,
             store,
             cancel,
+            listener_stop,
+            life,
             server,
             tasks,
             dispatcher: Some(dispatcher),
@@ -533,15 +553,23 @@ impl Runtime {
         self.shutdown().await
     }
 
-    /// Stops accepting, finishes in-flight requests, stops the dispatcher (attempts in
-    /// flight get the shutdown grace; rows still held are released), leaves the
-    /// gateway and ends every task.
+    /// The graceful stop: readiness goes false and new requests are answered 503
+    /// (`Retry-After`) while those in flight finish; the sources stop and hand back
+    /// their poll leases; the dispatcher stops claiming, gives attempts in flight the
+    /// shutdown grace and releases every row it still holds (another process claims
+    /// them at once); the gateway registrations leave; the listener closes last. One
+    /// log line (info) says what the stop finished and released.
     pub async fn shutdown(mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        let unanswered = self.life.stop_taking_requests(REQUEST_DRAIN).await;
+        if unanswered > 0 {
+            tracing::warn!(
+                unanswered,
+                ?REQUEST_DRAIN,
+                "requests still running at the end of the drain; stopping under them"
+            );
+        }
         self.cancel.cancel();
-        let served = self
-            .server
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
         for t in self.tasks.drain(..) {
             let _ = t.await;
         }
@@ -556,13 +584,30 @@ impl Runtime {
         {
             tracing::warn!("a source's shutdown overran its deadline; it is abandoned");
         }
-        if let Some(d) = self.dispatcher.take() {
-            d.shutdown().await;
-        }
+        let dispatched = match self.dispatcher.take() {
+            Some(d) => d.shutdown().await,
+            None => Default::default(),
+        };
+        let left_gateway = self.runner.is_some();
         if let Some((runner, task)) = self.runner.take() {
             runner.shutdown();
             let _ = task.await;
         }
+        self.listener_stop.cancel();
+        let served = self
+            .server
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        tracing::info!(
+            target: crate::signals::STOP_LOG_TARGET,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            requests_unanswered = unanswered,
+            attempts_finished = dispatched.finished,
+            attempts_abandoned = dispatched.abandoned,
+            rows_released = dispatched.released,
+            left_gateway,
+            "runtime stopped: attempts in flight finished or abandoned, rows still held released, poll leases handed back"
+        );
         served.map_err(Error::Io)
     }
 }

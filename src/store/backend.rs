@@ -201,6 +201,19 @@ pub trait Backend: OutboxStore + VersionStore + Send + Sync + 'static {
     /// Deletes claims that expired at or before `now_ms` and audit rows received before
     /// `rejections_before_ms`.
     async fn sweep(&self, now_ms: i64, rejections_before_ms: i64) -> Result<Swept>;
+
+    /// Whether the store can take work now: it answers, a write could begin, and its
+    /// schema is still one this build knows (another process may have migrated it
+    /// since this one started). The runtime's readiness probe (`GET /readyz`) asks;
+    /// it writes nothing.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// The error [`Backend::ping`] returns when the schema moved past this build.
+pub(crate) fn schema_too_new(found: i64, known: i64) -> Error {
+    Error::Store(format!(
+        "the store's schema is at version {found}, newer than this build knows ({known}): a newer switchboard migrated it; run that version"
+    ))
 }
 
 /// A store error: `what` failed because of `e`.

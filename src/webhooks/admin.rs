@@ -19,7 +19,8 @@
 //!   console calls directly. (`GET /api/v1/events/{id}`, one event with its
 //!   deliveries, is the deliver half's: `runtime::admin`.)
 //! - `GET /api/v1/rejections?source=&limit=`: the newest audit rows.
-//! - `GET /metrics`: Prometheus text. `GET /healthz`: liveness.
+//! - `GET /metrics`: Prometheus text. (The probes, `GET /healthz` and `GET /readyz`,
+//!   are the runtime's: `runtime::life`.)
 //!
 //! With `admin_token_env` set, `/api/*` and `/metrics` need `Authorization: Bearer
 //! <token>` (compared in constant time); without it the admin API is open, which the
@@ -56,7 +57,6 @@ pub(crate) fn routes(state: Arc<Ingress>) -> Router<Arc<Ingress>> {
         .route("/api/v1/rejections", get(rejections))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state, require_token))
-        .route("/healthz", get(|| async { "ok" }))
 }
 
 /// An admin API failure, answered as `{"error": reason, "message": …}`.

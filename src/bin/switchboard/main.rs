@@ -66,6 +66,10 @@ enum Command {
         /// on a non-loopback address.
         #[arg(long, value_name = "VAR")]
         admin_token_env: Option<String>,
+        /// On SIGTERM or SIGINT, how long executes in flight may still be answered
+        /// before every connector is told to reconnect and the rest fail (seconds).
+        #[arg(long, value_name = "SECS", default_value_t = 10)]
+        shutdown_grace: u64,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -118,7 +122,8 @@ async fn main() -> std::process::ExitCode {
     // its table counts them instead. RUST_LOG still overrides.
     let default_filter = match cli.command {
         Command::Demo(_) => "warn,switchboard::dispatch::dispatcher=error",
-        _ => "warn",
+        // The one line each graceful stop logs (what it finished and released).
+        _ => "warn,switchboard::stop=info",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -126,6 +131,9 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
+        // Colours for a person at a terminal only: journald, `kubectl logs` and files
+        // get plain text, not escape codes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Gateway {
@@ -136,8 +144,11 @@ async fn main() -> std::process::ExitCode {
             public_url,
             trust_issuer,
             admin_token_env,
+            shutdown_grace,
         } => {
-            let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
+            let mut config = switchboard::gateway::GatewayConfig::default()
+                .with_approval(approval)
+                .with_shutdown_grace(std::time::Duration::from_secs(shutdown_grace));
             if let Some(var) = admin_token_env {
                 match std::env::var(&var) {
                     Ok(token) if !token.is_empty() => config = config.with_admin_token(token),

@@ -267,6 +267,23 @@ impl Backend for PostgresBackend {
         "postgres"
     }
 
+    async fn ping(&self) -> Result<()> {
+        let client = self.client().await?;
+        let found: i64 = client
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                &[],
+            )
+            .await
+            .map_err(pg_err("ping"))?
+            .get(0);
+        let known = super::schema::newest();
+        if found > known {
+            return Err(crate::store::backend::schema_too_new(found, known));
+        }
+        Ok(())
+    }
+
     async fn write_batch(&self, writes: Vec<Write>, now_ms: i64) -> Result<Vec<Option<Appended>>> {
         let mut client = self.client().await?;
         let append = client

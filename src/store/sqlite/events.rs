@@ -242,6 +242,32 @@ impl Backend for SqliteBackend {
         "sqlite"
     }
 
+    async fn ping(&self) -> Result<()> {
+        // On the writer, inside a write transaction that is rolled back: a file that
+        // another process holds locked, or that can no longer be written, fails here
+        // as the next ingest would (after `busy_timeout`).
+        let found = Self::with(&self.writer, |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err("ping"))?;
+            let found: i64 = tx
+                .query_row(
+                    "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err("ping"))?;
+            tx.rollback().map_err(sql_err("ping"))?;
+            Ok(found)
+        })
+        .await?;
+        let known = super::schema::MIGRATIONS.last().map_or(0, |m| m.0);
+        if found > known {
+            return Err(crate::store::backend::schema_too_new(found, known));
+        }
+        Ok(())
+    }
+
     fn body_compression(&self) -> BodyCompression {
         self.body_compression
     }
