@@ -10,66 +10,12 @@ mod dsupport;
 #[path = "ingest/support.rs"]
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::eventually;
+use common::tcp_proxy::Proxy;
 use dsupport::{Recorder, Rt};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
-
-/// A TCP proxy to PostgreSQL that can be taken down and brought back.
-struct Proxy {
-    port: u16,
-    up: Arc<AtomicBool>,
-    /// Cancelled to cut every open connection; replaced on `bring_up`.
-    cut: Arc<std::sync::Mutex<CancellationToken>>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let cut = Arc::new(std::sync::Mutex::new(CancellationToken::new()));
-        let (u, c) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                if !u.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let token = c.lock().unwrap().clone();
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut a, mut b) = (client, server);
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
-                        _ = token.cancelled() => {}
-                    }
-                });
-            }
-        });
-        Proxy { port, up, cut }
-    }
-
-    fn take_down(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.cut.lock().unwrap().cancel();
-    }
-
-    fn bring_up(&self) {
-        *self.cut.lock().unwrap() = CancellationToken::new();
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
 
 const CONFIG: &str = r#"
 [dispatcher]

@@ -6,6 +6,7 @@ pub mod connect_proxy;
 pub mod logs;
 #[cfg(feature = "gateway")]
 pub mod serve;
+pub mod tcp_proxy;
 pub mod wait;
 
 #[allow(unused_imports)]
