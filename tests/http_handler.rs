@@ -1,7 +1,8 @@
 //! The built-in `http` handler end to end: bindings in a runtime config POST their
 //! events, signed per Standard Webhooks, to a real local endpoint; the answers drive
 //! the outbox (Retry-After, 4xx dead-lettered at once, redirects, the response cap);
-//! the egress policy refuses loopback unless allow-listed, also through a DNS name;
+//! the egress policy refuses loopback unless allow-listed, also through a DNS name and
+//! at a redirect;
 //! the per-endpoint breaker opens and half-opens. The official Python
 //! `standardwebhooks` library verifies what was signed.
 
@@ -428,6 +429,42 @@ async fn the_breaker_opens_then_half_opens_for_one_probe_after_the_cool_off() {
     tokio::time::pause();
     tokio::time::advance(cool_off).await;
     tokio::time::resume();
+/// A redirect to an address the policy refuses is the refusal it would be as the
+/// first URL: `egress_refused`, one attempt, although `retry_4xx` retries the
+/// binding's other failures (it was once `handler` and retried; a redirect to a name
+/// was refused, so the outcome depended on the spelling).
+#[tokio::test]
+async fn a_redirect_to_a_refused_address_is_egress_refused_at_once_even_with_retry_4xx() {
+    let ep = Endpoint::start().await;
+    let text = format!(
+        r#"
+[outbound]
+allow = ["127.0.0.1/32"]
+
+[[triggers]]
+id = "hook"
+handler = {{ http = "{}", secret_env = "SW_SECRET", retry_4xx = true }}
+retry = {{ max_attempts = 5, backoff = "constant", base = "20ms", jitter = 0.0 }}
+"#,
+        ep.url(&format!("/to/127.0.0.2:{}/hook", ep.addr.port()))
+    );
+    let mut rt = Rt::sqlite(&text, &[]).await;
+    rt.enqueue("hook", json!({"n": 1})).await;
+    let dl = dead_letters(&rt, "hook", 1).await;
+    assert_eq!(dl[0]["attempts"], 1, "a refusal is not retried: {}", dl[0]);
+    assert_eq!(error_kinds(&dl[0]), ["egress_refused"]);
+    let msg = last_error(&dl[0]);
+    assert!(
+        msg.contains(&format!(
+            "redirected to http://127.0.0.2:{}/hook: the egress policy refuses 127.0.0.2 (a loopback address)",
+            ep.addr.port()
+        )) && msg.contains("allow = [\"127.0.0.2/32\"]"),
+        "{msg}"
+    );
+    assert_eq!(ep.count(), 1, "only the redirecting request was sent");
+    rt.stop().await;
+}
+
     ep.by_default(Answer::status(200));
     assert_eq!(post().await.unwrap().status, 200, "the probe succeeds");
     for _ in 0..3 {

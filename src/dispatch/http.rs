@@ -13,10 +13,13 @@
 //!
 //! What an answer means ([`outcome`]): 2xx is done; 429 and 503 are retried, at the
 //! time their `Retry-After` asks when they send one; 408 and 425 are retried; any other
-//! 4xx (and a 3xx that was not followed, and a refused redirect) is a failure retrying
-//! cannot cure, dead-lettered at once unless the handler sets `retry_4xx`; 5xx,
-//! timeouts and connection errors are retried per the binding's policy. A refused
-//! destination (egress policy) is dead-lettered at once; an open breaker is retried.
+//! 4xx (and a 3xx that was not followed, a redirect loop, an eleventh redirect) is a
+//! failure retrying cannot cure, dead-lettered at once unless the handler sets
+//! `retry_4xx`; 5xx, timeouts and connection errors are retried per the binding's
+//! policy. A destination the egress policy refuses, as the URL or at a redirect, by
+//! address or by name, is `egress_refused` and dead-lettered at once whatever
+//! `retry_4xx` says: only the operator's `allow` can change that answer. An open
+//! breaker is retried.
 
 use std::time::Duration;
 

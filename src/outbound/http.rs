@@ -150,7 +150,8 @@ pub enum HttpError {
     /// The request itself is wrong (a bad URL, a bad header).
     #[error("{0}")]
     Invalid(String),
-    /// The egress policy refused the destination; nothing was sent.
+    /// The egress policy refused the destination (the first URL's or a redirect's);
+    /// nothing was sent to it.
     #[error("{0}")]
     Refused(String),
     /// The endpoint's breaker is open; nothing was sent.
@@ -161,7 +162,8 @@ pub enum HttpError {
         /// When a probe may go (ms from now).
         retry_in_ms: i64,
     },
-    /// A redirect was refused: too many, a loop, or a refused destination.
+    /// A redirect was not followed: too many, a loop, or not to an `http(s)` URL. (A
+    /// redirect to a destination the egress policy refuses is [`HttpError::Refused`].)
     #[error("{0}")]
     Redirect(String),
     /// The body is larger than the cap.
@@ -458,11 +460,16 @@ fn redirect_policy(policy: Arc<EgressPolicy>) -> Policy {
             );
             return attempt.error(msg);
         }
-        if let Err(e) = check_destination(attempt.url(), &policy) {
-            let msg = format!("redirect refused: {e}");
-            return attempt.error(msg);
+        match check_destination(attempt.url(), &policy) {
+            Ok(()) => attempt.follow(),
+            // Typed, so `classify` reports it as the refusal it is: the same outcome
+            // as a first URL, or a redirect to a name, refused by the policy.
+            Err(HttpError::Refused(why)) => attempt.error(RedirectRefused(why)),
+            Err(e) => {
+                let msg = format!("redirect refused: {e}");
+                attempt.error(msg)
+            }
         }
-        attempt.follow()
     })
 }
 
@@ -473,8 +480,8 @@ fn classify(e: reqwest::Error) -> HttpError {
     let mut refused = None;
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
-        if let Some(r) = s.downcast_ref::<HostRefused>() {
-            refused = Some(r.to_string());
+        if s.is::<HostRefused>() || s.is::<RedirectRefused>() {
+            refused = Some(s.to_string());
         }
         let more = s.to_string();
         if !text.contains(&more) {
@@ -493,5 +500,91 @@ fn classify(e: reqwest::Error) -> HttpError {
         HttpError::Transport(format!("timed out: {text}"))
     } else {
         HttpError::Transport(text)
+    }
+}
+/// A redirect to a literal address the egress policy refuses. The resolver's
+/// [`HostRefused`] covers redirects to names; this covers the addresses the resolver
+/// never sees, so both spellings of one destination end alike.
+#[derive(Debug)]
+struct RedirectRefused(String);
+
+impl std::fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirected to {}", self.0)
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A local server answering `/to/<rest>` with a 307 to `http://<rest>`, on
+    /// 127.0.0.1 (the only address the tests' policy allows).
+    async fn redirector() -> std::net::SocketAddr {
+        let app = axum::Router::new().fallback(|uri: axum::http::Uri| async move {
+            let to = uri.path().strip_prefix("/to/").unwrap_or("").to_owned();
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, to)],
+            )
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    fn client() -> HttpDelivery {
+        let mut settings = OutboundSettings::default().allow("127.0.0.1/32").unwrap();
+        settings
+            .hosts
+            .insert("inside.test".into(), vec!["10.0.0.7".parse().unwrap()]);
+        HttpDelivery::new(&settings).unwrap()
+    }
+
+    async fn post(client: &HttpDelivery, url: String) -> Result<HttpResponse, HttpError> {
+        client
+            .deliver(HttpRequest {
+                method: reqwest::Method::POST,
+                url,
+                headers: vec![],
+                body: Bytes::new(),
+                sign: None,
+                timeout: Duration::from_secs(5),
+            })
+            .await
+    }
+
+    /// The case: the same refused destination, spelled as an address or as a
+    /// name, is the same refusal after a redirect as it is as the first URL.
+    #[tokio::test]
+    async fn a_redirect_to_a_refused_destination_is_a_refusal_by_address_and_by_name() {
+        let at = redirector().await;
+        let client = client();
+        let by_address = post(&client, format!("http://{at}/to/http://127.0.0.2:9/hook")).await;
+        match by_address {
+            Err(HttpError::Refused(m)) => assert!(
+                m.starts_with("redirected to http://127.0.0.2:9/hook: the egress policy refuses 127.0.0.2 (a loopback address)"),
+                "{m}"
+            ),
+            other => panic!("not a refusal: {other:?}"),
+        }
+        let by_name = post(&client, format!("http://{at}/to/http://inside.test:9/hook")).await;
+        match by_name {
+            Err(HttpError::Refused(m)) => assert!(
+                m.contains("inside.test resolves to 10.0.0.7") && m.contains("(a private address)"),
+                "{m}"
+            ),
+            other => panic!("not a refusal: {other:?}"),
+        }
+        // A redirect refused for another reason stays a redirect failure.
+        let elsewhere = post(&client, format!("http://{at}/to/ftp://example.com/")).await;
+        assert!(
+            matches!(&elsewhere, Err(HttpError::Redirect(m)) if m.contains("only http and https")),
+            "{elsewhere:?}"
+        );
     }
 }
