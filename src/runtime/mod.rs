@@ -434,6 +434,9 @@ async fn register_outbound(
     };
     for s in &ingress.order {
         let cfg = config(
+        if s.spec.tenant != gw.tenant {
+            tracing::warn!(source = s.id(), tenant = %s.spec.tenant, gateway_tenant = %gw.tenant, "the source names a tenant other than [gateway] tenant, so its registration opens a gateway socket of its own; leave tenant unset to share the runtime's");
+        }
             &s.spec.tenant,
             s.id(),
             format!("{} source {}", s.provider, s.id()),

@@ -84,7 +84,9 @@ pub struct SourceConfig {
     /// are from the working directory. Listed after `secret_env`'s.
     #[serde(default)]
     pub secret_file: EnvNames,
-    /// Tenant of this source's events.
+    /// Tenant of this source's events and of its gateway registration. Default: the
+    /// top-level `tenant`, else `[gateway] tenant` (one socket for the runtime and
+    /// its sources), else `default`.
     pub tenant: Option<String>,
     /// How long a dedupe claim lasts. Default 7 days.
     pub dedupe_retention_secs: Option<i64>,

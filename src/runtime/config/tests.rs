@@ -192,6 +192,20 @@ fn the_shipped_example_config_resolves_with_its_gateway_and_invoke_binding_uncom
 }
 
 #[test]
+fn a_source_takes_the_runtimes_gateway_tenant_unless_a_tenant_is_named() {
+    let tenants = |top: &str| {
+        let c = resolve(&format!(
+            "{top}\n[gateway]\nurl = \"ws://127.0.0.1:4000\"\ntenant = \"acme\"\n\n[[sources]]\nid = \"a\"\nprovider = \"github\"\nsecret_env = \"GH\"\n\n[[sources]]\nid = \"b\"\nprovider = \"github\"\nsecret_env = \"GH\"\ntenant = \"own\"\n"
+        ))
+        .unwrap();
+        (c.sources[0].tenant.clone(), c.sources[1].tenant.clone())
+    };
+    // One socket for the runtime and its sources, not a second under "default".
+    assert_eq!(tenants(""), ("acme".into(), "own".into()));
+    assert_eq!(tenants("tenant = \"top\""), ("top".into(), "own".into()));
+}
+
+#[test]
 fn a_public_listener_needs_an_admin_token_or_an_explicit_opt_out() {
     let open = err("listen = \"0.0.0.0:8787\"\n");
     assert!(open.contains("admin_token_env"), "{open}");
