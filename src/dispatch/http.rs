@@ -58,6 +58,8 @@ pub(crate) struct Target<'a> {
     pub(crate) url: &'a str,
     /// The secrets' variables.
     pub(crate) secret_env: &'a [String],
+    /// The secrets' files.
+    pub(crate) secret_file: &'a [String],
     /// Bound on the request.
     pub(crate) timeout: Duration,
     /// Retry 4xx answers.
@@ -118,7 +120,7 @@ pub(crate) async fn deliver(
     input: Delivery<'_>,
     target: Target<'_>,
 ) -> Result<Payload, AttemptFailure> {
-    let keys = client.keys(target.secret_env).map_err(|e| {
+    let keys = client.keys(target.secret_env, target.secret_file).map_err(|e| {
         AttemptFailure::new(
             FailureKind::Platform,
             format!("binding {:?}: {e}", input.binding_id),

@@ -70,6 +70,9 @@ pub struct OutboundSettings {
     /// Signing secrets by environment variable name, read when the configuration was
     /// resolved (names not here are read from the process environment at delivery).
     pub(crate) secrets: HashMap<String, Secret>,
+    /// Signing secrets by file path, read when the configuration was resolved (paths
+    /// not here, a binding's registered at run time, are read at delivery).
+    pub(crate) secret_files: HashMap<String, Secret>,
     /// Names resolved to fixed addresses instead of through DNS (still filtered by
     /// the policy): for tests that need a name pointing at an address.
     pub(crate) hosts: HashMap<String, Vec<IpAddr>>,
@@ -99,6 +102,7 @@ impl Default for OutboundSettings {
             breaker_errors: DEFAULT_BREAKER_ERRORS,
             breaker_cool_off: DEFAULT_BREAKER_COOL_OFF,
             secrets: HashMap::new(),
+            secret_files: HashMap::new(),
             hosts: HashMap::new(),
         }
     }
@@ -211,7 +215,27 @@ pub struct HttpDelivery {
     breakers: Mutex<HashMap<String, Breaker>>,
     /// The breakers' clock: tokio's, so paused-time tests drive cool-offs.
     base: tokio::time::Instant,
-    secrets: HashMap<String, Secret>,
+    /// Replaced whole by a reload ([`HttpDelivery::refresh_secrets`]), so a rotated
+    /// secret file signs from then on without a restart.
+    secrets: std::sync::RwLock<Arc<Secrets>>,
+}
+
+/// The signing secrets read with the configuration.
+#[derive(Debug, Default)]
+struct Secrets {
+    /// By environment variable name.
+    env: HashMap<String, Secret>,
+    /// By file path.
+    files: HashMap<String, Secret>,
+}
+
+impl Secrets {
+    fn of(settings: &OutboundSettings) -> Arc<Secrets> {
+        Arc::new(Secrets {
+            env: settings.secrets.clone(),
+            files: settings.secret_files.clone(),
+        })
+    }
 }
 
 impl std::fmt::Debug for HttpDelivery {
@@ -247,29 +271,46 @@ impl HttpDelivery {
                 .unwrap_or(i64::MAX),
             breakers: Mutex::default(),
             base: tokio::time::Instant::now(),
-            secrets: settings.secrets.clone(),
+            secrets: std::sync::RwLock::new(Secrets::of(settings)),
         })
     }
 
-    /// The signing keys named by `env_names`, in order: from the secrets read with the
-    /// configuration, else from the process environment. The error names the variable
-    /// and never the value.
-    pub(crate) fn keys(&self, env_names: &[String]) -> Result<Vec<SigningKey>, String> {
-        env_names
-            .iter()
-            .map(|name| {
-                let text = match self.secrets.get(name) {
-                    Some(s) => String::from_utf8_lossy(s.expose()).into_owned(),
-                    None => std::env::var(name)
-                        .ok()
-                        .filter(|v| !v.is_empty())
-                        .ok_or_else(|| {
-                            format!("secret_env names {name}, which is unset or empty")
-                        })?,
-                };
-                SigningKey::parse(&text).map_err(|e| format!("the secret in {name} {e}"))
-            })
-            .collect()
+    /// Takes the signing secrets of `settings` (a reloaded configuration's, read
+    /// again from the environment and the files) in place of the current ones.
+    pub(crate) fn refresh_secrets(&self, settings: &OutboundSettings) {
+        *self.secrets.write().unwrap_or_else(|p| p.into_inner()) = Secrets::of(settings);
+    }
+
+    /// The signing keys of `env_names`, then of `files`, in order: from the secrets
+    /// read with the configuration, else from the process environment or the file
+    /// now. The error names the variable or the path, never the value.
+    pub(crate) fn keys(
+        &self,
+        env_names: &[String],
+        files: &[String],
+    ) -> Result<Vec<SigningKey>, String> {
+        let read = self
+            .secrets
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let parse = |what: &str, secret: &Secret| {
+            SigningKey::parse(&String::from_utf8_lossy(secret.expose()))
+                .map_err(|e| format!("the secret in {what} {e}"))
+        };
+        let from_env = env_names.iter().map(|name| match read.env.get(name) {
+            Some(s) => parse(name, s),
+            None => std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("secret_env names {name}, which is unset or empty"))
+                .and_then(|v| parse(name, &Secret::new(v))),
+        });
+        let from_files = files.iter().map(|path| match read.files.get(path) {
+            Some(s) => parse(path, s),
+            None => parse(path, &crate::secret::read_file(path)?),
+        });
+        from_env.chain(from_files).collect()
     }
 
     /// Sends `req` and reads the whole answer (up to the cap: past it,
@@ -473,6 +514,20 @@ fn redirect_policy(policy: Arc<EgressPolicy>) -> Policy {
     })
 }
 
+/// A redirect to a literal address the egress policy refuses. The resolver's
+/// [`HostRefused`] covers redirects to names; this covers the addresses the resolver
+/// never sees, so both spellings of one destination end alike.
+#[derive(Debug)]
+struct RedirectRefused(String);
+
+impl std::fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirected to {}", self.0)
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
+
 /// A client error as an [`HttpError`], with the whole cause chain in its message
 /// (reqwest's own text alone says "error sending request").
 fn classify(e: reqwest::Error) -> HttpError {
@@ -502,20 +557,6 @@ fn classify(e: reqwest::Error) -> HttpError {
         HttpError::Transport(text)
     }
 }
-/// A redirect to a literal address the egress policy refuses. The resolver's
-/// [`HostRefused`] covers redirects to names; this covers the addresses the resolver
-/// never sees, so both spellings of one destination end alike.
-#[derive(Debug)]
-struct RedirectRefused(String);
-
-impl std::fmt::Display for RedirectRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "redirected to {}", self.0)
-    }
-}
-
-impl std::error::Error for RedirectRefused {}
-
 
 #[cfg(test)]
 mod tests {

@@ -162,7 +162,9 @@ impl SourceConfig {
             ));
         }
         let mut secrets = read_secrets(&self.secret_env.names(), env).map_err(bad)?;
-        secrets.extend(read_secret_files(&self.secret_file.names()).map_err(bad)?);
+        for path in self.secret_file.names() {
+            secrets.push(crate::secret::read_file(path).map_err(bad)?);
+        }
         for (name, limit) in [
             ("rate_limit", &self.rate_limit),
             ("rejection_audit_limit", &self.rejection_audit_limit),
@@ -230,25 +232,3 @@ pub(crate) fn read_secrets(
         .collect()
 }
 
-/// Reads each secret file: its whole content less one trailing newline (what `echo`
-/// and most secret stores leave). A missing, unreadable or empty file is an error
-/// that names the path, never the content.
-pub(crate) fn read_secret_files(paths: &[&str]) -> std::result::Result<Vec<Secret>, String> {
-    paths
-        .iter()
-        .map(|path| {
-            let mut bytes = std::fs::read(path)
-                .map_err(|e| format!("secret_file {path}: cannot be read: {e}"))?;
-            if bytes.ends_with(b"\n") {
-                bytes.pop();
-                if bytes.ends_with(b"\r") {
-                    bytes.pop();
-                }
-            }
-            if bytes.is_empty() {
-                return Err(format!("secret_file {path} is empty"));
-            }
-            Ok(Secret::new(bytes))
-        })
-        .collect()
-}
