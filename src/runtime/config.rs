@@ -368,4 +368,6 @@ impl RuntimeConfig {
 #[cfg(test)]
 mod binding_tests;
 #[cfg(test)]
+mod example_tests;
+#[cfg(test)]
 mod tests;

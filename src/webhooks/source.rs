@@ -2,10 +2,9 @@
 //! ([`SourceConfig`]) and resolved ([`SourceSpec`]: the runtime's own options checked,
 //! defaults applied, secrets read from the environment).
 //!
-//! A source table has two halves. The runtime's keys (`id`, `provider`, `tenant`,
-//! `secret_env`, `max_body_bytes`, `rate_limit`, `dedupe_retention_secs`,
-//! `rejection_audit_limit`) are read here, the same for every provider; every other
-//! key is the source's own option, handed as a table to the provider's inbound
+//! A source table has two halves. The runtime's keys ([`RUNTIME_KEYS`]: `id`,
+//! `provider`, `secret_env`, `secret_file`, `tenant`, limits and leases) are read
+//! here, the same for every provider; every other key is the source's own option, handed as a table to the provider's inbound
 //! connector, which checks it when the runtime starts (`InboundConnector::init`).
 //! That split is why this module knows no provider: a program's own connector gets
 //! its options the way the built-ins do. Errors name the source and the option, never
@@ -109,6 +108,40 @@ pub struct SourceConfig {
     #[serde(flatten)]
     pub options: toml::Table,
 }
+
+/// Lists the runtime's keys of a source table and has the compiler check the list:
+/// the pattern below names every field of [`SourceConfig`] but the flattened
+/// `options`, with no `..`, so a field added to the struct and not here fails to
+/// build. The list is what a flattened struct cannot tell serde's derive to report
+/// (the example configuration's completeness test needs it).
+macro_rules! runtime_keys {
+    ($($key:ident),* $(,)?) => {
+        /// The runtime's keys of a `[[sources]]` table, in declaration order: every
+        /// key that is not the provider's own option.
+        #[allow(dead_code)] // Read by the example configuration's test only.
+        pub(crate) const RUNTIME_KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        #[allow(dead_code)]
+        fn runtime_keys_name_every_field(c: SourceConfig) {
+            let SourceConfig { $($key: _,)* options: _ } = c;
+        }
+    };
+}
+
+runtime_keys!(
+    id,
+    provider,
+    secret_env,
+    secret_file,
+    tenant,
+    dedupe_retention_secs,
+    max_body_bytes,
+    rate_limit,
+    rejection_audit_limit,
+    outbound_rate_limit,
+    outbound_max_wait_secs,
+    poll_lease_secs,
+);
 
 /// A source ready to start: the runtime's options resolved, secrets loaded; its own
 /// options still a table, for its connector's `init`.
