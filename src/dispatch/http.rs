@@ -120,12 +120,14 @@ pub(crate) async fn deliver(
     input: Delivery<'_>,
     target: Target<'_>,
 ) -> Result<Payload, AttemptFailure> {
-    let keys = client.keys(target.secret_env, target.secret_file).map_err(|e| {
-        AttemptFailure::new(
-            FailureKind::Platform,
-            format!("binding {:?}: {e}", input.binding_id),
-        )
-    })?;
+    let keys = client
+        .keys(target.secret_env, target.secret_file)
+        .map_err(|e| {
+            AttemptFailure::new(
+                FailureKind::Platform,
+                format!("binding {:?}: {e}", input.binding_id),
+            )
+        })?;
     match client.deliver(request(input, target, keys)).await {
         Ok(resp) => outcome(&resp, target.retry_4xx, crate::clock::now_ms()),
         Err(e) => Err(failure(e, target.retry_4xx)),

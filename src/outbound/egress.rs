@@ -310,7 +310,10 @@ mod tests {
     #[test]
     fn the_refusal_reads_with_the_right_article() {
         for (a, phrase) in [
-            ("0.0.0.0", "0.0.0.0 (an unspecified (\"this network\") address)"),
+            (
+                "0.0.0.0",
+                "0.0.0.0 (an unspecified (\"this network\") address)",
+            ),
             ("::", ":: (an unspecified address)"),
             ("192.0.0.8", "(an IETF protocol assignment address)"),
             ("fd00::1", "(a unique-local address)"),

@@ -264,4 +264,3 @@ pub(crate) fn read_secrets(
         })
         .collect()
 }
-

@@ -121,7 +121,11 @@ fn config_keys() -> BTreeSet<String> {
         }
     }
     let mut out = BTreeSet::new();
-    walk(&[], probe(&[]).expect("the top level lists its keys"), &mut out);
+    walk(
+        &[],
+        probe(&[]).expect("the top level lists its keys"),
+        &mut out,
+    );
     out
 }
 
@@ -148,9 +152,8 @@ fn example_keys() -> BTreeSet<String> {
             _ => {}
         }
     }
-    let shown: toml::Value = toml::from_str(&uncommented_example()).expect(
-        "examples/switchboard.toml with its `# key = value` lines uncommented is TOML",
-    );
+    let shown: toml::Value = toml::from_str(&uncommented_example())
+        .expect("examples/switchboard.toml with its `# key = value` lines uncommented is TOML");
     let mut out = BTreeSet::new();
     walk("", &shown, &mut out);
     out
@@ -229,10 +232,7 @@ fn the_shipped_example_config_resolves_with_everything_uncommented() {
         let name = name.split('"').next().unwrap();
         std::fs::write(dir.path().join(name), SECRET).unwrap();
     }
-    text = text.replace(
-        "\"/run/secrets/",
-        &format!("\"{}/", dir.path().display()),
-    );
+    text = text.replace("\"/run/secrets/", &format!("\"{}/", dir.path().display()));
     let c = RuntimeConfig::from_toml(&text)
         .unwrap()
         .resolve_with(|_| Some(SECRET.into()))

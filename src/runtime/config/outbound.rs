@@ -259,7 +259,10 @@ mod tests {
             "less the trailing newline"
         );
         for (file, needle) in [
-            (&plain, format!("secret_file {plain}: the secret is not a Standard Webhooks secret")),
+            (
+                &plain,
+                format!("secret_file {plain}: the secret is not a Standard Webhooks secret"),
+            ),
             (&empty, format!("secret_file {empty} is empty")),
             (&missing, format!("secret_file {missing}: cannot be read")),
         ] {
@@ -267,7 +270,10 @@ mod tests {
                 .resolve(&registry_signing(&format!("secret_file = {file:?}")), &env)
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("trigger \"out\": handler: ") && e.contains(&needle), "{e}");
+            assert!(
+                e.contains("trigger \"out\": handler: ") && e.contains(&needle),
+                "{e}"
+            );
             assert!(!e.contains("whsec secret!"), "{e}");
         }
     }

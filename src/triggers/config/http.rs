@@ -84,8 +84,8 @@ pub(crate) fn resolve(o: Options<'_>) -> Result<Handler, String> {
             "secret_env {bad:?} is not an environment variable name (letters, digits, _)"
         ));
     }
-    let timeout: Duration = duration_or(o.timeout, DEFAULT_HTTP_TIMEOUT, true)
-        .map_err(|e| format!("timeout: {e}"))?;
+    let timeout: Duration =
+        duration_or(o.timeout, DEFAULT_HTTP_TIMEOUT, true).map_err(|e| format!("timeout: {e}"))?;
     Ok(Handler::Http {
         url: url.to_owned(),
         secret_env: names,
@@ -177,7 +177,12 @@ mod tests {
         let cases = [
             ("ftp://example.com/", one("S"), None, "scheme"),
             ("not a url", one("S"), None, "is not a URL"),
-            ("https://user:pw@example.com/", one("S"), None, "credentials"),
+            (
+                "https://user:pw@example.com/",
+                one("S"),
+                None,
+                "credentials",
+            ),
             (
                 "https://example.com/",
                 None,

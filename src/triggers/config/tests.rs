@@ -291,7 +291,10 @@ fn http_handlers_resolve_and_round_trip_through_rebuild() {
     let e = resolved("id = \"q\"\nhandler = { queue = \"w\", secret_file = \"/a\" }")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("secret_file applies to http handlers only"), "{e}");
+    assert!(
+        e.contains("secret_file applies to http handlers only"),
+        "{e}"
+    );
 }
 
 #[test]
