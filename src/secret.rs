@@ -1,7 +1,7 @@
 //! [`Secret`]: bytes that must never reach a log line or a `Debug` dump (signing
 //! secrets, admin tokens). On the ground floor because every layer that reads one
-//! from the environment (the webhook sources, the runtime's admin token) needs the
-//! same guarantee.
+//! from the environment or a file (the webhook sources, the `http` handler, the
+//! runtime's admin token) needs the same guarantee.
 
 /// A secret's bytes. Debug and Display never show them.
 #[derive(Clone, PartialEq, Eq)]
@@ -34,6 +34,26 @@ impl Secret {
         use subtle::ConstantTimeEq as _;
         bool::from(given.ct_eq(&self.0))
     }
+}
+
+/// Reads a secret file (`secret_file` of a source or of an `http` handler): its whole
+/// content less one trailing newline (what `echo` and most secret stores leave). A
+/// missing, unreadable or empty file is an error that names the path, never the
+/// content. Here, below both readers, so a mounted secret means the same bytes to
+/// each.
+pub(crate) fn read_file(path: &str) -> Result<Secret, String> {
+    let mut bytes =
+        std::fs::read(path).map_err(|e| format!("secret_file {path}: cannot be read: {e}"))?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    if bytes.is_empty() {
+        return Err(format!("secret_file {path} is empty"));
+    }
+    Ok(Secret(bytes))
 }
 
 impl std::fmt::Debug for Secret {

@@ -1,7 +1,8 @@
 //! The built-in `http` handler end to end: bindings in a runtime config POST their
 //! events, signed per Standard Webhooks, to a real local endpoint; the answers drive
 //! the outbox (Retry-After, 4xx dead-lettered at once, redirects, the response cap);
-//! the egress policy refuses loopback unless allow-listed, also through a DNS name;
+//! the egress policy refuses loopback unless allow-listed, also through a DNS name and
+//! at a redirect;
 //! the per-endpoint breaker opens and half-opens. The official Python
 //! `standardwebhooks` library verifies what was signed.
 
@@ -117,6 +118,68 @@ secret_env = "GH_SECRET"
         rt.get_direct_counts("hook").await.dispatched == 1
     })
     .await;
+    rt.stop().await;
+}
+
+/// The `webhook-signature` the Standard Webhooks secret `secret` gives `hit`.
+fn signature_with(secret: &str, hit: &endpoint::Hit) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.trim_start_matches("whsec_")).unwrap();
+    let signed = support::mac(
+        &key,
+        &[
+            hit.header("webhook-id").as_bytes(),
+            b".",
+            hit.header("webhook-timestamp").as_bytes(),
+            b".",
+            &hit.body,
+        ],
+    );
+    format!("v1,{}", b64.encode(signed))
+}
+
+/// Operators who mount secrets as files sign deliveries with them: `secret_file`
+/// read at start, and again at a reload, so a rotated file signs from then on.
+#[tokio::test]
+async fn a_secret_file_signs_and_a_reload_reads_the_rotated_file() {
+    let ep = Endpoint::start().await;
+    let (first, second) = (
+        dsupport::env("SW_SECRET").unwrap(),
+        dsupport::env("OLD_SECRET").unwrap(),
+    );
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("hook-secret");
+    std::fs::write(&file, format!("{first}\n")).unwrap();
+    let text = format!(
+        r#"
+[outbound]
+{LOOPBACK}
+
+[[triggers]]
+id = "hook"
+handler = {{ http = "{}", secret_file = "{}" }}
+"#,
+        ep.url("/hook"),
+        file.display()
+    );
+    let mut rt = Rt::sqlite_file(&text, &[]).await;
+    rt.enqueue("hook", json!({"n": 1})).await;
+    eventually("the first delivery", || async { ep.count() == 1 }).await;
+    let hit = &ep.hits()[0];
+    assert_eq!(hit.header("webhook-signature"), signature_with(&first, hit));
+
+    std::fs::write(&file, &second).unwrap();
+    rt.rt().reload().await.unwrap();
+    rt.enqueue("hook", json!({"n": 2})).await;
+    eventually("the second delivery", || async { ep.count() == 2 }).await;
+    let hit = &ep.hits()[1];
+    assert_eq!(
+        hit.header("webhook-signature"),
+        signature_with(&second, hit),
+        "signed with the rotated file's secret"
+    );
+    assert_ne!(signature_with(&first, hit), signature_with(&second, hit));
     rt.stop().await;
 }
 
@@ -363,6 +426,42 @@ handler = {{ http = "{}", secret_env = "SW_SECRET" }}
         "{msg}"
     );
     assert_eq!(ep.count(), 0, "nothing reached the endpoint");
+    rt.stop().await;
+}
+
+/// A redirect to an address the policy refuses is the refusal it would be as the
+/// first URL: `egress_refused`, one attempt, although `retry_4xx` retries the
+/// binding's other failures (it was once `handler` and retried; a redirect to a name
+/// was refused, so the outcome depended on the spelling).
+#[tokio::test]
+async fn a_redirect_to_a_refused_address_is_egress_refused_at_once_even_with_retry_4xx() {
+    let ep = Endpoint::start().await;
+    let text = format!(
+        r#"
+[outbound]
+allow = ["127.0.0.1/32"]
+
+[[triggers]]
+id = "hook"
+handler = {{ http = "{}", secret_env = "SW_SECRET", retry_4xx = true }}
+retry = {{ max_attempts = 5, backoff = "constant", base = "20ms", jitter = 0.0 }}
+"#,
+        ep.url(&format!("/to/127.0.0.2:{}/hook", ep.addr.port()))
+    );
+    let mut rt = Rt::sqlite(&text, &[]).await;
+    rt.enqueue("hook", json!({"n": 1})).await;
+    let dl = dead_letters(&rt, "hook", 1).await;
+    assert_eq!(dl[0]["attempts"], 1, "a refusal is not retried: {}", dl[0]);
+    assert_eq!(error_kinds(&dl[0]), ["egress_refused"]);
+    let msg = last_error(&dl[0]);
+    assert!(
+        msg.contains(&format!(
+            "redirected to http://127.0.0.2:{}/hook: the egress policy refuses 127.0.0.2 (a loopback address)",
+            ep.addr.port()
+        )) && msg.contains("allow = [\"127.0.0.2/32\"]"),
+        "{msg}"
+    );
+    assert_eq!(ep.count(), 1, "only the redirecting request was sent");
     rt.stop().await;
 }
 

@@ -80,9 +80,10 @@ async fn another_connector_calls_the_github_source_through_the_gateway_under_its
     let gw = TestGateway::start().await;
     let (api, seen) = fake_github().await;
     std::env::set_var("SB_TEST_GITHUB_API_TOKEN", "ghp_test_token");
+    // No top-level `tenant`: the source registers under the runtime's (`acme`), so
+    // `acme.github.gh` reaches it.
     let config = format!(
         r#"
-tenant = "acme"
 [gateway]
 url = "{ws}"
 tenant = "acme"
@@ -116,6 +117,7 @@ outbound_max_wait_secs = 2.5
             .cloned()
     })
     .await;
+    assert_eq!(listed["tenant_id"], "acme", "{listed}");
     assert_eq!(listed["metadata"]["inbound_kind"], "webhook", "{listed}");
     assert_eq!(listed["capabilities"], json!(["github.api"]), "{listed}");
 

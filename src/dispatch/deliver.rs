@@ -256,6 +256,7 @@ impl Deliver for Handlers {
             Handler::Http {
                 url,
                 secret_env,
+                secret_file,
                 timeout,
                 retry_4xx,
             } => {
@@ -265,6 +266,7 @@ impl Deliver for Handlers {
                 let target = super::http::Target {
                     url,
                     secret_env,
+                    secret_file,
                     timeout: *timeout,
                     retry_4xx: *retry_4xx,
                 };

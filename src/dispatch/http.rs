@@ -13,10 +13,13 @@
 //!
 //! What an answer means ([`outcome`]): 2xx is done; 429 and 503 are retried, at the
 //! time their `Retry-After` asks when they send one; 408 and 425 are retried; any other
-//! 4xx (and a 3xx that was not followed, and a refused redirect) is a failure retrying
-//! cannot cure, dead-lettered at once unless the handler sets `retry_4xx`; 5xx,
-//! timeouts and connection errors are retried per the binding's policy. A refused
-//! destination (egress policy) is dead-lettered at once; an open breaker is retried.
+//! 4xx (and a 3xx that was not followed, a redirect loop, an eleventh redirect) is a
+//! failure retrying cannot cure, dead-lettered at once unless the handler sets
+//! `retry_4xx`; 5xx, timeouts and connection errors are retried per the binding's
+//! policy. A destination the egress policy refuses, as the URL or at a redirect, by
+//! address or by name, is `egress_refused` and dead-lettered at once whatever
+//! `retry_4xx` says: only the operator's `allow` can change that answer. An open
+//! breaker is retried.
 
 use std::time::Duration;
 
@@ -55,6 +58,8 @@ pub(crate) struct Target<'a> {
     pub(crate) url: &'a str,
     /// The secrets' variables.
     pub(crate) secret_env: &'a [String],
+    /// The secrets' files.
+    pub(crate) secret_file: &'a [String],
     /// Bound on the request.
     pub(crate) timeout: Duration,
     /// Retry 4xx answers.
@@ -115,12 +120,14 @@ pub(crate) async fn deliver(
     input: Delivery<'_>,
     target: Target<'_>,
 ) -> Result<Payload, AttemptFailure> {
-    let keys = client.keys(target.secret_env).map_err(|e| {
-        AttemptFailure::new(
-            FailureKind::Platform,
-            format!("binding {:?}: {e}", input.binding_id),
-        )
-    })?;
+    let keys = client
+        .keys(target.secret_env, target.secret_file)
+        .map_err(|e| {
+            AttemptFailure::new(
+                FailureKind::Platform,
+                format!("binding {:?}: {e}", input.binding_id),
+            )
+        })?;
     match client.deliver(request(input, target, keys)).await {
         Ok(resp) => outcome(&resp, target.retry_4xx, crate::clock::now_ms()),
         Err(e) => Err(failure(e, target.retry_4xx)),

@@ -107,8 +107,9 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "the egress policy refuses {} (a {} address); if this destination is intended, allow its network in switchboard.toml: [outbound] allow = [\"{}\"]",
+            "the egress policy refuses {} ({} {} address); if this destination is intended, allow its network in switchboard.toml: [outbound] allow = [\"{}\"]",
             self.ip,
+            article(self.class),
             self.class,
             suggestion(self.ip)
         )
@@ -116,6 +117,17 @@ impl std::fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// The indefinite article of a class name, by how it is spoken: "an unspecified",
+/// "an IETF …" (said "eye"), but "a unique-local" (said "you"), so not by its first
+/// letter alone.
+fn article(class: &str) -> &'static str {
+    if class.starts_with("unspecified") || class.starts_with("IETF") {
+        "an"
+    } else {
+        "a"
+    }
+}
 
 /// The network to suggest allow-listing: the address alone.
 fn suggestion(ip: IpAddr) -> String {
@@ -293,6 +305,25 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("127.0.0.1 (a loopback address)"), "{text}");
         assert!(text.contains("allow = [\"127.0.0.1/32\"]"), "{text}");
+    }
+
+    #[test]
+    fn the_refusal_reads_with_the_right_article() {
+        for (a, phrase) in [
+            (
+                "0.0.0.0",
+                "0.0.0.0 (an unspecified (\"this network\") address)",
+            ),
+            ("::", ":: (an unspecified address)"),
+            ("192.0.0.8", "(an IETF protocol assignment address)"),
+            ("fd00::1", "(a unique-local address)"),
+            ("10.0.0.1", "(a private address)"),
+        ] {
+            let text = allowed(ip(a), &EgressPolicy::default())
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains(phrase), "{text}");
+        }
     }
 
     #[test]

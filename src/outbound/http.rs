@@ -70,6 +70,9 @@ pub struct OutboundSettings {
     /// Signing secrets by environment variable name, read when the configuration was
     /// resolved (names not here are read from the process environment at delivery).
     pub(crate) secrets: HashMap<String, Secret>,
+    /// Signing secrets by file path, read when the configuration was resolved (paths
+    /// not here, a binding's registered at run time, are read at delivery).
+    pub(crate) secret_files: HashMap<String, Secret>,
     /// Names resolved to fixed addresses instead of through DNS (still filtered by
     /// the policy): for tests that need a name pointing at an address.
     pub(crate) hosts: HashMap<String, Vec<IpAddr>>,
@@ -99,6 +102,7 @@ impl Default for OutboundSettings {
             breaker_errors: DEFAULT_BREAKER_ERRORS,
             breaker_cool_off: DEFAULT_BREAKER_COOL_OFF,
             secrets: HashMap::new(),
+            secret_files: HashMap::new(),
             hosts: HashMap::new(),
         }
     }
@@ -150,7 +154,8 @@ pub enum HttpError {
     /// The request itself is wrong (a bad URL, a bad header).
     #[error("{0}")]
     Invalid(String),
-    /// The egress policy refused the destination; nothing was sent.
+    /// The egress policy refused the destination (the first URL's or a redirect's);
+    /// nothing was sent to it.
     #[error("{0}")]
     Refused(String),
     /// The endpoint's breaker is open; nothing was sent.
@@ -161,7 +166,8 @@ pub enum HttpError {
         /// When a probe may go (ms from now).
         retry_in_ms: i64,
     },
-    /// A redirect was refused: too many, a loop, or a refused destination.
+    /// A redirect was not followed: too many, a loop, or not to an `http(s)` URL. (A
+    /// redirect to a destination the egress policy refuses is [`HttpError::Refused`].)
     #[error("{0}")]
     Redirect(String),
     /// The body is larger than the cap.
@@ -209,7 +215,27 @@ pub struct HttpDelivery {
     breakers: Mutex<HashMap<String, Breaker>>,
     /// The breakers' clock: tokio's, so paused-time tests drive cool-offs.
     base: tokio::time::Instant,
-    secrets: HashMap<String, Secret>,
+    /// Replaced whole by a reload ([`HttpDelivery::refresh_secrets`]), so a rotated
+    /// secret file signs from then on without a restart.
+    secrets: std::sync::RwLock<Arc<Secrets>>,
+}
+
+/// The signing secrets read with the configuration.
+#[derive(Debug, Default)]
+struct Secrets {
+    /// By environment variable name.
+    env: HashMap<String, Secret>,
+    /// By file path.
+    files: HashMap<String, Secret>,
+}
+
+impl Secrets {
+    fn of(settings: &OutboundSettings) -> Arc<Secrets> {
+        Arc::new(Secrets {
+            env: settings.secrets.clone(),
+            files: settings.secret_files.clone(),
+        })
+    }
 }
 
 impl std::fmt::Debug for HttpDelivery {
@@ -245,29 +271,46 @@ impl HttpDelivery {
                 .unwrap_or(i64::MAX),
             breakers: Mutex::default(),
             base: tokio::time::Instant::now(),
-            secrets: settings.secrets.clone(),
+            secrets: std::sync::RwLock::new(Secrets::of(settings)),
         })
     }
 
-    /// The signing keys named by `env_names`, in order: from the secrets read with the
-    /// configuration, else from the process environment. The error names the variable
-    /// and never the value.
-    pub(crate) fn keys(&self, env_names: &[String]) -> Result<Vec<SigningKey>, String> {
-        env_names
-            .iter()
-            .map(|name| {
-                let text = match self.secrets.get(name) {
-                    Some(s) => String::from_utf8_lossy(s.expose()).into_owned(),
-                    None => std::env::var(name)
-                        .ok()
-                        .filter(|v| !v.is_empty())
-                        .ok_or_else(|| {
-                            format!("secret_env names {name}, which is unset or empty")
-                        })?,
-                };
-                SigningKey::parse(&text).map_err(|e| format!("the secret in {name} {e}"))
-            })
-            .collect()
+    /// Takes the signing secrets of `settings` (a reloaded configuration's, read
+    /// again from the environment and the files) in place of the current ones.
+    pub(crate) fn refresh_secrets(&self, settings: &OutboundSettings) {
+        *self.secrets.write().unwrap_or_else(|p| p.into_inner()) = Secrets::of(settings);
+    }
+
+    /// The signing keys of `env_names`, then of `files`, in order: from the secrets
+    /// read with the configuration, else from the process environment or the file
+    /// now. The error names the variable or the path, never the value.
+    pub(crate) fn keys(
+        &self,
+        env_names: &[String],
+        files: &[String],
+    ) -> Result<Vec<SigningKey>, String> {
+        let read = self
+            .secrets
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let parse = |what: &str, secret: &Secret| {
+            SigningKey::parse(&String::from_utf8_lossy(secret.expose()))
+                .map_err(|e| format!("the secret in {what} {e}"))
+        };
+        let from_env = env_names.iter().map(|name| match read.env.get(name) {
+            Some(s) => parse(name, s),
+            None => std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("secret_env names {name}, which is unset or empty"))
+                .and_then(|v| parse(name, &Secret::new(v))),
+        });
+        let from_files = files.iter().map(|path| match read.files.get(path) {
+            Some(s) => parse(path, s),
+            None => parse(path, &crate::secret::read_file(path)?),
+        });
+        from_env.chain(from_files).collect()
     }
 
     /// Sends `req` and reads the whole answer (up to the cap: past it,
@@ -458,13 +501,32 @@ fn redirect_policy(policy: Arc<EgressPolicy>) -> Policy {
             );
             return attempt.error(msg);
         }
-        if let Err(e) = check_destination(attempt.url(), &policy) {
-            let msg = format!("redirect refused: {e}");
-            return attempt.error(msg);
+        match check_destination(attempt.url(), &policy) {
+            Ok(()) => attempt.follow(),
+            // Typed, so `classify` reports it as the refusal it is: the same outcome
+            // as a first URL, or a redirect to a name, refused by the policy.
+            Err(HttpError::Refused(why)) => attempt.error(RedirectRefused(why)),
+            Err(e) => {
+                let msg = format!("redirect refused: {e}");
+                attempt.error(msg)
+            }
         }
-        attempt.follow()
     })
 }
+
+/// A redirect to a literal address the egress policy refuses. The resolver's
+/// [`HostRefused`] covers redirects to names; this covers the addresses the resolver
+/// never sees, so both spellings of one destination end alike.
+#[derive(Debug)]
+struct RedirectRefused(String);
+
+impl std::fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirected to {}", self.0)
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
 
 /// A client error as an [`HttpError`], with the whole cause chain in its message
 /// (reqwest's own text alone says "error sending request").
@@ -473,8 +535,8 @@ fn classify(e: reqwest::Error) -> HttpError {
     let mut refused = None;
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
-        if let Some(r) = s.downcast_ref::<HostRefused>() {
-            refused = Some(r.to_string());
+        if s.is::<HostRefused>() || s.is::<RedirectRefused>() {
+            refused = Some(s.to_string());
         }
         let more = s.to_string();
         if !text.contains(&more) {
@@ -493,5 +555,77 @@ fn classify(e: reqwest::Error) -> HttpError {
         HttpError::Transport(format!("timed out: {text}"))
     } else {
         HttpError::Transport(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A local server answering `/to/<rest>` with a 307 to `http://<rest>`, on
+    /// 127.0.0.1 (the only address the tests' policy allows).
+    async fn redirector() -> std::net::SocketAddr {
+        let app = axum::Router::new().fallback(|uri: axum::http::Uri| async move {
+            let to = uri.path().strip_prefix("/to/").unwrap_or("").to_owned();
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, to)],
+            )
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    fn client() -> HttpDelivery {
+        let mut settings = OutboundSettings::default().allow("127.0.0.1/32").unwrap();
+        settings
+            .hosts
+            .insert("inside.test".into(), vec!["10.0.0.7".parse().unwrap()]);
+        HttpDelivery::new(&settings).unwrap()
+    }
+
+    async fn post(client: &HttpDelivery, url: String) -> Result<HttpResponse, HttpError> {
+        client
+            .deliver(HttpRequest {
+                method: reqwest::Method::POST,
+                url,
+                headers: vec![],
+                body: Bytes::new(),
+                sign: None,
+                timeout: Duration::from_secs(5),
+            })
+            .await
+    }
+
+    /// The case: the same refused destination, spelled as an address or as a
+    /// name, is the same refusal after a redirect as it is as the first URL.
+    #[tokio::test]
+    async fn a_redirect_to_a_refused_destination_is_a_refusal_by_address_and_by_name() {
+        let at = redirector().await;
+        let client = client();
+        let by_address = post(&client, format!("http://{at}/to/http://127.0.0.2:9/hook")).await;
+        match by_address {
+            Err(HttpError::Refused(m)) => assert!(
+                m.starts_with("redirected to http://127.0.0.2:9/hook: the egress policy refuses 127.0.0.2 (a loopback address)"),
+                "{m}"
+            ),
+            other => panic!("not a refusal: {other:?}"),
+        }
+        let by_name = post(&client, format!("http://{at}/to/http://inside.test:9/hook")).await;
+        match by_name {
+            Err(HttpError::Refused(m)) => assert!(
+                m.contains("inside.test resolves to 10.0.0.7") && m.contains("(a private address)"),
+                "{m}"
+            ),
+            other => panic!("not a refusal: {other:?}"),
+        }
+        // A redirect refused for another reason stays a redirect failure.
+        let elsewhere = post(&client, format!("http://{at}/to/ftp://example.com/")).await;
+        assert!(
+            matches!(&elsewhere, Err(HttpError::Redirect(m)) if m.contains("only http and https")),
+            "{elsewhere:?}"
+        );
     }
 }

@@ -72,7 +72,9 @@ pub struct RuntimeConfig {
     pub data_dir: Option<PathBuf>,
     /// `sqlite:PATH` or `postgres://…`. Default `sqlite:{data_dir}/events.db`.
     pub store: Option<StoreUrl>,
-    /// Tenant stamped on events of sources that name none. Default `default`.
+    /// Tenant of the sources that name none: stamped on their events, and the tenant
+    /// they register under with the gateway. Default: `[gateway] tenant`, so the
+    /// sources share the runtime's socket; `default` without a `[gateway]`.
     pub tenant: Option<String>,
     /// Body limit for sources that set none. Default 10 MiB.
     pub max_body_bytes: Option<usize>,
@@ -298,7 +300,16 @@ impl RuntimeConfig {
                 self.listen
             )));
         }
-        let tenant = self.tenant.clone().unwrap_or_else(|| "default".into());
+        let gateway = self.gateway.as_ref().map(|g| g.resolve(&env)).transpose()?;
+        // Each source is also a registration on the gateway, under its tenant, and a
+        // tenant is a socket: the runtime's own tenant as the default keeps them all
+        // on the runtime's one socket (and their events under the tenant that
+        // `POST /api/v1/events` stamps).
+        let tenant = match (&self.tenant, &gateway) {
+            (Some(t), _) => t.clone(),
+            (None, Some(g)) => g.tenant.clone(),
+            (None, None) => "default".into(),
+        };
         let max_body = self.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         let mut seen = HashSet::new();
         let sources = self
@@ -311,7 +322,6 @@ impl RuntimeConfig {
                 s.resolve(&tenant, max_body, &env)
             })
             .collect::<Result<Vec<_>>>()?;
-        let gateway = self.gateway.as_ref().map(|g| g.resolve(&env)).transpose()?;
         let source_ids = sources.iter().map(|s| s.id.as_str()).collect();
         let known = crate::triggers::config::Known {
             sources: Some(&source_ids),
@@ -357,5 +367,7 @@ impl RuntimeConfig {
 
 #[cfg(test)]
 mod binding_tests;
+#[cfg(test)]
+mod example_tests;
 #[cfg(test)]
 mod tests;

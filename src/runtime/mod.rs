@@ -269,6 +269,7 @@ impl RuntimeBuilder {
             runner = Some(r);
         }
         let http = Arc::new(crate::outbound::http::HttpDelivery::new(&config.outbound)?);
+        let _ = control.http.set(http.clone());
         if let (Some(gw), Some(r)) = (&config.gateway, &runner) {
             register_outbound(gw, r, &ingress, &http).await?;
         }
@@ -453,6 +454,9 @@ async fn register_outbound(
         builder.build()
     };
     for s in &ingress.order {
+        if s.spec.tenant != gw.tenant {
+            tracing::warn!(source = s.id(), tenant = %s.spec.tenant, gateway_tenant = %gw.tenant, "the source names a tenant other than [gateway] tenant, so its registration opens a gateway socket of its own; leave tenant unset to share the runtime's");
+        }
         let cfg = config(
             &s.spec.tenant,
             s.id(),

@@ -88,6 +88,8 @@ pub(crate) struct TriggerControl {
     pub(crate) unknown_version: Arc<Notify>,
     /// The sources, whose secrets a reload reads again (set once ingress exists).
     pub(crate) sources: std::sync::OnceLock<Arc<crate::webhooks::state::Ingress>>,
+    /// The outbound client, whose `http` handlers' secrets a reload reads again.
+    pub(crate) http: std::sync::OnceLock<Arc<crate::outbound::http::HttpDelivery>>,
 }
 
 impl std::fmt::Debug for TriggerControl {
@@ -131,6 +133,7 @@ impl TriggerControl {
             manifest_order: std::sync::Mutex::new(order),
             unknown_version: Arc::default(),
             sources: std::sync::OnceLock::new(),
+            http: std::sync::OnceLock::new(),
         };
         control
             .change(|l, now| l.start(manifest.clone(), now))
@@ -244,6 +247,10 @@ impl TriggerControl {
         // by `resolve`: a rotated secret applies from here, with no restart.
         if let Some(ingress) = self.sources.get() {
             ingress.refresh_secrets(&config.sources);
+        }
+        // So were the `http` handlers' (`[outbound]` itself needs a restart).
+        if let Some(http) = self.http.get() {
+            http.refresh_secrets(&config.outbound);
         }
         Ok(commit)
     }

@@ -55,6 +55,12 @@ pub enum Handler {
         /// rotation. Names, never values, so the definition (and its fingerprint)
         /// holds no secret.
         secret_env: Vec<String>,
+        /// Files holding further signing secrets (mounted secrets), signed with after
+        /// `secret_env`'s; paths, never contents. Left out of the definition while
+        /// empty, so a binding without it keeps the fingerprint it had before it
+        /// existed.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        secret_file: Vec<String>,
         /// Bound on one request (the binding's `timeout` still bounds the attempt).
         #[serde(
             rename = "timeout_ms",

@@ -31,6 +31,7 @@
 //! [[triggers]]
 //! id = "to-partner"
 //! handler = { http = "https://partner.example/hooks", secret_env = ["HOOK_SECRET", "HOOK_SECRET_OLD"], timeout = "10s", retry_4xx = false }
+//! # or secret_file = "/run/secrets/hook" (a path or a list), beside or instead of secret_env
 //!
 //! [[triggers]]
 //! id = "failures"
@@ -127,7 +128,11 @@ pub struct HandlerConfig {
     pub http: Option<String>,
     /// `http` only: the environment variable(s) holding the signing secret(s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_env: Option<http::SecretEnv>,
+    pub secret_env: Option<http::OneOrMany>,
+    /// `http` only: the file(s) holding signing secret(s) (mounted secrets), read at
+    /// load and at every reload; they sign after `secret_env`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<http::OneOrMany>,
     /// `http` only: bound on one request. Default
     /// [`super::binding::DEFAULT_HTTP_TIMEOUT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -292,6 +297,7 @@ impl TriggerConfig {
             encoding: None,
             http: None,
             secret_env: None,
+            secret_file: None,
             timeout: None,
             retry_4xx: None,
         };
@@ -316,11 +322,17 @@ impl TriggerConfig {
             Handler::Http {
                 url,
                 secret_env,
+                secret_file,
                 timeout,
                 retry_4xx,
             } => {
                 handler.http = Some(url.clone());
-                handler.secret_env = Some(http::SecretEnv::of(secret_env));
+                // Unset lists stay unwritten: a handler signing from files only is
+                // written back without an empty secret_env.
+                handler.secret_env =
+                    (!secret_env.is_empty()).then(|| http::OneOrMany::of(secret_env));
+                handler.secret_file =
+                    (!secret_file.is_empty()).then(|| http::OneOrMany::of(secret_file));
                 handler.timeout = Some(DurationSetting::millis(*timeout));
                 handler.retry_4xx = Some(*retry_4xx);
             }
@@ -512,15 +524,17 @@ impl HandlerConfig {
                         .into(),
                 );
             }
-            return http::resolve(
+            return http::resolve(http::Options {
                 url,
-                self.secret_env.as_ref(),
-                self.timeout.as_ref(),
-                self.retry_4xx,
-            );
+                secret_env: self.secret_env.as_ref(),
+                secret_file: self.secret_file.as_ref(),
+                timeout: self.timeout.as_ref(),
+                retry_4xx: self.retry_4xx,
+            });
         }
         let http_only = [
             ("secret_env", self.secret_env.is_some()),
+            ("secret_file", self.secret_file.is_some()),
             ("timeout", self.timeout.is_some()),
             ("retry_4xx", self.retry_4xx.is_some()),
         ];

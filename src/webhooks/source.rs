@@ -2,10 +2,9 @@
 //! ([`SourceConfig`]) and resolved ([`SourceSpec`]: the runtime's own options checked,
 //! defaults applied, secrets read from the environment).
 //!
-//! A source table has two halves. The runtime's keys (`id`, `provider`, `tenant`,
-//! `secret_env`, `max_body_bytes`, `rate_limit`, `dedupe_retention_secs`,
-//! `rejection_audit_limit`) are read here, the same for every provider; every other
-//! key is the source's own option, handed as a table to the provider's inbound
+//! A source table has two halves. The runtime's keys ([`RUNTIME_KEYS`]: `id`,
+//! `provider`, `secret_env`, `secret_file`, `tenant`, limits and leases) are read
+//! here, the same for every provider; every other key is the source's own option, handed as a table to the provider's inbound
 //! connector, which checks it when the runtime starts (`InboundConnector::init`).
 //! That split is why this module knows no provider: a program's own connector gets
 //! its options the way the built-ins do. Errors name the source and the option, never
@@ -84,7 +83,9 @@ pub struct SourceConfig {
     /// are from the working directory. Listed after `secret_env`'s.
     #[serde(default)]
     pub secret_file: EnvNames,
-    /// Tenant of this source's events.
+    /// Tenant of this source's events and of its gateway registration. Default: the
+    /// top-level `tenant`, else `[gateway] tenant` (one socket for the runtime and
+    /// its sources), else `default`.
     pub tenant: Option<String>,
     /// How long a dedupe claim lasts. Default 7 days.
     pub dedupe_retention_secs: Option<i64>,
@@ -107,6 +108,40 @@ pub struct SourceConfig {
     #[serde(flatten)]
     pub options: toml::Table,
 }
+
+/// Lists the runtime's keys of a source table and has the compiler check the list:
+/// the pattern below names every field of [`SourceConfig`] but the flattened
+/// `options`, with no `..`, so a field added to the struct and not here fails to
+/// build. The list is what a flattened struct cannot tell serde's derive to report
+/// (the example configuration's completeness test needs it).
+macro_rules! runtime_keys {
+    ($($key:ident),* $(,)?) => {
+        /// The runtime's keys of a `[[sources]]` table, in declaration order: every
+        /// key that is not the provider's own option.
+        #[allow(dead_code)] // Read by the example configuration's test only.
+        pub(crate) const RUNTIME_KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        #[allow(dead_code)]
+        fn runtime_keys_name_every_field(c: SourceConfig) {
+            let SourceConfig { $($key: _,)* options: _ } = c;
+        }
+    };
+}
+
+runtime_keys!(
+    id,
+    provider,
+    secret_env,
+    secret_file,
+    tenant,
+    dedupe_retention_secs,
+    max_body_bytes,
+    rate_limit,
+    rejection_audit_limit,
+    outbound_rate_limit,
+    outbound_max_wait_secs,
+    poll_lease_secs,
+);
 
 /// A source ready to start: the runtime's options resolved, secrets loaded; its own
 /// options still a table, for its connector's `init`.
@@ -160,7 +195,9 @@ impl SourceConfig {
             ));
         }
         let mut secrets = read_secrets(&self.secret_env.names(), env).map_err(bad)?;
-        secrets.extend(read_secret_files(&self.secret_file.names()).map_err(bad)?);
+        for path in self.secret_file.names() {
+            secrets.push(crate::secret::read_file(path).map_err(bad)?);
+        }
         for (name, limit) in [
             ("rate_limit", &self.rate_limit),
             ("rejection_audit_limit", &self.rejection_audit_limit),
@@ -224,29 +261,6 @@ pub(crate) fn read_secrets(
                 .filter(|v| !v.is_empty())
                 .map(|v| Secret::new(v.into_bytes()))
                 .ok_or_else(|| format!("secret_env names {var}, which is unset or empty"))
-        })
-        .collect()
-}
-
-/// Reads each secret file: its whole content less one trailing newline (what `echo`
-/// and most secret stores leave). A missing, unreadable or empty file is an error
-/// that names the path, never the content.
-pub(crate) fn read_secret_files(paths: &[&str]) -> std::result::Result<Vec<Secret>, String> {
-    paths
-        .iter()
-        .map(|path| {
-            let mut bytes = std::fs::read(path)
-                .map_err(|e| format!("secret_file {path}: cannot be read: {e}"))?;
-            if bytes.ends_with(b"\n") {
-                bytes.pop();
-                if bytes.ends_with(b"\r") {
-                    bytes.pop();
-                }
-            }
-            if bytes.is_empty() {
-                return Err(format!("secret_file {path} is empty"));
-            }
-            Ok(Secret::new(bytes))
         })
         .collect()
 }

@@ -2,8 +2,9 @@
 //! `127.0.0.1:0` that records every request and answers from a script.
 //!
 //! Paths: `/loop/a` and `/loop/b` redirect to each other; `/chain/N` redirects to
-//! `/chain/N-1` and `/chain/0` answers; `/big` answers 200 with a body that never
-//! ends; every other path answers the next scripted [`Answer`] (or the default).
+//! `/chain/N-1` and `/chain/0` answers; `/to/<rest>` answers 307 to `http://<rest>`;
+//! `/big` answers 200 with a body that never ends; every other path answers the next
+//! scripted [`Answer`] (or the default).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, VecDeque};
@@ -125,8 +126,12 @@ fn now_ms() -> i64 {
 }
 
 fn redirect(to: String) -> Response {
+    redirect_with(302, to)
+}
+
+fn redirect_with(status: u16, to: String) -> Response {
     Response::builder()
-        .status(302)
+        .status(status)
         .header("location", to)
         .body(Body::empty())
         .unwrap()
@@ -162,6 +167,9 @@ async fn answer(State(inner): State<Arc<Inner>>, req: Request) -> Response {
                 .unwrap();
         }
         _ => {}
+    }
+    if let Some(rest) = path.strip_prefix("/to/") {
+        return redirect_with(307, format!("http://{rest}"));
     }
     if let Some(n) = path.strip_prefix("/chain/") {
         let n: u32 = n.parse().unwrap();

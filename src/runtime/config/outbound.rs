@@ -1,6 +1,8 @@
 //! `[outbound]` of `switchboard.toml`: the rules for every request the runtime sends
 //! to an endpoint on a binding's behalf (the `http` handler; the `http.request`
-//! capability later), and the signing secrets the `http` handlers name.
+//! capability later), and the signing secrets the `http` handlers name (their
+//! `secret_env` variables and `secret_file` files, read here at load and at every
+//! reload).
 //!
 //! ```toml
 //! [outbound]
@@ -57,8 +59,8 @@ pub struct OutboundBreakerConfig {
 
 impl OutboundConfig {
     /// The settings, with the secrets of every `http` handler in `triggers` read
-    /// through `env` (an unset or malformed one fails the load, naming the trigger
-    /// and the variable, never the value).
+    /// through `env` and from their files (an unset, unreadable or malformed one
+    /// fails the load, naming the trigger and the variable or path, never the value).
     pub(super) fn resolve(
         &self,
         triggers: &TriggerRegistry,
@@ -83,20 +85,31 @@ impl OutboundConfig {
             duration_or(breaker.cool_off.as_ref(), DEFAULT_BREAKER_COOL_OFF, true)
                 .map_err(|e| bad(format!("breaker: cool_off: {e}")))?;
         let mut secrets = HashMap::new();
+        let mut secret_files = HashMap::new();
         for b in triggers.bindings() {
-            let Handler::Http { secret_env, .. } = &b.handler else {
+            let Handler::Http {
+                secret_env,
+                secret_file,
+                ..
+            } = &b.handler
+            else {
                 continue;
             };
+            let trigger =
+                |what: String| Error::Config(format!("trigger {:?}: handler: {what}", b.id));
             for name in secret_env {
-                let trigger = |what: String| {
-                    Error::Config(format!("trigger {:?}: handler: secret_env {what}", b.id))
-                };
-                let value = env(name)
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| trigger(format!("names {name}, which is unset or empty")))?;
+                let value = env(name).filter(|v| !v.is_empty()).ok_or_else(|| {
+                    trigger(format!("secret_env names {name}, which is unset or empty"))
+                })?;
                 SigningKey::parse(&value)
-                    .map_err(|e| trigger(format!("{name}: the secret {e}")))?;
+                    .map_err(|e| trigger(format!("secret_env {name}: the secret {e}")))?;
                 secrets.insert(name.clone(), Secret::new(value));
+            }
+            for path in secret_file {
+                let secret = crate::secret::read_file(path).map_err(trigger)?;
+                SigningKey::parse(&String::from_utf8_lossy(secret.expose()))
+                    .map_err(|e| trigger(format!("secret_file {path}: the secret {e}")))?;
+                secret_files.insert(path.clone(), secret);
             }
         }
         Ok(OutboundSettings {
@@ -105,6 +118,7 @@ impl OutboundConfig {
             breaker_errors,
             breaker_cool_off,
             secrets,
+            secret_files,
             ..OutboundSettings::default()
         })
     }
@@ -119,8 +133,13 @@ mod tests {
     use crate::triggers::config::{Known, TriggerConfig};
 
     fn registry(secret_env: &str) -> TriggerRegistry {
+        registry_signing(&format!("secret_env = {secret_env}"))
+    }
+
+    /// One `http` trigger whose handler signs with `secrets` (its secret options).
+    fn registry_signing(secrets: &str) -> TriggerRegistry {
         let t: TriggerConfig = toml::from_str(&format!(
-            "id = \"out\"\nhandler = {{ http = \"https://example.com/\", secret_env = {secret_env} }}"
+            "id = \"out\"\nhandler = {{ http = \"https://example.com/\", {secrets} }}"
         ))
         .unwrap();
         let sources = HashSet::new();
@@ -213,5 +232,49 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("whsec secret!"), "{e}");
+    }
+
+    #[test]
+    fn secret_files_are_read_at_load_naming_the_path_and_never_the_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str, content: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, content).unwrap();
+            p.display().to_string()
+        };
+        let good = path("good", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n");
+        let plain = path("plain", "not a whsec secret!");
+        let empty = path("empty", "\n");
+        let missing = dir.path().join("missing").display().to_string();
+        let s = config("")
+            .resolve(
+                &registry_signing(&format!("secret_env = \"NEW\", secret_file = [{good:?}]")),
+                &env,
+            )
+            .unwrap();
+        assert_eq!(s.secret_files.keys().collect::<Vec<_>>(), [&good]);
+        assert_eq!(
+            s.secret_files[&good].expose(),
+            b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "less the trailing newline"
+        );
+        for (file, needle) in [
+            (
+                &plain,
+                format!("secret_file {plain}: the secret is not a Standard Webhooks secret"),
+            ),
+            (&empty, format!("secret_file {empty} is empty")),
+            (&missing, format!("secret_file {missing}: cannot be read")),
+        ] {
+            let e = config("")
+                .resolve(&registry_signing(&format!("secret_file = {file:?}")), &env)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("trigger \"out\": handler: ") && e.contains(&needle),
+                "{e}"
+            );
+            assert!(!e.contains("whsec secret!"), "{e}");
+        }
     }
 }

@@ -142,53 +142,17 @@ fn a_source_keeps_its_own_options_for_its_connector() {
 }
 
 #[test]
-fn the_shipped_example_config_resolves() {
-    let text = include_str!("../../../examples/switchboard.toml");
-    let c = RuntimeConfig::from_toml(text)
-        .unwrap()
-        .resolve_with(|_| Some("x".into()))
+fn a_source_takes_the_runtimes_gateway_tenant_unless_a_tenant_is_named() {
+    let tenants = |top: &str| {
+        let c = resolve(&format!(
+            "{top}\n[gateway]\nurl = \"ws://127.0.0.1:4000\"\ntenant = \"acme\"\n\n[[sources]]\nid = \"a\"\nprovider = \"github\"\nsecret_env = \"GH\"\n\n[[sources]]\nid = \"b\"\nprovider = \"github\"\nsecret_env = \"GH\"\ntenant = \"own\"\n"
+        ))
         .unwrap();
-    assert_eq!(c.sources.len(), 2);
-    assert!(c.store.starts_with("sqlite:"));
-    let ids: Vec<_> = c
-        .triggers
-        .bindings()
-        .iter()
-        .map(|b| b.id.as_str())
-        .collect();
-    assert_eq!(ids, ["nightly-to-work", "dead-letters"]);
-    let queues: Vec<_> = c.queues.iter().map(|q| q.name.as_str()).collect();
-    assert_eq!(queues, ["work", "dead-letters"]);
-    assert_eq!(c.dispatcher, DispatcherSettings::default());
-}
-
-#[test]
-fn the_shipped_example_config_resolves_with_its_gateway_and_invoke_binding_uncommented() {
-    // Uncomments `# key = value` and `# [section]` lines, leaving prose comments alone,
-    // so the commented-out examples are checked too.
-    let text = include_str!("../../../examples/switchboard.toml")
-        .lines()
-        .map(|l| {
-            let uncommented = l.strip_prefix("# ").unwrap_or(l);
-            let toml_line = uncommented.starts_with('[')
-                || uncommented
-                    .split_once(" = ")
-                    .is_some_and(|(k, _)| !k.contains(' ') && !k.is_empty());
-            if toml_line {
-                uncommented
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let c = RuntimeConfig::from_toml(&text)
-        .unwrap()
-        .resolve_with(|_| Some("x".into()))
-        .unwrap();
-    assert_eq!(c.gateway.as_ref().unwrap().tenant, "acme");
-    assert!(c.triggers.get("issues-to-linear").is_some());
-    assert!(c.triggers.get("audit-pushes").is_some());
+        (c.sources[0].tenant.clone(), c.sources[1].tenant.clone())
+    };
+    // One socket for the runtime and its sources, not a second under "default".
+    assert_eq!(tenants(""), ("acme".into(), "own".into()));
+    assert_eq!(tenants("tenant = \"top\""), ("top".into(), "own".into()));
 }
 
 #[test]

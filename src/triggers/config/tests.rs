@@ -236,7 +236,15 @@ fn http_handlers_resolve_and_round_trip_through_rebuild() {
         id = "out"
         handler = { http = "http://example.com:8080/h?x=1", secret_env = ["NEW", "OLD"] }
     "#;
-    for text in [one, many] {
+    let files = r#"
+        id = "out"
+        handler = { http = "https://example.com/hook", secret_file = "/run/secrets/hook" }
+    "#;
+    let both = r#"
+        id = "out"
+        handler = { http = "https://example.com/hook", secret_env = "HOOK", secret_file = ["/a", "/b"] }
+    "#;
+    for text in [one, many, files, both] {
         let b = resolved(text).unwrap();
         let json = definition_json(&b);
         let again = rebuild(&json).unwrap();
@@ -272,6 +280,21 @@ fn http_handlers_resolve_and_round_trip_through_rebuild() {
         resolved(&one.replace("3s", "4s")).unwrap().fingerprint,
         "the handler's options are part of the definition"
     );
+    let Handler::Http { secret_file, .. } = resolved(both).unwrap().handler else {
+        panic!("an http handler")
+    };
+    assert_eq!(secret_file, ["/a", "/b"]);
+    assert!(
+        !definition_json(&resolved(one).unwrap()).contains("secret_file"),
+        "unset, it is not written, so older definitions keep their fingerprints"
+    );
+    let e = resolved("id = \"q\"\nhandler = { queue = \"w\", secret_file = \"/a\" }")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("secret_file applies to http handlers only"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -287,7 +310,7 @@ fn http_handler_mistakes_name_the_trigger_and_the_option() {
         ),
         (
             r#"handler = { http = "https://e.com/" }"#,
-            "secret_env is required",
+            "secret_env or secret_file is required",
         ),
         (
             r#"handler = { local = "a", capability = "x", retry_4xx = true }"#,
