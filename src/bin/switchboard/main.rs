@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "runtime")]
 mod admin;
+mod check;
 mod demo;
 
 /// switchboard: connector SDK and runtime.
@@ -66,6 +67,10 @@ enum Command {
         /// on a non-loopback address.
         #[arg(long, value_name = "VAR")]
         admin_token_env: Option<String>,
+        /// Check the flags (the operator token's variable set, the data dir's files
+        /// readable), print a summary and exit 0 or 1 without serving.
+        #[arg(long)]
+        check: bool,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -80,6 +85,11 @@ enum Command {
         /// The configuration file.
         #[arg(long, env = "SWITCHBOARD_CONFIG", default_value = "switchboard.toml")]
         config: std::path::PathBuf,
+        /// Load and validate the configuration (secrets present, CEL compiles, store
+        /// reachable and at a known schema version; nothing created or migrated),
+        /// print a summary and exit 0 or 1 without serving.
+        #[arg(long)]
+        check: bool,
     },
     /// Inspect a running runtime's outbox (through its admin API).
     #[cfg(feature = "runtime")]
@@ -136,14 +146,21 @@ async fn main() -> std::process::ExitCode {
             public_url,
             trust_issuer,
             admin_token_env,
+            check,
         } => {
             let mut config = switchboard::gateway::GatewayConfig::default().with_approval(approval);
+            let mut found = Vec::new();
             if let Some(var) = admin_token_env {
                 match std::env::var(&var) {
                     Ok(token) if !token.is_empty() => config = config.with_admin_token(token),
                     _ => {
-                        eprintln!("--admin-token-env names {var}, which is unset or empty");
-                        std::process::exit(2);
+                        let problem =
+                            format!("--admin-token-env names {var}, which is unset or empty");
+                        if !check {
+                            eprintln!("{problem}");
+                            std::process::exit(2);
+                        }
+                        found.push(problem);
                     }
                 }
             }
@@ -159,11 +176,17 @@ async fn main() -> std::process::ExitCode {
             for issuer in trust_issuer {
                 config = config.with_trusted_issuer(issuer);
             }
-            switchboard::gateway::serve(config, listen).await
+            if check {
+                check::gateway(&config, listen, found)
+            } else {
+                switchboard::gateway::serve(config, listen).await
+            }
         }
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]
-        Command::Serve { config } => serve(&config).await,
+        Command::Serve { config, check } if check => check::serve(&config).await,
+        #[cfg(feature = "runtime")]
+        Command::Serve { config, .. } => serve(&config).await,
         #[cfg(feature = "runtime")]
         Command::Outbox(cmd) => admin::outbox(cmd).await,
         #[cfg(feature = "runtime")]
