@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`, `signals`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`, `signals`, `check`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -30,8 +30,8 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, secrets that never print, the circuit-breaker core, the stop signals, the
-//! generated messages)
+//! keys, secrets that never print, the circuit-breaker core, the stop signals, a
+//! deploy check's report, the generated messages)
 //! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
 //! connections (addresses, dialer, TLS, proxies) and hands out message streams and
@@ -65,6 +65,8 @@ pub(crate) mod auth;
 pub(crate) mod backoff;
 #[cfg(feature = "runtime")]
 pub(crate) mod breaker;
+#[cfg(any(feature = "runtime", feature = "gateway"))]
+pub(crate) mod check;
 pub(crate) mod clock;
 pub(crate) mod connector;
 #[cfg(any(feature = "runtime", feature = "gateway"))]
@@ -121,6 +123,8 @@ pub mod __private;
 struct ReadmeDoctests;
 
 pub use backoff::BackoffPolicy;
+#[cfg(any(feature = "runtime", feature = "gateway"))]
+pub use check::ConfigCheck;
 pub use connector::config::{
     ConnectorConfig, ConnectorConfigBuilder, ConnectorScope, HeartbeatSettings, ProxySetting,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXECUTE_TIMEOUT, DEFAULT_MAX_CONCURRENT_REQUESTS,

@@ -319,6 +319,19 @@ impl GatewayConfig {
     /// The deadline an execute gets: the requested one unless absent or zero (then
     /// [`GatewayConfig::default_execute_timeout`]), never above
     /// [`GatewayConfig::max_execute_timeout`].
+    /// Why this configuration must not serve on `addr`, if it must not: manual
+    /// approval on a non-loopback address without an operator token would let anyone
+    /// who reaches the HTTP API approve connectors. Checked at start and by
+    /// [`GatewayConfig::check`].
+    pub(crate) fn open_approval(&self, addr: std::net::SocketAddr) -> Option<String> {
+        (self.approval == ApprovalMode::Manual
+            && self.admin_token.is_none()
+            && !addr.ip().is_loopback())
+        .then(|| format!(
+            "manual approval on {addr} needs an operator token (--admin-token-env): without one, anyone who reaches the HTTP API can approve connectors"
+        ))
+    }
+
     pub(crate) fn effective_timeout(&self, requested: Option<Duration>) -> Duration {
         requested
             .filter(|t| !t.is_zero())

@@ -64,6 +64,7 @@
 
 mod approvals;
 mod auth_api;
+mod check;
 mod config;
 mod console;
 mod credentials;

@@ -34,30 +34,73 @@ pub(crate) struct Persister {
 pub(crate) fn open(dir: &Path) -> Result<(GatewayKey, Credentials, Persister)> {
     create_dir(dir)?;
     let key_path = dir.join(KEY_FILE);
-    let key = match fs::read_to_string(&key_path) {
-        Ok(pem) => GatewayKey::from_pkcs8_pem(&pem).map_err(|e| corrupt(&key_path, &e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let key = match read_key(&key_path)? {
+        Some(key) => key,
+        None => {
             let key = GatewayKey::generate();
             write_atomic(&key_path, key.to_pkcs8_pem().as_bytes())?;
             key
         }
-        Err(e) => return Err(io(&key_path, e)),
     };
-    let state_path = dir.join(STATE_FILE);
-    let creds = match fs::read(&state_path) {
-        Ok(bytes) => {
-            let p: Persisted =
-                serde_json::from_slice(&bytes).map_err(|e| corrupt(&state_path, &e))?;
-            Credentials::from_persisted(p).map_err(|e| corrupt(&state_path, &e))?
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Credentials::default(),
-        Err(e) => return Err(io(&state_path, e)),
-    };
+    let creds = read_state(&dir.join(STATE_FILE))?.unwrap_or_default();
     let persister = Persister {
         dir: dir.to_owned(),
         written: Mutex::new(creds.generation()),
     };
     Ok((key, creds, persister))
+}
+
+/// What a gateway starting on `dir` would find, read without creating or writing
+/// anything (`switchboard gateway --check`): a line saying so, or the error
+/// [`open`] would fail with (a file that does not parse, a directory that cannot be
+/// read).
+pub(crate) fn inspect(dir: &Path) -> Result<String> {
+    let shown = dir.display();
+    if !dir.exists() {
+        return Ok(format!(
+            "{shown} does not exist yet: it will be created (0700) with a new signing key"
+        ));
+    }
+    if !dir.is_dir() {
+        return Err(Error::Config(format!(
+            "the data dir {shown} is not a directory; point --data-dir at a directory"
+        )));
+    }
+    fs::read_dir(dir).map_err(|e| io(dir, e))?;
+    let key = match read_key(&dir.join(KEY_FILE))? {
+        Some(_) => "signing key present",
+        None => "no signing key yet (one will be generated)",
+    };
+    let state = match read_state(&dir.join(STATE_FILE))? {
+        Some(_) => "approvals read",
+        None => "no approvals yet",
+    };
+    Ok(format!("{shown}: {key}, {state}"))
+}
+
+/// The signing key at `path`; `None` when the file does not exist.
+fn read_key(path: &Path) -> Result<Option<GatewayKey>> {
+    match fs::read_to_string(path) {
+        Ok(pem) => GatewayKey::from_pkcs8_pem(&pem)
+            .map(Some)
+            .map_err(|e| corrupt(path, &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(path, e)),
+    }
+}
+
+/// The approval state at `path`; `None` when the file does not exist.
+fn read_state(path: &Path) -> Result<Option<Credentials>> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let p: Persisted = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, &e))?;
+            Credentials::from_persisted(p)
+                .map(Some)
+                .map_err(|e| corrupt(path, &e))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(path, e)),
+    }
 }
 
 impl Persister {

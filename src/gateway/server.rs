@@ -61,11 +61,8 @@ impl Gateway {
     /// connections. With [`GatewayConfig::data_dir`] set it first reads the approval
     /// state there: an unreadable file is an [`Error::Config`] naming it.
     pub async fn start(config: GatewayConfig, addr: SocketAddr) -> Result<Gateway> {
-        let manual = config.approval == super::config::ApprovalMode::Manual;
-        if manual && config.admin_token.is_none() && !addr.ip().is_loopback() {
-            return Err(Error::Config(format!(
-                "manual approval on {addr} needs an operator token (--admin-token-env): without one, anyone who reaches the HTTP API can approve connectors"
-            )));
+        if let Some(problem) = config.open_approval(addr) {
+            return Err(Error::Config(problem));
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;

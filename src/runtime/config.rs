@@ -25,7 +25,8 @@
 //!
 //! The deliver half (`[gateway]`, `[dispatcher]`, `event_retention`) is in [`deliver`];
 //! `[outbound]` (egress policy, response cap, breaker of outbound HTTP) in [`outbound`];
-//! `[[triggers]]` and `[[queues]]` in [`crate::triggers::config`]; durations
+//! `[[triggers]]` and `[[queues]]` in [`crate::triggers::config`]; the deploy check
+//! (`switchboard serve --check`) in `check`; durations
 //! (`"30s"`, `"7d"`) are read by [`crate::duration`].
 
 use std::collections::HashSet;
@@ -43,6 +44,7 @@ use crate::triggers::registry::TriggerRegistry;
 use crate::webhooks::limits::{self, IngressLimits};
 use crate::webhooks::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
 
+mod check;
 pub(crate) mod deliver;
 pub(crate) mod outbound;
 
@@ -248,16 +250,23 @@ impl RuntimeConfig {
         }
     }
 
+    /// `store`, or the SQLite file in `data_dir` when it names none.
+    pub(crate) fn store_url(&self) -> StoreUrl {
+        match &self.store {
+            Some(s) => s.clone(),
+            None => {
+                let data_dir = self
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("switchboard-data"));
+                StoreUrl::new(format!("sqlite:{}", data_dir.join("events.db").display()))
+            }
+        }
+    }
+
     /// Resolves, reading environment variables through `env` (tests pass a map).
     pub fn resolve_with(&self, env: impl Fn(&str) -> Option<String>) -> Result<ResolvedConfig> {
-        let data_dir = self
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("switchboard-data"));
-        let store = match &self.store {
-            Some(s) => s.clone(),
-            None => StoreUrl::new(format!("sqlite:{}", data_dir.join("events.db").display())),
-        };
+        let store = self.store_url();
         let synchronous = match self.sqlite_synchronous.as_deref() {
             None | Some("full") => crate::store::sqlite::Synchronous::Full,
             Some("normal") => crate::store::sqlite::Synchronous::Normal,

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "runtime")]
 mod admin;
+mod check;
 mod demo;
 
 /// switchboard: connector SDK and runtime.
@@ -70,6 +71,10 @@ enum Command {
         /// before every connector is told to reconnect and the rest fail (seconds).
         #[arg(long, value_name = "SECS", default_value_t = 10)]
         shutdown_grace: u64,
+        /// Check the flags (the operator token's variable set, the data dir's files
+        /// readable), print a summary and exit 0 or 1 without serving.
+        #[arg(long)]
+        check: bool,
     },
     /// The whole loop in one process, no setup: an in-process gateway, echo connectors
     /// driven through its HTTP API, and (feature `runtime`) signed webhooks through the
@@ -84,6 +89,11 @@ enum Command {
         /// The configuration file.
         #[arg(long, env = "SWITCHBOARD_CONFIG", default_value = "switchboard.toml")]
         config: std::path::PathBuf,
+        /// Load and validate the configuration (secrets present, CEL compiles, store
+        /// reachable and at a known schema version; nothing created or migrated),
+        /// print a summary and exit 0 or 1 without serving.
+        #[arg(long)]
+        check: bool,
     },
     /// Inspect a running runtime's outbox (through its admin API).
     #[cfg(feature = "runtime")]
@@ -145,16 +155,23 @@ async fn main() -> std::process::ExitCode {
             trust_issuer,
             admin_token_env,
             shutdown_grace,
+            check,
         } => {
             let mut config = switchboard::gateway::GatewayConfig::default()
                 .with_approval(approval)
                 .with_shutdown_grace(std::time::Duration::from_secs(shutdown_grace));
+            let mut found = Vec::new();
             if let Some(var) = admin_token_env {
                 match std::env::var(&var) {
                     Ok(token) if !token.is_empty() => config = config.with_admin_token(token),
                     _ => {
-                        eprintln!("--admin-token-env names {var}, which is unset or empty");
-                        std::process::exit(2);
+                        let problem =
+                            format!("--admin-token-env names {var}, which is unset or empty");
+                        if !check {
+                            eprintln!("{problem}");
+                            std::process::exit(2);
+                        }
+                        found.push(problem);
                     }
                 }
             }
@@ -170,11 +187,17 @@ async fn main() -> std::process::ExitCode {
             for issuer in trust_issuer {
                 config = config.with_trusted_issuer(issuer);
             }
-            switchboard::gateway::serve(config, listen).await
+            if check {
+                check::gateway(&config, listen, found)
+            } else {
+                switchboard::gateway::serve(config, listen).await
+            }
         }
         Command::Demo(args) => demo::run(args).await,
         #[cfg(feature = "runtime")]
-        Command::Serve { config } => serve(&config).await,
+        Command::Serve { config, check } if check => check::serve(&config).await,
+        #[cfg(feature = "runtime")]
+        Command::Serve { config, .. } => serve(&config).await,
         #[cfg(feature = "runtime")]
         Command::Outbox(cmd) => admin::outbox(cmd).await,
         #[cfg(feature = "runtime")]

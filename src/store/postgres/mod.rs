@@ -29,6 +29,8 @@ mod queues;
 mod schema;
 mod versions;
 
+pub(crate) use schema::newest as newest_schema;
+
 /// How long a pool checkout or a new connection may take before the store counts as
 /// down (ingress then answers 503).
 const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -45,6 +47,58 @@ pub(crate) struct PostgresBackend {
     /// Dropping it (with the backend) stops the listener task. `None` only while
     /// `connect` migrates.
     _listener: Option<tokio_util::sync::DropGuard>,
+}
+
+/// The schema version of the database at `url`, read on one short-lived connection
+/// in a read-only transaction, so nothing is created or migrated (`switchboard serve
+/// --check`): `None` when it has no `schema_migrations` table yet. An unreachable
+/// server is an error naming it (`shown`, the redacted URL) within the connect
+/// deadline.
+pub(crate) async fn read_schema_version(url: &str, shown: &str) -> Result<Option<i64>> {
+    let mut cfg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("store {shown:?} is not a PostgreSQL URL: {e}")))?;
+    cfg.connect_timeout(CONNECT_DEADLINE);
+    let unreachable = |e: &dyn std::fmt::Display| {
+        Error::Store(format!(
+            "cannot reach the PostgreSQL store {shown}: {e}; check that the server is up and the URL, user and database are right"
+        ))
+    };
+    let (mut client, connection) = tokio::time::timeout(CONNECT_DEADLINE, cfg.connect(NoTls))
+        .await
+        .map_err(|_| unreachable(&"no answer within 5 s"))?
+        .map_err(|e| unreachable(&e))?;
+    let driver = tokio::spawn(connection);
+    let bad = |e| store_err(&format!("postgres schema version of {shown}"), e);
+    let read = async {
+        let tx = client
+            .build_transaction()
+            .read_only(true)
+            .start()
+            .await
+            .map_err(bad)?;
+        let has_table: bool = tx
+            .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+            .await
+            .map_err(bad)?
+            .get(0);
+        if !has_table {
+            return Ok(None);
+        }
+        let version: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                &[],
+            )
+            .await
+            .map_err(bad)?
+            .get(0);
+        Ok(Some(version))
+    };
+    let version = read.await;
+    drop(client);
+    driver.abort();
+    version
 }
 
 fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {

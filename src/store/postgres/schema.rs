@@ -235,7 +235,7 @@ pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -
         .await
         .map_err(bad)?
         .get(0);
-    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    let newest = newest();
     if current > newest {
         return Err(Error::Store(format!(
             "{url} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
@@ -251,4 +251,9 @@ pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -
         .map_err(bad)?;
     }
     tx.commit().await.map_err(bad)
+}
+
+/// The newest schema version this build knows.
+pub(crate) fn newest() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
 }

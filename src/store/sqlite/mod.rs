@@ -49,6 +49,7 @@ mod versions;
 
 /// How SQLite syncs commits; see the module doc.
 pub(crate) use crate::store::options::Synchronous;
+pub(crate) use schema::{newest as newest_schema, read_version as read_schema_version};
 
 /// How often the checkpointer copies the WAL into the database. A second keeps the
 /// WAL to about a second of writes and the work of each checkpoint small.

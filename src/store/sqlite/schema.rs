@@ -79,7 +79,7 @@
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OpenFlags};
 
 use crate::error::{Error, Result};
 
@@ -284,7 +284,7 @@ pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
             |r| r.get(0),
         )
         .map_err(bad)?;
-    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    let newest = newest();
     if current > newest {
         return Err(Error::Store(format!(
             "{path:?} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
@@ -301,4 +301,42 @@ pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         tx.commit().map_err(bad)?;
     }
     Ok(())
+}
+
+/// The newest schema version this build knows.
+pub(crate) fn newest() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// The schema version of the existing database at `path`, read through a read-only
+/// connection so nothing is created or migrated (`switchboard serve --check`): `None`
+/// when it has no `schema_migrations` table yet.
+pub(crate) fn read_version(path: &str) -> Result<Option<i64>> {
+    let bad = |e: rusqlite::Error| {
+        Error::Store(format!(
+            "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
+        ))
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(bad)?;
+    let has_table: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(bad)?;
+    if !has_table {
+        return Ok(None);
+    }
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )
+    .map(Some)
+    .map_err(bad)
 }
