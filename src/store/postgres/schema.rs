@@ -208,11 +208,6 @@ const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
     CREATE INDEX events_by_dedupe ON events (dedupe_key, seq);
     CREATE INDEX trigger_runs_by_event ON trigger_runs (event_id);";
 
-/// The newest schema version this build knows.
-pub(super) fn newest() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.0)
-}
-
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the
 /// database in errors.
