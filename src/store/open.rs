@@ -12,11 +12,29 @@ use super::postgres;
 use super::sqlite;
 use crate::error::{Error, Result};
 
+/// Whether a store URL names PostgreSQL (`postgres://…`, `postgresql://…`).
+pub(crate) fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The file a SQLite store URL names (`sqlite:PATH`, `sqlite://PATH` or a bare path);
+/// `None` for a PostgreSQL URL.
+pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
+    if is_postgres(url) {
+        return None;
+    }
+    Some(
+        url.strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url),
+    )
+}
+
 /// Opens the backend a store URL names: `sqlite:PATH` (or a bare path) or, with the
 /// `postgres` feature, `postgres://…` / `postgresql://…`. Runs the embedded
 /// migrations before returning.
 pub async fn open_backend(url: &str, options: &StoreOptions) -> Result<Arc<dyn Backend>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if is_postgres(url) {
         #[cfg(feature = "postgres")]
         {
             return Ok(Arc::new(
@@ -31,10 +49,7 @@ pub async fn open_backend(url: &str, options: &StoreOptions) -> Result<Arc<dyn B
             )));
         }
     }
-    let path = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or(url);
+    let path = sqlite_path(url).unwrap_or_default();
     if path.is_empty() {
         return Err(Error::Config("store \"sqlite:\" names no file".into()));
     }

@@ -32,7 +32,8 @@ pub struct Serve {
 impl Serve {
     /// Writes `text` to `<dir>/<name>.toml` and starts `switchboard serve` on it,
     /// its stderr appended to `<dir>/<name>.log`, with `env` added to the test's
-    /// environment (`RUST_LOG` removed). Does not wait for it to listen.
+    /// environment (`RUST_LOG` removed unless `env` sets it). Does not wait for it to
+    /// listen.
     pub fn start(dir: &Path, name: &str, port: u16, text: &str, env: &[(&str, String)]) -> Serve {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();
@@ -45,8 +46,8 @@ impl Serve {
         let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .args(["serve", "--config"])
             .arg(&path)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::from(file))
             .spawn()
