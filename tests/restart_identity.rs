@@ -12,6 +12,7 @@ mod common;
 #[path = "ingest/support.rs"]
 mod support;
 
+use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -66,9 +67,14 @@ async fn endpoint(seen: &Arc<Seen>) -> String {
     format!("http://{addr}")
 }
 
-/// Logs at info, so the start's release line shows.
-fn env() -> [(&'static str, String); 1] {
-    [("RUST_LOG", "warn,switchboard=info".to_owned())]
+/// Logs at info (the start's release line) in plain text (`NO_COLOR`, so a test can
+/// read `field=value`); the `http` handler's secret.
+fn env() -> [(&'static str, String); 3] {
+    [
+        ("RUST_LOG", "warn,switchboard=info".to_owned()),
+        ("NO_COLOR", "1".to_owned()),
+        ("SW_SECRET", support::env("SW_SECRET").unwrap()),
+    ]
 }
 
 /// Leases far longer than any wait of these tests: whatever is delivered or polled
@@ -91,7 +97,7 @@ allow = ["127.0.0.0/8"]
 
 [[triggers]]
 id = "hook"
-handler = {{ http = "{endpoint}/hook", timeout = "{LONG}" }}
+handler = {{ http = "{endpoint}/hook", secret_env = "SW_SECRET", timeout = "{LONG}" }}
 "#
     )
 }
@@ -131,12 +137,21 @@ async fn a_killed_process_started_again_delivers_its_claimed_row_at_once(store: 
     assert_eq!(leased(&first).await, 1, "claimed under its lease");
     first.kill();
 
+    let restarted = std::time::Instant::now();
     let second = Serve::started(dir.path(), "second", port, &text, &env()).await;
     eventually(
         "the row delivered again by the restarted process",
         || async { seen.deliveries().len() == 2 },
     )
     .await;
+    // Reported, not asserted: how long the restart took (before process identities
+    // it waited out the whole lease).
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}: delivered again {:?} after the restart began, under a {LONG} lease",
+        store.split(':').next().unwrap_or(""),
+        restarted.elapsed()
+    );
     assert_eq!(seen.deliveries(), [event.clone(), event], "the same row");
     let log = second.log();
     assert!(
@@ -253,11 +268,20 @@ async fn a_killed_poller_started_again_polls_at_once(store: String) {
     eventually("the first poll", || async { seen.polls() == 1 }).await;
     first.kill();
 
+    let restarted = std::time::Instant::now();
     let second = Serve::started(dir.path(), "second", port, &text, &env()).await;
     eventually("a poll by the restarted process", || async {
         seen.polls() == 2
     })
     .await;
+    // Reported, not asserted: how long the restart took (before process identities
+    // it waited out the whole lease).
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}: polled again {:?} after the restart began, under a {LONG} lease",
+        store.split(':').next().unwrap_or(""),
+        restarted.elapsed()
+    );
     let log = second.log();
     assert!(
         log.contains("1 poll leases given back") && log.contains("sources=[\"items\"]"),
@@ -302,17 +326,18 @@ async fn a_second_process_waiting_for_the_poll_lease_warns_who_holds_it() {
         "a",
         pa,
         &poll_config(pa, &store, &endpoint),
-        &[],
+        &env(),
     )
     .await;
     eventually("the first poll", || async { seen.polls() == 1 }).await;
     // At the default log level (RUST_LOG unset): the warning must show there.
+    let plain = [("NO_COLOR", "1".to_owned())];
     let second = Serve::started(
         dir.path(),
         "b",
         pb,
         &poll_config(pb, &store, &endpoint),
-        &[],
+        &plain,
     )
     .await;
     eventually("the wait to be logged", || async {
