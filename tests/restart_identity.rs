@@ -1,5 +1,5 @@
 //! A `switchboard serve` process killed with SIGKILL and started again recognises what
-//! it held (its `process_id`, by default derived from the store and the listener):
+//! it held (its `process_id`, by default the host name and the listen address):
 //! the outbox row it had claimed under a ten-minute lease is delivered again at once,
 //! and the poll source whose ten-minute lease it held is polled again at once, on
 //! SQLite and on PostgreSQL. A process of ANOTHER identity leaves the row leased and

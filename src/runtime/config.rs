@@ -8,7 +8,7 @@
 //! ```toml
 //! listen = "127.0.0.1:8787"
 //! store = "sqlite:./switchboard-data/events.db"   # or a postgres:// URL
-//! process_id = "runtime-1"   # default: the SQLite file, or host name + listen address
+//! process_id = "runtime-1"   # default: host name + listen address
 //!
 //! [[sources]]
 //! id = "github-main"
@@ -78,10 +78,9 @@ pub struct RuntimeConfig {
     /// This process's stable identity among those sharing the store: stamped on the
     /// outbox rows it claims and the poll leases it takes, so the same process started
     /// again (after a crash or `kill -9`) takes back at once what it held instead of
-    /// waiting out its leases. Default: `sqlite:<canonical path>` on SQLite (one process
-    /// per file); `<host name>/<listen address>` on PostgreSQL (two processes on one
-    /// host cannot listen on one address). Set it when processes move between hosts
-    /// (a container scheduled anew under another name). Two processes given one
+    /// waiting out its leases. Default: `<host name>/<listen address>` (two processes
+    /// on one host cannot listen on one address). Set it when a process may come back
+    /// under another host name or port (a container scheduled anew, `listen` on port 0). Two processes given one
     /// identity are a misconfiguration whose worst is a duplicate delivery at a start,
     /// never a lost one (README, "A restart recognises what it held").
     pub process_id: Option<String>,
@@ -190,8 +189,8 @@ pub struct ResolvedConfig {
     pub store: StoreUrl,
     /// Store tuning.
     pub store_options: crate::store::StoreOptions,
-    /// The process identity, as configured (`None`: derived at start from the store
-    /// and the listener, see [`RuntimeConfig::process_id`]).
+    /// The process identity, as configured (`None`: derived at start from the host
+    /// name and the listener, see [`RuntimeConfig::process_id`]).
     pub process_id: Option<String>,
     /// Admin bearer token, if any.
     pub admin_token: Option<Secret>,

@@ -208,8 +208,7 @@ impl RuntimeBuilder {
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
         let addr = listener.local_addr()?;
-        let identity = (config.process_id.clone())
-            .unwrap_or_else(|| process_id::default_for(&config.store, addr));
+        let identity = (config.process_id.clone()).unwrap_or_else(|| process_id::default_for(addr));
         let scope = Scope {
             sources: config.sources.iter().map(|s| s.id.clone()).collect(),
             gateway: config.gateway.is_some(),

@@ -10,15 +10,15 @@
 //! line says how many. Rows other holders lease are reported in a second line (who,
 //! how many, until when), so a wait is never silent.
 //!
-//! **The default** ([`default_for`]): on SQLite, `sqlite:<canonical path of the
-//! file>`: one process uses one file, so the file names the process, whatever its
-//! host name or port. On PostgreSQL, `<host name>/<listen address>`: two live
-//! processes on one host cannot listen on one address, so the default is unique among
-//! running processes, and a restart with the same configuration on the same host (a
-//! container restarted in its pod keeps its host name) is recognised. Not `[gateway]
-//! instance_id`, which replicas started from one file share. A process scheduled
-//! anew under another host name is a stranger to its old rows, which wait out their
-//! lease as before; set `process_id` (e.g. a StatefulSet's pod name) to do better.
+//! **The default** ([`default_for`]): `<host name>/<listen address>`, on both stores.
+//! Two live processes on one host cannot listen on one address, so it is unique among
+//! the processes sharing a store (a SQLite file is shared only on its host), and a
+//! restart with the same configuration on the same host (a container restarted in
+//! its pod keeps its host name) is recognised. Not the SQLite file's path, which
+//! several processes may share; not `[gateway] instance_id`, which replicas started
+//! from one file share. A process that comes back under another host name or port
+//! (`listen` on port 0) is a stranger to its old rows, which wait out their lease as
+//! before; set `process_id` (e.g. a StatefulSet's pod name) to do better.
 //!
 //! **Two processes misconfigured with one identity** (one `process_id` written in the
 //! file of both): while both run, their poll leases still exclude each other (each
@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::store::{is_postgres, sqlite_path, Backend};
+use crate::store::Backend;
 use crate::webhooks::hosted::HostedSource;
 
 /// Longest `process_id` taken: it is stamped on rows and written in logs.
@@ -58,20 +58,10 @@ pub(crate) fn checked(id: &str) -> Result<String> {
     Ok(id.to_owned())
 }
 
-/// The identity of a process that sets no `process_id`, on the store `store`,
-/// listening on `listen` (the bound address). See the module doc for why.
-pub(crate) fn default_for(store: &str, listen: SocketAddr) -> String {
-    match sqlite_path(store) {
-        Some(path) => {
-            let file = std::fs::canonicalize(path)
-                .map_or_else(|_| path.to_owned(), |p| p.display().to_string());
-            format!("sqlite:{file}")
-        }
-        None => {
-            debug_assert!(is_postgres(store));
-            format!("{}/{listen}", host_name())
-        }
-    }
+/// The identity of a process that sets no `process_id`, listening on `listen` (the
+/// bound address). See the module doc for why.
+pub(crate) fn default_for(listen: SocketAddr) -> String {
+    format!("{}/{listen}", host_name())
 }
 
 /// The host name, read without a system call the crate would need `unsafe` for: the
@@ -159,28 +149,13 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_the_canonical_sqlite_file_or_the_host_and_listen_address() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("events.db");
-        std::fs::write(&file, b"").unwrap();
-        let canonical = std::fs::canonicalize(&file).unwrap();
+    fn the_default_is_the_host_and_the_listen_address() {
         let addr: SocketAddr = "127.0.0.1:8787".parse().unwrap();
         let other: SocketAddr = "127.0.0.1:9000".parse().unwrap();
-        let want = format!("sqlite:{}", canonical.display());
-        // However the file is named, and whatever the port: one file, one process.
-        let dotted = format!("sqlite:{}/./events.db", dir.path().display());
-        assert_eq!(default_for(&dotted, addr), want);
-        assert_eq!(
-            default_for(&format!("sqlite://{}", file.display()), other),
-            want
-        );
-        assert_eq!(default_for(file.to_str().unwrap(), addr), want);
-
-        let pg = "postgres://u@db.example/sb";
-        let a = default_for(pg, addr);
+        let a = default_for(addr);
         assert!(a.ends_with("/127.0.0.1:8787"), "{a}");
-        assert_eq!(a, default_for(pg, addr), "stable across starts");
-        assert_ne!(a, default_for(pg, other), "two listeners, two processes");
-        assert_eq!(a, default_for("postgresql://other@db.example/sb", addr));
+        assert_eq!(a, default_for(addr), "stable across starts");
+        assert_ne!(a, default_for(other), "two listeners, two processes");
+        assert_eq!(checked(&a).unwrap(), a, "a valid identity");
     }
 }

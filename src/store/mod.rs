@@ -35,7 +35,6 @@ pub use backend::{Appended, Backend, EventQuery, StateWrite, Write};
 pub(crate) use group_commit::GroupCommitStats;
 pub use group_commit::{GroupAppend, Store};
 pub use open::open_backend;
-pub(crate) use open::{is_postgres, sqlite_path};
 pub use options::{redact_url, StoreOptions};
 
 pub use crate::clock::now_ms;

@@ -13,13 +13,13 @@ use super::sqlite;
 use crate::error::{Error, Result};
 
 /// Whether a store URL names PostgreSQL (`postgres://…`, `postgresql://…`).
-pub(crate) fn is_postgres(url: &str) -> bool {
+fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// The file a SQLite store URL names (`sqlite:PATH`, `sqlite://PATH` or a bare path);
 /// `None` for a PostgreSQL URL.
-pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
+fn sqlite_path(url: &str) -> Option<&str> {
     if is_postgres(url) {
         return None;
     }
