@@ -108,6 +108,7 @@ async fn drain(backend: &Arc<dyn Backend>) -> Sample {
                 token,
                 limit: BATCH,
                 bindings: vec![BINDING.into()],
+                holder: None,
             })
             .await
             .expect("claim");

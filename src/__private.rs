@@ -42,7 +42,7 @@ pub mod outbox {
     pub mod model {
         pub use crate::outbox::model::{
             AttemptError, ClaimRequest, ClaimedRow, DeadLetterQuery, Destination, Enqueue, Finish,
-            ReceiveRequest, RunRecord,
+            HeldRows, HolderRelease, ReceiveRequest, RunRecord,
         };
     }
     pub mod outcome {

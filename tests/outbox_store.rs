@@ -1,8 +1,9 @@
 //! The durable outbox through the public store API (`open_backend`,
 //! `Store::append_enqueue`, `OutboxStore`): enqueue with ingest, claims and leases,
-//! ordering keys, finishes, dead letters and replays, queues, stats, retention and
-//! wake-ups. Every case runs on SQLite and, when `SWITCHBOARD_TEST_POSTGRES_URL` is set,
-//! on PostgreSQL (otherwise the PostgreSQL variants say they were skipped). The clock
+//! ordering keys, finishes, a restarted holder's release, dead letters and replays,
+//! queues, stats, retention and wake-ups. Every case runs on SQLite and, when
+//! `SWITCHBOARD_TEST_POSTGRES_URL` is set, on PostgreSQL (otherwise the PostgreSQL
+//! variants say they were skipped). The clock
 //! is an input of the store, so leases and schedules are driven by the `now` each call
 //! is given, never by sleeping.
 #![cfg(feature = "runtime")]
@@ -16,6 +17,8 @@ mod fixture;
 mod flow;
 #[path = "outbox/group.rs"]
 mod group;
+#[path = "outbox/holder.rs"]
+mod holder;
 
 use std::collections::HashSet;
 

@@ -477,6 +477,7 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
                     token: rand::random::<i64>() & i64::MAX,
                     limit,
                     bindings,
+                    holder: inner.options.process_id.clone(),
                 };
                 folded = true;
                 match inner

@@ -38,6 +38,10 @@ pub struct DispatcherOptions {
     pub poll_interval: Duration,
     /// How long shutdown waits for attempts in flight. Default 10 s.
     pub shutdown_grace: Duration,
+    /// The process's identity, stamped on every row it claims (`lease_holder`), so
+    /// the same process started again recognises its rows and makes them due at once
+    /// instead of waiting out their lease. Default `None`: rows carry no holder.
+    pub process_id: Option<String>,
 }
 
 impl Default for DispatcherOptions {
@@ -48,6 +52,7 @@ impl Default for DispatcherOptions {
             lease: DEFAULT_LEASE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            process_id: None,
         }
     }
 }
@@ -76,6 +81,11 @@ impl DispatcherOptions {
     /// Sets the shutdown grace.
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+    /// Sets the identity stamped on claimed rows (see [`DispatcherOptions::process_id`]).
+    pub fn with_process_id(mut self, id: impl Into<String>) -> Self {
+        self.process_id = Some(id.into());
         self
     }
 }

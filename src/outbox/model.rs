@@ -115,6 +115,34 @@ pub struct ClaimRequest {
     pub limit: usize,
     /// Only rows of these bindings (the ones this process can deliver). Empty = none.
     pub bindings: Vec<String>,
+    /// The claiming process's identity (`process_id`), stamped on the rows as their
+    /// `lease_holder`, so that process, started again, recognises what it held
+    /// ([`crate::outbox::OutboxStore::release_holder`]). `None` stamps nothing: such
+    /// rows wait their lease out after a crash.
+    pub holder: Option<String>,
+}
+
+/// What [`crate::outbox::OutboxStore::release_holder`] did at a process's start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HolderRelease {
+    /// Rows the identity held under a live lease, now due.
+    pub released: u64,
+    /// Rows other holders hold under a live lease, per holder (`None`: a claim that
+    /// stamped no identity), with the last of their leases' ends (unix ms): what this
+    /// process will see due only when those leases end, unless their holders finish
+    /// or release them first.
+    pub held_by_others: Vec<HeldRows>,
+}
+
+/// Rows one other holder holds under a live lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRows {
+    /// The holder's identity, if its claim stamped one.
+    pub holder: Option<String>,
+    /// How many rows.
+    pub rows: u64,
+    /// When the last of their leases ends (unix ms).
+    pub until_ms: i64,
 }
 
 /// A claimed row, with everything its attempt needs.

@@ -14,6 +14,9 @@
 //!   the same column is both the schedule and the lease: a crashed claimer's rows are
 //!   simply due again when its lease ends, and no row is handed to two claimers within
 //!   one lease (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: one writer);
+//! - a claim stamps the claimer's identity too (`lease_holder`); a process started
+//!   again under that identity makes the rows it held due at once
+//!   ([`OutboxStore::release_holder`]) instead of waiting out its own leases;
 //! - every finish, release and extension names the claim token and changes nothing
 //!   when the row has since been claimed again;
 //! - a dead letter, its fan-out rows and the deletion of its row are one transaction.
@@ -24,7 +27,7 @@ use async_trait::async_trait;
 
 use super::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
-    Finish, OutboxDepth, OutboxStats, ReceiveRequest, Received, RunRecord,
+    Finish, HolderRelease, OutboxDepth, OutboxStats, ReceiveRequest, Received, RunRecord,
 };
 use crate::error::Result;
 
@@ -38,6 +41,16 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// Gives back claimed rows that were not started (no permit was free): due again
     /// at `now_ms`, their attempt counters restored. Returns how many were released.
     async fn release(&self, rows: &[(i64, i64)], now_ms: i64) -> Result<u64>;
+
+    /// At a process's start: makes every row `holder` holds under a live lease (leased,
+    /// lease not yet ended at `now_ms`) due at `now_ms`, its token cleared so a finish
+    /// of the claim before the restart changes nothing; attempts stay counted (the
+    /// attempt may have run). Reports the rows other holders hold, for the log.
+    ///
+    /// Two processes misconfigured with one identity: the one starting releases the
+    /// other's rows, which may then run twice (the live one's finish is skipped for
+    /// its stale token): a duplicate delivery, never a lost one.
+    async fn release_holder(&self, holder: &str, now_ms: i64) -> Result<HolderRelease>;
 
     /// Extends the lease of rows (id, token) still held to `until_ms`. Returns how many
     /// are still held.

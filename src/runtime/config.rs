@@ -8,6 +8,7 @@
 //! ```toml
 //! listen = "127.0.0.1:8787"
 //! store = "sqlite:./switchboard-data/events.db"   # or a postgres:// URL
+//! process_id = "runtime-1"   # default: host name + listen address
 //!
 //! [[sources]]
 //! id = "github-main"
@@ -78,6 +79,15 @@ pub struct RuntimeConfig {
     /// they register under with the gateway. Default: `[gateway] tenant`, so the
     /// sources share the runtime's socket; `default` without a `[gateway]`.
     pub tenant: Option<String>,
+    /// This process's stable identity among those sharing the store: stamped on the
+    /// outbox rows it claims and the poll leases it takes, so the same process started
+    /// again (after a crash or `kill -9`) takes back at once what it held instead of
+    /// waiting out its leases. Default: `<host name>/<listen address>` (two processes
+    /// on one host cannot listen on one address). Set it when a process may come back
+    /// under another host name or port (a container scheduled anew, `listen` on port 0). Two processes given one
+    /// identity are a misconfiguration whose worst is a duplicate delivery at a start,
+    /// never a lost one (README, "A restart recognises what it held").
+    pub process_id: Option<String>,
     /// Body limit for sources that set none. Default 10 MiB.
     pub max_body_bytes: Option<usize>,
     /// Ingress requests served at once; beyond, 503 + `Retry-After`. Default 1024.
@@ -183,6 +193,9 @@ pub struct ResolvedConfig {
     pub store: StoreUrl,
     /// Store tuning.
     pub store_options: crate::store::StoreOptions,
+    /// The process identity, as configured (`None`: derived at start from the host
+    /// name and the listener, see [`RuntimeConfig::process_id`]).
+    pub process_id: Option<String>,
     /// Admin bearer token, if any.
     pub admin_token: Option<Secret>,
     /// Rejection audit retention, ms.
@@ -354,6 +367,11 @@ impl RuntimeConfig {
             )?,
             store,
             store_options,
+            process_id: self
+                .process_id
+                .as_deref()
+                .map(crate::runtime::process_id::checked)
+                .transpose()?,
             admin_token,
             rejection_retention_ms: secs_to_ms(
                 "rejection_retention_secs",

@@ -25,6 +25,7 @@ pub(crate) mod console_ops;
 pub(crate) mod life;
 pub(crate) mod ops;
 pub(crate) mod outbox_series;
+mod process_id;
 mod replay_ops;
 mod source_registrations;
 mod sweeper;
@@ -218,6 +219,7 @@ impl RuntimeBuilder {
             .await
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
         let addr = listener.local_addr()?;
+        let identity = (config.process_id.clone()).unwrap_or_else(|| process_id::default_for(addr));
         let scope = Scope {
             sources: config.sources.iter().map(|s| s.id.clone()).collect(),
             gateway: config.gateway.is_some(),
@@ -321,9 +323,12 @@ impl RuntimeBuilder {
 
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
+        // Before the poll drivers and the dispatcher: what an earlier start held.
+        process_id::release_previous(&backend, &ingress.order, &identity).await;
         tasks.extend(crate::webhooks::poller::spawn_all(
             &ingress.order,
             &ingress.committer,
+            &identity,
             &cancel,
         ));
         tasks.push(tokio::spawn(crate::webhooks::poller::activation_loop(
@@ -370,7 +375,8 @@ impl RuntimeBuilder {
                 .with_batch(d.batch)
                 .with_lease(d.lease)
                 .with_poll_interval(d.poll_interval)
-                .with_shutdown_grace(d.shutdown_grace),
+                .with_shutdown_grace(d.shutdown_grace)
+                .with_process_id(identity),
             control.unknown_version.clone(),
         );
         let runner = runner.map(|r: MultiConnectorRunner| {

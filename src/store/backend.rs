@@ -220,3 +220,13 @@ pub(crate) fn schema_too_new(found: i64, known: i64) -> Error {
 pub(crate) fn store_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Store(format!("{what}: {e}"))
 }
+
+/// The refusal of a database whose schema is newer than this build's: `what` names
+/// the database (a path, a redacted URL). Starting would run old SQL against tables it
+/// does not know, and migrations only go up, so the process refuses, names both
+/// versions and says what to do.
+pub(crate) fn newer_schema(what: &str, found: i64, known: i64) -> Error {
+    Error::Store(format!(
+        "{what} has schema version {found}, newer than this build knows (up to {known}): a newer switchboard migrated it; run that version (or newer) against it, or point `store` at another database"
+    ))
+}

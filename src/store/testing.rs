@@ -29,5 +29,6 @@ pub(crate) fn claim() -> ClaimRequest {
         token: 1,
         limit: 10,
         bindings: vec!["b".into()],
+        holder: None,
     }
 }

@@ -10,7 +10,10 @@
 //! jittered backoff. A crash between a poll and its commit leaves the old cursor, so
 //! the page is read again and its events dedupe; none is skipped. Of several processes
 //! on one store, one at a time polls a source: it holds the source's lease
-//! (`super::lease`), taken before each poll.
+//! (`super::lease`), taken before each poll; a process waiting for another's lease
+//! says so once, naming the holder and the lease's end. At start, before any driver
+//! runs, [`release_previous_leases`] gives back what an earlier start of the same
+//! process (killed, so it could not) still holds.
 //!
 //! **Stream**: read the stored cursor; call `stream(cursor, sink)`; each
 //! [`crate::EventSink::emit`] commits events and cursor together. When the stream
@@ -24,7 +27,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::hosted::{Committer, HostedSource, SourceCommit, CURSOR_KEY};
-use super::lease::Lease;
+use super::lease::{Held, Lease};
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::inbound::{EventSink, Polled, SourceKind};
 use crate::store::now_ms;
@@ -91,10 +94,37 @@ pub(crate) async fn activation_loop(
     }
 }
 
-/// Starts the driver of every poll and stream source.
+/// At start, before [`spawn_all`]: gives back every poll lease an earlier start of
+/// the process `identity` holds, so its sources are polled at once rather than when
+/// those leases end. Returns the sources whose lease was given back; a source whose
+/// state cannot be read is logged and left to wait its lease out.
+pub(crate) async fn release_previous_leases(
+    sources: &[Arc<HostedSource>],
+    identity: &str,
+    now_ms: i64,
+) -> Vec<(String, Held)> {
+    let mut released = Vec::new();
+    for s in sources.iter().filter(|s| s.kind == SourceKind::Poll) {
+        let lease = Lease::new(s.spec.poll_lease, identity);
+        match lease.release_previous(s.ctx.state(), now_ms).await {
+            Ok(Some(held)) => released.push((s.id().to_owned(), held)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                source = s.id(),
+                error = %e,
+                "cannot read the source's poll lease at start; a lease this process held before waits out its end"
+            ),
+        }
+    }
+    released
+}
+
+/// Starts the driver of every poll and stream source; poll leases are held as the
+/// process `identity` (`process_id`).
 pub(crate) fn spawn_all(
     sources: &[Arc<HostedSource>],
     committer: &Committer,
+    identity: &str,
     cancel: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     sources
@@ -105,7 +135,11 @@ pub(crate) fn spawn_all(
                 committer: committer.clone(),
             };
             match s.kind {
-                SourceKind::Poll => Some(tokio::spawn(poll_loop(commit, cancel.clone()))),
+                SourceKind::Poll => Some(tokio::spawn(poll_loop(
+                    commit,
+                    identity.to_owned(),
+                    cancel.clone(),
+                ))),
                 SourceKind::Stream => Some(tokio::spawn(stream_loop(commit, cancel.clone()))),
                 _ => None,
             }
@@ -155,8 +189,8 @@ async fn stored_cursor(
     }
 }
 
-async fn poll_loop(commit: SourceCommit, cancel: CancellationToken) {
-    let lease = Lease::new(commit.source.spec.poll_lease);
+async fn poll_loop(commit: SourceCommit, identity: String, cancel: CancellationToken) {
+    let lease = Lease::new(commit.source.spec.poll_lease, &identity);
     poll_until_cancelled(&commit, &lease, &cancel).await;
     lease.release(commit.source.ctx.state()).await;
 }
@@ -166,12 +200,27 @@ async fn poll_until_cancelled(commit: &SourceCommit, lease: &Lease, cancel: &Can
     let source = commit.source.clone();
     let id = source.id().to_owned();
     let mut backoff = Backoff::new(retry_policy());
+    // The holder last waited for, so a wait is logged once, not at every check.
+    let mut waited_for: Option<String> = None;
     loop {
         // One process at a time polls a source (see `super::lease`).
-        match lease.acquire(source.ctx.state(), now_ms()).await {
-            Ok(None) => {}
-            Ok(Some(until)) => {
-                if !sleep_until(until, &cancel).await {
+        let now = now_ms();
+        match lease.acquire(source.ctx.state(), now).await {
+            Ok(None) => waited_for = None,
+            Ok(Some(held)) => {
+                // A warning, once per holder: the default log level shows it, so a
+                // source that does not poll is never silent about why.
+                if waited_for.as_deref() != Some(held.holder.as_str()) {
+                    tracing::warn!(
+                        source = %id,
+                        holder = %held.holder,
+                        until_ms = held.until_ms,
+                        remaining = ?Duration::from_millis(held.until_ms.saturating_sub(now).max(0) as u64),
+                        "waiting for the source's poll lease, which another process holds; polling once it is released or ends"
+                    );
+                    waited_for = Some(held.holder);
+                }
+                if !sleep_until(held.until_ms, &cancel).await {
                     return;
                 }
                 continue;

@@ -32,7 +32,8 @@ pub struct Serve {
 impl Serve {
     /// Writes `text` to `<dir>/<name>.toml` and starts `switchboard serve` on it,
     /// its stderr appended to `<dir>/<name>.log`, with `env` added to the test's
-    /// environment (the test's own `RUST_LOG` removed; `env` may set one). Does not wait for it to listen.
+    /// environment (`RUST_LOG` removed unless `env` sets it). Does not wait for it to
+    /// listen.
     pub fn start(dir: &Path, name: &str, port: u16, text: &str, env: &[(&str, String)]) -> Serve {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();

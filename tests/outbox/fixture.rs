@@ -216,6 +216,7 @@ pub fn claim_request(
         token,
         limit,
         bindings: bindings.iter().map(|b| b.to_string()).collect(),
+        holder: None,
     }
 }
 

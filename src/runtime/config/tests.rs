@@ -272,3 +272,14 @@ fn durations_that_would_overflow_milliseconds_are_refused_not_wrapped() {
     .contains("at most"));
     assert!(err(&format!("{source}timestamp_tolerance_secs = 400000000\n")).contains("at most"));
 }
+
+#[test]
+fn process_id_is_optional_and_a_bad_one_is_refused_naming_the_key() {
+    assert_eq!(resolve("").unwrap().process_id, None, "derived at start");
+    let set = resolve("process_id = \"runtime-1\"").unwrap();
+    assert_eq!(set.process_id.as_deref(), Some("runtime-1"));
+    for bad in ["process_id = \"\"", "process_id = \"two words\""] {
+        let e = err(bad);
+        assert!(e.contains("process_id = "), "{bad}: {e}");
+    }
+}

@@ -23,8 +23,8 @@ use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
-    Finish, OutboxDepth, OutboxStats, PendingRow, QueueMessage, QueuedMessage, ReceiveRequest,
-    Received, RunRecord,
+    Finish, HeldRows, HolderRelease, OutboxDepth, OutboxStats, PendingRow, QueueMessage,
+    QueuedMessage, ReceiveRequest, Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
@@ -82,7 +82,8 @@ const CLAIM: &str = "WITH picked AS (
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE outbox o SET next_attempt_at = $4, lease_token = $5, attempts = o.attempts + 1
+    UPDATE outbox o SET next_attempt_at = $4, lease_token = $5, lease_holder = $6,
+        attempts = o.attempts + 1
     FROM picked p LEFT JOIN events e ON e.id = p.event_id
     WHERE o.id = p.id
     RETURNING o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
@@ -101,6 +102,21 @@ const RELEASE: &str = "WITH released AS (
         SELECT pg_notify('switchboard_outbox', '') FROM (SELECT 1 FROM released LIMIT 1) AS any_row
     )
     SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)";
+
+/// Makes the rows a holder holds under a live lease due now, waking every process.
+const RELEASE_HOLDER: &str = "WITH released AS (
+        UPDATE outbox SET next_attempt_at = $2, lease_token = NULL
+        WHERE next_attempt_at > $2 AND lease_token IS NOT NULL AND lease_holder = $1
+        RETURNING 1
+    ), notified AS (
+        SELECT pg_notify('switchboard_outbox', '') FROM (SELECT 1 FROM released LIMIT 1) AS any_row
+    )
+    SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)";
+
+/// The rows other holders hold under a live lease, per holder.
+const HELD_BY_OTHERS: &str = "SELECT lease_holder, count(*), max(next_attempt_at) FROM outbox
+    WHERE next_attempt_at > $1 AND lease_token IS NOT NULL
+    GROUP BY lease_holder ORDER BY lease_holder NULLS FIRST";
 
 const EXTEND: &str = "UPDATE outbox o SET next_attempt_at = $3
     FROM unnest($1::BIGINT[], $2::BIGINT[]) AS r(id, token)
@@ -181,6 +197,18 @@ fn claimed_rows(found: &[Row], token: i64) -> Vec<ClaimedRow> {
     claimed.into_iter().map(|(_, row)| row).collect()
 }
 
+/// The claim statement's parameters.
+fn claim_params<'a>(req: &'a ClaimRequest, limit: &'a i64) -> [&'a (dyn ToSql + Sync); 6] {
+    [
+        &req.now_ms,
+        &req.bindings,
+        limit,
+        &req.lease_until_ms,
+        &req.token,
+        &req.holder,
+    ]
+}
+
 /// Splits (id, token) pairs into the two arrays the statements take.
 fn pairs(rows: &[(i64, i64)]) -> (Vec<i64>, Vec<i64>) {
     rows.iter().copied().unzip()
@@ -194,17 +222,9 @@ impl OutboxStore for PostgresBackend {
         }
         let client = self.client().await?;
         let stmt = prepared(&client, CLAIM).await?;
+        let limit = req.limit as i64;
         let found = client
-            .query(
-                &stmt,
-                &[
-                    &req.now_ms,
-                    &req.bindings,
-                    &(req.limit as i64),
-                    &req.lease_until_ms,
-                    &req.token,
-                ],
-            )
+            .query(&stmt, &claim_params(req, &limit))
             .await
             .map_err(pg_err("claim outbox rows"))?;
         Ok(claimed_rows(&found, req.token))
@@ -230,14 +250,8 @@ impl OutboxStore for PostgresBackend {
             if req.bindings.is_empty() || req.limit == 0 {
                 return Ok(Vec::new());
             }
-            let params: [&(dyn ToSql + Sync); 5] = [
-                &req.now_ms,
-                &req.bindings,
-                &(req.limit as i64),
-                &req.lease_until_ms,
-                &req.token,
-            ];
-            tx.query(&claim, &params)
+            let limit = req.limit as i64;
+            tx.query(&claim, &claim_params(req, &limit))
                 .await
                 .map_err(pg_err("claim outbox rows"))
         };
@@ -264,6 +278,37 @@ impl OutboxStore for PostgresBackend {
             .await
             .map_err(pg_err("release outbox rows"))?;
         Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    async fn release_holder(&self, holder: &str, now_ms: i64) -> Result<HolderRelease> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_err("begin a holder's release"))?;
+        let released: i64 = tx
+            .query_one(RELEASE_HOLDER, &[&holder, &now_ms])
+            .await
+            .map_err(pg_err("release a holder's rows"))?
+            .get(0);
+        let held_by_others = tx
+            .query(HELD_BY_OTHERS, &[&now_ms])
+            .await
+            .map_err(pg_err("read the rows other holders hold"))?
+            .iter()
+            .map(|r| HeldRows {
+                holder: r.get(0),
+                rows: r.get::<_, i64>(1) as u64,
+                until_ms: r.get(2),
+            })
+            .collect();
+        tx.commit()
+            .await
+            .map_err(pg_err("commit a holder's release"))?;
+        Ok(HolderRelease {
+            released: released as u64,
+            held_by_others,
+        })
     }
 
     async fn extend(&self, rows: &[(i64, i64)], until_ms: i64) -> Result<u64> {

@@ -23,9 +23,16 @@
 //! Migration 6 ([`CONSOLE`]) adds the console's indexes, as on SQLite:
 //! `events_by_kind (kind, seq)`, `events_by_dedupe (dedupe_key, seq)` and
 //! `trigger_runs_by_event (event_id)`.
+//!
+//! Migration 7 ([`HOLDER`]) adds `outbox.lease_holder`, the identity of the process
+//! whose claim leased the row, as on SQLite (whose schema module says what it is for).
+//!
+//! Several processes may start at once on one database: [`migrate`] runs under a
+//! transaction-scoped advisory lock, so one applies what is missing while the others
+//! wait for its commit and then find nothing to do (`tests/store_migrations.rs`).
 
-use crate::error::{Error, Result};
-use crate::store::backend::store_err;
+use crate::error::Result;
+use crate::store::backend::{newer_schema, store_err};
 
 /// Key of the advisory lock held while migrating ("swbd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7377_6264;
@@ -79,6 +86,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, VERSIONS),
     (5, FLOW_CONTROL),
     (6, CONSOLE),
+    (7, HOLDER),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -208,6 +216,9 @@ const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
     CREATE INDEX events_by_dedupe ON events (dedupe_key, seq);
     CREATE INDEX trigger_runs_by_event ON trigger_runs (event_id);";
 
+/// Migration 7: who holds a leased row.
+const HOLDER: &str = "ALTER TABLE outbox ADD COLUMN lease_holder TEXT;";
+
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the
 /// database in errors.
@@ -232,9 +243,7 @@ pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -
         .get(0);
     let newest = newest();
     if current > newest {
-        return Err(Error::Store(format!(
-            "{url} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
-        )));
+        return Err(newer_schema(url, current, newest));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
         tx.batch_execute(sql).await.map_err(bad)?;

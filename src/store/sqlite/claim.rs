@@ -1,13 +1,14 @@
 //! Claiming outbox rows on SQLite: the head-of-line rule, the claim (a select and an
 //! update in one `IMMEDIATE` transaction on the writer connection, which the group
 //! commit also writes through, so no second claimer can run between the two; it
-//! commits without an fsync, see [`claim`]), and the per-row statements of a release or
-//! a lease extension.
+//! commits without an fsync, see [`claim`]), the per-row statements of a release or
+//! a lease extension, and the release of what a process held before its restart
+//! ([`release_holder`]).
 
 use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::finish::{self, Finished};
-use crate::outbox::model::{ClaimRequest, ClaimedRow, Finish};
+use crate::outbox::model::{ClaimRequest, ClaimedRow, Finish, HeldRows, HolderRelease};
 use crate::store::options::Synchronous;
 use crate::store::outbox_rows::{self as rows, to_u32};
 
@@ -121,7 +122,8 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
     let claimed = {
         let mut select = tx.prepare_cached(&claim_select())?;
         let mut update = tx.prepare_cached(
-            "UPDATE outbox SET next_attempt_at = ?1, lease_token = ?2, attempts = attempts + 1
+            "UPDATE outbox SET next_attempt_at = ?1, lease_token = ?2, lease_holder = ?4,
+                attempts = attempts + 1
              WHERE id = ?3",
         )?;
         let found = select
@@ -148,7 +150,12 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         for row in &found {
-            update.execute(params![req.lease_until_ms, req.token, row.id])?;
+            update.execute(params![
+                req.lease_until_ms,
+                req.token,
+                row.id,
+                req.holder.as_deref()
+            ])?;
         }
         found
     };
@@ -172,4 +179,41 @@ pub(super) fn per_pair(
     }
     tx.commit()?;
     Ok(n)
+}
+
+/// Makes the rows `holder` holds under a live lease due at `now_ms` (token cleared,
+/// attempts kept) and counts the rows other holders hold, in one `IMMEDIATE`
+/// transaction. Both statements range over `next_attempt_at > now` (`outbox_by_due`):
+/// the leased and scheduled rows, not the due backlog.
+pub(super) fn release_holder(
+    c: &mut Connection,
+    holder: &str,
+    now_ms: i64,
+) -> rusqlite::Result<HolderRelease> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let released = tx.execute(
+        "UPDATE outbox SET next_attempt_at = ?2, lease_token = NULL
+         WHERE next_attempt_at > ?2 AND lease_token IS NOT NULL AND lease_holder = ?1",
+        params![holder, now_ms],
+    )? as u64;
+    let held_by_others = {
+        let mut others = tx.prepare(
+            "SELECT lease_holder, count(*), max(next_attempt_at) FROM outbox
+             WHERE next_attempt_at > ?1 AND lease_token IS NOT NULL
+             GROUP BY lease_holder ORDER BY lease_holder NULLS FIRST",
+        )?;
+        let rows = others.query_map(params![now_ms], |r| {
+            Ok(HeldRows {
+                holder: r.get(0)?,
+                rows: r.get::<_, i64>(1)? as u64,
+                until_ms: r.get(2)?,
+            })
+        })?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()?
+    };
+    tx.commit()?;
+    Ok(HolderRelease {
+        released,
+        held_by_others,
+    })
 }

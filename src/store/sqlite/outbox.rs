@@ -22,8 +22,8 @@ use super::{claim, finish, queues, sql_err, SqliteBackend};
 use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Destination, Enqueue, EventDeliveries,
-    Expired, Finish, OutboxDepth, OutboxStats, PendingRow, QueuedMessage, ReceiveRequest, Received,
-    RunRecord,
+    Expired, Finish, HolderRelease, OutboxDepth, OutboxStats, PendingRow, QueuedMessage,
+    ReceiveRequest, Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, to_u32};
@@ -297,6 +297,18 @@ impl OutboxStore for SqliteBackend {
             self.wake.notify_one();
         }
         Ok(n)
+    }
+
+    async fn release_holder(&self, holder: &str, now_ms: i64) -> Result<HolderRelease> {
+        let holder = holder.to_owned();
+        let done = Self::with(&self.writer, move |c| {
+            claim::release_holder(c, &holder, now_ms).map_err(sql_err("release a holder's rows"))
+        })
+        .await?;
+        if done.released > 0 {
+            self.wake.notify_one();
+        }
+        Ok(done)
     }
 
     async fn extend(&self, rows: &[(i64, i64)], until_ms: i64) -> Result<u64> {

@@ -76,6 +76,15 @@
 //!   outbox rows, queue messages and dead letters have such an index since
 //!   migration 2).
 //!
+//! Migration 7 ([`HOLDER`]) adds `outbox.lease_holder`: the process identity
+//! (`process_id`) of the claim that leased the row, stamped by every claim beside
+//! the claim token. A process that starts again under the same identity makes the
+//! rows it held under a live lease due at once ([`crate::outbox::OutboxStore::release_holder`])
+//! instead of waiting their lease out; the column means something only while
+//! `lease_token` is set, so a finish or a release leaves it as it is. No index: the
+//! release runs once per start and walks `outbox_by_due` past `now` (the leased and
+//! scheduled rows, not the backlog).
+//!
 //! Ids are `AUTOINCREMENT`, never reused: a stale finish naming the id of a deleted
 //! row can then never hit a newer row, and "a lower id was enqueued earlier" holds.
 
@@ -137,6 +146,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (4, VERSIONS),
     (5, FLOW_CONTROL),
     (6, CONSOLE),
+    (7, HOLDER),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -267,17 +277,28 @@ const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
     CREATE INDEX events_by_dedupe ON events (dedupe_key);
     CREATE INDEX trigger_runs_by_event ON trigger_runs (event_id);";
 
+/// Migration 7: who holds a leased row (module doc).
+const HOLDER: &str = "ALTER TABLE outbox ADD COLUMN lease_holder TEXT;";
+
+/// Applies the migrations this database lacks, all in ONE `IMMEDIATE` transaction:
+/// the version is read under the write lock, so of several processes (or several
+/// opens) starting at once on one file the first applies them and the others, which
+/// wait for the lock (`busy_timeout`), find them applied. A database stamped with a
+/// version this build does not know is refused, never migrated down.
 pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     let bad = |e: rusqlite::Error| {
         Error::Store(format!(
             "{path:?} is not a usable SQLite database ({e}); move it aside or point `store` elsewhere"
         ))
     };
-    conn.execute_batch(
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(bad)?;
+    tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
     )
     .map_err(bad)?;
-    let current: i64 = conn
+    let current: i64 = tx
         .query_row(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
             [],
@@ -286,21 +307,21 @@ pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         .map_err(bad)?;
     let newest = newest();
     if current > newest {
-        return Err(Error::Store(format!(
-            "{path:?} has schema version {current}, newer than this build knows ({newest}); run a newer switchboard"
-        )));
+        return Err(crate::store::backend::newer_schema(
+            &format!("{path:?}"),
+            current,
+            newest,
+        ));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-        let tx = conn.transaction().map_err(bad)?;
         tx.execute_batch(sql).map_err(bad)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
             params![version, crate::clock::now_ms()],
         )
         .map_err(bad)?;
-        tx.commit().map_err(bad)?;
     }
-    Ok(())
+    tx.commit().map_err(bad)
 }
 
 /// The newest schema version this build knows.
