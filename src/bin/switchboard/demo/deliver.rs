@@ -157,7 +157,9 @@ async fn with_runtime(
     );
     let observed = drive(sizing, gateway, &runtime, journal).await;
     if sizing.keep_running {
-        println!("demo: the deliver section is done; both consoles stay up until SIGTERM or Ctrl-C");
+        println!(
+            "demo: the deliver section is done; both consoles stay up until SIGTERM or Ctrl-C"
+        );
         switchboard::shutdown_signal().await;
     }
     let stopped = runtime.shutdown().await;
