@@ -794,3 +794,37 @@ fn registration_state(h: &RegistrationHandle) -> &'static str {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(vars: &[(&str, &str)]) -> Result<RunnerOptions> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        RunnerOptions::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn from_env_reads_the_health_listener_and_the_stop_grace() {
+        let o = options(&[]).unwrap();
+        assert_eq!((o.health_listen, o.stop_grace), (None, DEFAULT_STOP_GRACE));
+        let o = options(&[
+            ("SWITCHBOARD_HEALTH_LISTEN", "0.0.0.0:9090"),
+            ("SWITCHBOARD_STOP_GRACE_SECS", "45"),
+        ])
+        .unwrap();
+        assert_eq!(o.health_listen, Some("0.0.0.0:9090".parse().unwrap()));
+        assert_eq!(o.stop_grace, Duration::from_secs(45));
+    }
+
+    #[test]
+    fn from_env_names_a_malformed_variable() {
+        let e = options(&[("SWITCHBOARD_HEALTH_LISTEN", "9090")]).unwrap_err();
+        assert!(e.to_string().contains("SWITCHBOARD_HEALTH_LISTEN"), "{e}");
+        let e = options(&[("SWITCHBOARD_STOP_GRACE_SECS", "20s")]).unwrap_err();
+        assert!(e.to_string().contains("whole number of seconds"), "{e}");
+    }
+}
