@@ -17,6 +17,7 @@
 //!   `socket_io` (the open connection of either transport, feeding the core).
 //! - `health`: a small HTTP/1 listener for `/healthz`, `/readyz` and `/metrics`,
 //!   asking whoever runs it (a `Probe`) for the answers.
+//! - `options`: [`RunnerOptions`], their defaults and environment variables.
 //! - `driver`, the one task per socket that drives a core; `handle`, the user's view
 //!   of a registration; and [`MultiConnectorRunner`], which groups registrations into
 //!   sockets by tenant.
@@ -39,6 +40,8 @@ mod handle_state;
 mod health;
 #[cfg(feature = "websocket")]
 pub(crate) mod metrics;
+#[cfg(feature = "websocket")]
+mod options;
 pub(crate) mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
@@ -54,4 +57,6 @@ pub use handle::RegistrationHandle;
 #[cfg(feature = "websocket")]
 pub use metrics::ConnectorMetrics;
 #[cfg(feature = "websocket")]
-pub use runner::{MultiConnectorRunner, Registration, RunnerOptions, ShutdownHandle};
+pub use options::RunnerOptions;
+#[cfg(feature = "websocket")]
+pub use runner::{MultiConnectorRunner, Registration, ShutdownHandle};
