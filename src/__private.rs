@@ -350,7 +350,7 @@ pub mod stream_core {
 
         /// The stream died (or the driver closed it).
         pub fn disconnect(&mut self) {
-            self.conn.handle_disconnected(self.now());
+            self.conn.handle_disconnected(self.now(), "bench");
         }
 
         /// One message read off the stream.

@@ -16,10 +16,11 @@ use crate::error::Result;
 use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};
 
 /// Runs `connector` with the configuration from the environment
-/// ([`ConnectorConfig::from_env`]) until the process receives SIGTERM (what Docker,
-/// Kubernetes and systemd send) or SIGINT (Ctrl-C), then stops gracefully: it leaves
-/// the gateway and returns. A second signal during the stop ends the process at once
-/// ([`crate::shutdown_signal`]).
+/// ([`ConnectorConfig::from_env`], and [`RunnerOptions::from_env`] for the health
+/// listener and the stop grace) until the process receives SIGTERM (what Docker,
+/// Kubernetes and systemd send) or SIGINT (Ctrl-C), then stops gracefully: running
+/// executes finish within the stop grace, it leaves the gateway and returns. A second
+/// signal during the stop ends the process at once ([`crate::shutdown_signal`]).
 ///
 /// Fails at once, before connecting, when the configuration is missing or invalid (the
 /// error names the variable to set). Once running, connection failures are retried
@@ -47,11 +48,10 @@ use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};
 /// ```
 pub async fn run(connector: impl BaseConnector) -> Result<()> {
     let config = ConnectorConfig::from_env()?;
-    let signal = crate::signals::shutdown_signal();
-    run_until(config, connector, async {
-        signal.await;
-    })
-    .await
+    let options = RunnerOptions::from_env()?;
+    MultiConnectorRunner::new(options, [Registration::new(config, connector)])?
+        .run_until_signal()
+        .await
 }
 
 /// Runs `connector` under `config` until `stop` completes, then deregisters and

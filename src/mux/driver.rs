@@ -16,6 +16,11 @@
 //! waiting (the future is ready at its first poll) is answered in the same pass,
 //! without ever entering the `FuturesUnordered`.
 //!
+//! Stop: when the runner stops, the task stops taking executes (new and queued ones
+//! are answered with a recoverable error at once), lets the running ones finish
+//! within the stop grace, answers the rest with an error, leaves the channel and
+//! closes the socket, so the gateway forgets the registrations at once.
+//!
 //! Approval: the task acts on the core's approval events itself (publishing pending,
 //! rejected and refused states, forgetting refused credentials) and starts or stops
 //! each registration's approval task (`approval`), which only runs the HTTP exchange
@@ -43,7 +48,7 @@ use super::socket_invoker::SocketInvoker;
 use super::socket_io::{SocketIo, Target};
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connector::{run_execute, ExecuteContext};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::proto::{
     stream_message::Message, CredentialsIssued, ExecuteResponse, WebSocketOpenResponse,
 };
@@ -57,6 +62,11 @@ pub(crate) struct SocketOptions {
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,
     pub(crate) dialer: Dialer,
+    /// How long a stop waits for running executes (`RunnerOptions::stop_grace`).
+    pub(crate) stop_grace: Duration,
+    /// Whether a lost connection is redialled; when not, the socket ends with an
+    /// error (`ConnectorConfig::reconnect_enabled`).
+    pub(crate) reconnect_enabled: bool,
 }
 
 type ExecFuture = BoxFuture<'static, (ExecId, ExecuteResponse)>;
@@ -66,6 +76,8 @@ type ExecFuture = BoxFuture<'static, (ExecId, ExecuteResponse)>;
 enum Exit {
     Cancelled,
     Closed,
+    /// The connection was lost (or could not be made) and reconnecting is off.
+    Lost(String),
 }
 
 /// One socket's task state.
@@ -80,17 +92,20 @@ struct Driver {
     backoff: Backoff,
     /// The approval tasks of the socket's registrations; cancelled when dropped.
     agents: Agents,
+    /// Why the connection ended for good (it was lost and reconnecting is off).
+    ended: Option<String>,
 }
 
-/// Runs one socket until `cancel` fires or its last registration is removed;
-/// `on_exit` runs after, so the runner can forget the socket.
+/// Runs one socket until `cancel` fires (then stops gracefully) or its last
+/// registration is removed; `on_exit` runs after, so the runner can forget the
+/// socket, with the error that ended it when it did not end on purpose.
 pub(crate) async fn run(
     core: Core,
     socket: Arc<SocketHandle>,
     commands: mpsc::Receiver<Command>,
     opts: SocketOptions,
     cancel: CancellationToken,
-    on_exit: impl FnOnce(),
+    on_exit: impl FnOnce(Option<Error>),
 ) {
     let backoff = Backoff::new(opts.reconnect.clone());
     let mut d = Driver {
@@ -102,17 +117,34 @@ pub(crate) async fn run(
         aborts: HashMap::new(),
         backoff,
         agents: Agents::default(),
+        ended: None,
     };
     let admitted: Vec<HandleId> = d.core.handles().map(|(h, _)| h).collect();
     for handle in admitted {
         d.start_refresh(handle);
     }
     let exit = d.run(commands, &cancel).await;
+    let error = match &exit {
+        Exit::Lost(why) => {
+            let error = Error::ConnectionClosed(format!(
+                "the connection of tenant {} ended ({why}) and reconnect_enabled is false, so its registrations have ended; restart the process or enable reconnects",
+                d.core.tenant()
+            ));
+            for u in d.core.users() {
+                u.state.register_failed(error.to_string());
+            }
+            Some(error)
+        }
+        Exit::Cancelled | Exit::Closed => {
+            d.core.finish_stop(now());
+            None
+        }
+    };
     d.close().await;
     // Whatever registrations remain go with the socket: their handles see it.
     tracing::debug!(tenant = %d.core.tenant(), ?exit, "socket task ends");
     d.mark_all_removed();
-    on_exit();
+    on_exit(error);
 }
 
 impl Driver {
@@ -125,9 +157,17 @@ impl Driver {
         let mut retry_at: Option<Instant> = None;
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        // Set once a stop began: when its grace ends.
+        let mut stop_at: Option<Instant> = None;
         loop {
             if let Some(exit) = self.drain_events() {
                 return exit;
+            }
+            if stop_at.is_some() && (self.io.is_none() || self.core.executes_idle()) {
+                return Exit::Cancelled;
+            }
+            if let Some(why) = self.ended.take() {
+                return Exit::Lost(why);
             }
             if self.io.is_none() && dial.is_none() && retry_at.is_none() {
                 retry_at = Some(self.schedule_reconnect());
@@ -139,7 +179,17 @@ impl Driver {
                 }
             }
             tokio::select! {
-                _ = cancel.cancelled() => return Exit::Cancelled,
+                _ = cancel.cancelled(), if stop_at.is_none() => {
+                    if self.io.is_none() {
+                        return Exit::Cancelled;
+                    }
+                    tracing::info!(tenant = %self.core.tenant(), grace = ?self.opts.stop_grace, "stopping: running executes may finish within the grace");
+                    stop_at = Some(Instant::now() + self.opts.stop_grace);
+                    self.core.stop(now());
+                }
+                _ = sleep_until(stop_at.unwrap_or_else(Instant::now)), if stop_at.is_some() => {
+                    return Exit::Cancelled;
+                }
                 lost = poll_fn(|cx| match self.io.as_mut() {
                     Some(io) => io.poll(&mut self.core, &self.socket.metrics, cx),
                     None => Poll::Pending,
@@ -165,6 +215,9 @@ impl Driver {
                         Ok(io) => {
                             self.io = Some(io);
                             self.core.handle_connected(now());
+                        }
+                        Err(e) if !self.opts.reconnect_enabled => {
+                            self.ended = Some(format!("connect failed: {e}"));
                         }
                         Err(e) => {
                             tracing::warn!(tenant = %self.core.tenant(), error = %e, "connect failed");
@@ -229,7 +282,10 @@ impl Driver {
         }
         self.socket.metrics.disconnects.fetch_add(1, Relaxed);
         tracing::warn!(tenant = %self.core.tenant(), reason = %why, "connection lost");
-        self.core.handle_disconnected(now());
+        self.core.handle_disconnected(now(), &why);
+        if !self.opts.reconnect_enabled {
+            self.ended = Some(why);
+        }
     }
 
     fn command(&mut self, cmd: Command) {
@@ -471,7 +527,7 @@ impl Driver {
             return;
         };
         io.close(&mut self.core).await;
-        self.core.handle_disconnected(now());
+        self.core.handle_disconnected(now(), "stopped");
     }
 
     /// The socket is ending: fail what is still pending and tell every remaining

@@ -5,7 +5,8 @@
 //! - Decision cores without I/O: [`routing`] decides which registration gets each
 //!   inbound frame (PROTOCOL.md §5), and `core` is the whole connection of one socket
 //!   as a state machine (channel, registrations, executes, invokes, deadlines);
-//!   `metrics` holds the counters both write.
+//!   `metrics` holds the counters both write, and `exposition` writes a snapshot of
+//!   them in the Prometheus text format.
 //! - What the shell publishes and keeps per registration: `handle_state` (ARN,
 //!   status, errors, for the handles) and `auth_context` (the approval flow's
 //!   credential store and stored keys).
@@ -14,6 +15,9 @@
 //! - Parts that talk to a socket's task: `approval` (a registration's approval task),
 //!   `socket_invoker` (a registration's invokes, the connector layer's `Invoker`) and
 //!   `socket_io` (the open connection of either transport, feeding the core).
+//! - `health`: a small HTTP/1 listener for `/healthz`, `/readyz` and `/metrics`,
+//!   asking whoever runs it (a `Probe`) for the answers.
+//! - `options`: [`RunnerOptions`], their defaults and environment variables.
 //! - `driver`, the one task per socket that drives a core; `handle`, the user's view
 //!   of a registration; and [`MultiConnectorRunner`], which groups registrations into
 //!   sockets by tenant.
@@ -27,11 +31,17 @@ pub(crate) mod core;
 #[cfg(feature = "websocket")]
 mod driver;
 #[cfg(feature = "websocket")]
+mod exposition;
+#[cfg(feature = "websocket")]
 mod handle;
 #[cfg(feature = "websocket")]
 mod handle_state;
 #[cfg(feature = "websocket")]
+mod health;
+#[cfg(feature = "websocket")]
 pub(crate) mod metrics;
+#[cfg(feature = "websocket")]
+mod options;
 pub(crate) mod routing;
 #[cfg(feature = "websocket")]
 mod runner;
@@ -47,4 +57,6 @@ pub use handle::RegistrationHandle;
 #[cfg(feature = "websocket")]
 pub use metrics::ConnectorMetrics;
 #[cfg(feature = "websocket")]
-pub use runner::{MultiConnectorRunner, Registration, RunnerOptions, ShutdownHandle};
+pub use options::RunnerOptions;
+#[cfg(feature = "websocket")]
+pub use runner::{MultiConnectorRunner, Registration, ShutdownHandle};

@@ -10,8 +10,17 @@
 //! and CA bundle) come from the first registration of the group. A socket whose last
 //! registration is removed closes, and the next registration of its tenant opens a new
 //! one.
+//!
+//! An orchestrator can watch a runner: [`RunnerOptions::health_listen`] opens a small
+//! HTTP listener (`health`) answering `/healthz`, `/readyz` (every registration
+//! registered or pending approval) and `/metrics` (the snapshot in the Prometheus
+//! text format, `exposition`). A stop (`ShutdownHandle::shutdown`, or the first
+//! SIGTERM/SIGINT under [`MultiConnectorRunner::run_until_signal`]) turns readiness
+//! off, lets running executes finish within [`RunnerOptions::stop_grace`], answers
+//! the rest with an error, leaves the channel and closes each socket.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -22,9 +31,12 @@ use tokio_util::task::TaskTracker;
 use super::auth_context;
 use super::core::{CoreOptions, Framing, RegistrationSpec};
 use super::driver::{self, SocketOptions};
+use super::exposition::{self, RegistrationSeries, SocketSeries};
 use super::handle::RegistrationHandle;
 use super::handle_state::HandleState;
-use super::metrics::{ConnectorMetrics, HandleMetrics, SocketMetrics};
+use super::health::{self, Probe};
+use super::metrics::{socket_snapshot, ConnectorMetrics, HandleMetrics, SocketMetrics};
+use super::options::RunnerOptions;
 use super::socket::{now, Command, Core, RegUser, SocketHandle};
 use super::socket_io::Target;
 use crate::connector::config::ConnectorConfig;
@@ -36,74 +48,9 @@ use crate::transport::dial::Dialer;
 #[cfg(feature = "grpc")]
 use crate::transport::grpc::{ChannelPool, GrpcTarget};
 
-/// How long `run` waits for tasks to finish after shutdown before returning anyway.
+/// How long `run` waits, beyond the stop grace, for tasks to finish after shutdown
+/// before returning anyway (closing each socket takes at most about a second).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Default for [`RunnerOptions::max_streams_per_channel`]: below the 100 concurrent
-/// streams many HTTP/2 servers (and proxies in front of them) allow per connection,
-/// with room for the occasional stream still closing.
-pub(crate) const DEFAULT_MAX_STREAMS_PER_CHANNEL: usize = 80;
-
-/// Options of the runner as a whole (per-registration settings live in
-/// [`ConnectorConfig`]).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RunnerOptions {
-    /// Most registrations one socket carries (default 512). The gateway keeps per-socket
-    /// state for each; past a few hundred, one slow socket affects too many
-    /// registrations, so the runner refuses at admission rather than degrade silently.
-    pub max_handlers_per_socket: usize,
-    /// Capacity of each socket's command queue (default 1024): invokes, removals and
-    /// admissions from the handles to the socket's task. When full, senders await:
-    /// backpressure on callers, never loss.
-    pub command_queue_capacity: usize,
-    /// Largest inbound WebSocket message (default 16 MiB). The WebSocket layer refuses
-    /// a larger one from its header, before buffering it, and the socket reconnects
-    /// (counted as `too_large`): a peer cannot make a connector hold more than this per
-    /// socket.
-    pub max_frame_bytes: usize,
-    /// Most gRPC streams (registrations) one HTTP/2 connection carries (default 80);
-    /// past it another connection opens. 80 stays under the 100 concurrent streams
-    /// many servers and proxies allow per connection.
-    pub max_streams_per_channel: usize,
-}
-
-impl Default for RunnerOptions {
-    fn default() -> Self {
-        RunnerOptions {
-            max_handlers_per_socket: 512,
-            command_queue_capacity: 1024,
-            max_frame_bytes: 16 * 1024 * 1024,
-            max_streams_per_channel: DEFAULT_MAX_STREAMS_PER_CHANNEL,
-        }
-    }
-}
-
-impl RunnerOptions {
-    /// Sets [`RunnerOptions::max_handlers_per_socket`].
-    pub fn with_max_handlers_per_socket(mut self, n: usize) -> Self {
-        self.max_handlers_per_socket = n;
-        self
-    }
-
-    /// Sets [`RunnerOptions::command_queue_capacity`] (at least 1).
-    pub fn with_command_queue_capacity(mut self, n: usize) -> Self {
-        self.command_queue_capacity = n.max(1);
-        self
-    }
-
-    /// Sets [`RunnerOptions::max_frame_bytes`].
-    pub fn with_max_frame_bytes(mut self, n: usize) -> Self {
-        self.max_frame_bytes = n;
-        self
-    }
-
-    /// Sets [`RunnerOptions::max_streams_per_channel`] (at least 1).
-    pub fn with_max_streams_per_channel(mut self, n: usize) -> Self {
-        self.max_streams_per_channel = n.max(1);
-        self
-    }
-}
 
 /// One connector registration: its configuration and the connector that answers.
 #[derive(Clone)]
@@ -182,6 +129,11 @@ struct Inner {
     cancel: CancellationToken,
     tracker: TaskTracker,
     state: Mutex<State>,
+    /// The health listener, bound by `new` and served by `run`.
+    health: Mutex<Option<std::net::TcpListener>>,
+    health_addr: Option<SocketAddr>,
+    /// Why the runner stopped by itself (a socket ended with reconnects off).
+    failure: Mutex<Option<Error>>,
 }
 
 /// Runs many registrations over one WebSocket per tenant.
@@ -193,10 +145,8 @@ struct Inner {
 ///     let cfg = ConnectorConfig::builder("ws://127.0.0.1:4000", "acme").instance_id(format!("echo-{i}")).build()?;
 ///     Ok(Registration::new(cfg, EchoConnector))
 /// }).collect::<switchboard::Result<Vec<_>>>()?;
-/// let runner = MultiConnectorRunner::new(RunnerOptions::default(), regs)?;
-/// let stop = runner.shutdown_handle();
-/// tokio::spawn(async move { tokio::signal::ctrl_c().await.ok(); stop.shutdown(); });
-/// runner.run().await
+/// let runner = MultiConnectorRunner::new(RunnerOptions::from_env()?, regs)?;
+/// runner.run_until_signal().await // SIGTERM or Ctrl-C: a graceful stop
 /// # }
 /// ```
 pub struct MultiConnectorRunner {
@@ -299,12 +249,17 @@ impl MultiConnectorRunner {
         options: RunnerOptions,
         registrations: impl IntoIterator<Item = Registration>,
     ) -> Result<Self> {
+        let health = options.health_listen.map(health::bind).transpose()?;
+        let health_addr = health.as_ref().map(|(_, addr)| *addr);
         let runner = MultiConnectorRunner {
             inner: Arc::new(Inner {
                 options,
                 cancel: CancellationToken::new(),
                 tracker: TaskTracker::new(),
                 state: Mutex::default(),
+                health: Mutex::new(health.map(|(listener, _)| listener)),
+                health_addr,
+                failure: Mutex::default(),
             }),
         };
         for r in registrations {
@@ -358,11 +313,13 @@ impl MultiConnectorRunner {
         Err(Error::Shutdown)
     }
 
-    /// Connects every socket and serves until [`ShutdownHandle::shutdown`]; then closes
-    /// each socket cleanly and returns once every task has stopped (at most a few
-    /// seconds).
+    /// Connects every socket and serves until [`ShutdownHandle::shutdown`]; then stops
+    /// gracefully ([`RunnerOptions::stop_grace`]) and returns once every task has
+    /// stopped (at most the grace and a few seconds). Fails with the error that ended
+    /// a socket whose registrations set `reconnect_enabled` to false, once the others
+    /// have stopped too.
     pub async fn run(&self) -> Result<()> {
-        {
+        let listener = {
             let mut state = self.inner.state();
             if state.running {
                 return Err(Error::Config(
@@ -371,16 +328,65 @@ impl MultiConnectorRunner {
             }
             state.running = true;
             self.inner.start_sockets(&mut state);
-        }
+            self.inner
+                .health
+                .lock()
+                .expect("runner lock poisoned")
+                .take()
+        };
+        let served = CancellationToken::new();
+        let server = match listener {
+            Some(l) => {
+                let probe: Arc<dyn Probe> = Arc::new(RunnerProbe(Arc::downgrade(&self.inner)));
+                Some(tokio::spawn(health::serve(l, probe, served.clone())))
+            }
+            None => None,
+        };
         self.inner.cancel.cancelled().await;
         self.inner.tracker.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.inner.tracker.wait())
+        let wait = self.inner.options.stop_grace + SHUTDOWN_GRACE;
+        if tokio::time::timeout(wait, self.inner.tracker.wait())
             .await
             .is_err()
         {
-            tracing::warn!("some tasks did not stop within {SHUTDOWN_GRACE:?} of shutdown");
+            tracing::warn!("some tasks did not stop within {wait:?} of shutdown");
         }
-        Ok(())
+        served.cancel();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        match self
+            .inner
+            .failure
+            .lock()
+            .expect("runner lock poisoned")
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// [`MultiConnectorRunner::run`] until the process receives SIGTERM (what Docker,
+    /// Kubernetes and systemd send) or SIGINT (Ctrl-C), then a graceful stop; a second
+    /// signal during the stop ends the process at once (see
+    /// [`crate::shutdown_signal`]). The one line a runner binary needs.
+    pub async fn run_until_signal(self) -> Result<()> {
+        let signal = crate::signals::shutdown_signal();
+        let stop = self.shutdown_handle();
+        let watcher = tokio::spawn(async move {
+            signal.await;
+            stop.shutdown();
+        });
+        let result = self.run().await;
+        watcher.abort();
+        result
+    }
+
+    /// Where the health listener ([`RunnerOptions::health_listen`]) is bound, if one
+    /// was asked for: the actual port when port 0 was given.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.inner.health_addr
     }
 
     /// A handle that stops the runner.
@@ -390,9 +396,7 @@ impl MultiConnectorRunner {
 
     /// Every admitted registration, removed ones excluded.
     pub fn registrations(&self) -> Vec<RegistrationHandle> {
-        let mut state = self.inner.state();
-        state.handles.retain(|h| !h.state.is_removed());
-        state.handles.clone()
+        self.inner.live_handles()
     }
 
     /// Number of open sockets: one per tenant and WebSocket gateway URL that has
@@ -423,6 +427,13 @@ impl MultiConnectorRunner {
 impl Inner {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("runner lock poisoned")
+    }
+
+    /// Every admitted registration, removed ones excluded.
+    fn live_handles(&self) -> Vec<RegistrationHandle> {
+        let mut state = self.state();
+        state.handles.retain(|h| !h.state.is_removed());
+        state.handles.clone()
     }
 
     /// Admits into a socket whose core this thread can reach: one not started yet, or
@@ -483,6 +494,8 @@ impl Inner {
             reconnect: p.config.reconnect.clone(),
             max_frame_bytes: self.options.max_frame_bytes,
             dialer,
+            stop_grace: self.options.stop_grace,
+            reconnect_enabled: p.config.reconnect_enabled,
         };
         state.next_socket += 1;
         Ok(SocketEntry {
@@ -535,9 +548,18 @@ impl Inner {
             };
             let weak: Weak<Inner> = Arc::downgrade(self);
             let (key, id) = (key.clone(), entry.id);
-            let on_exit = move || {
+            let on_exit = move |error: Option<Error>| {
                 if let Some(inner) = weak.upgrade() {
                     inner.forget_socket(&key, id);
+                    if let Some(e) = error {
+                        tracing::error!(error = %e, "a socket ended; stopping the runner");
+                        inner
+                            .failure
+                            .lock()
+                            .expect("runner lock poisoned")
+                            .get_or_insert(e);
+                        inner.cancel.cancel();
+                    }
                 }
             };
             let fut = driver::run(
@@ -557,6 +579,87 @@ impl Inner {
         let mut state = self.state();
         if state.sockets.get(key).is_some_and(|e| e.id == id) {
             state.sockets.remove(key);
+        }
+    }
+}
+
+/// What the health listener asks of a runner; weak, so a listener outliving its
+/// runner answers "not ready" instead of keeping it alive.
+struct RunnerProbe(Weak<Inner>);
+
+impl Probe for RunnerProbe {
+    fn ready(&self) -> std::result::Result<(), String> {
+        let Some(inner) = self.0.upgrade() else {
+            return Err("the runner has stopped".into());
+        };
+        if inner.cancel.is_cancelled() {
+            return Err("stopping".into());
+        }
+        let handles = inner.live_handles();
+        if handles.is_empty() {
+            return Err("no registrations".into());
+        }
+        let waiting: Vec<String> = handles
+            .iter()
+            .filter_map(|h| {
+                let state = registration_state(h);
+                if matches!(state, "registered" | "pending_approval") {
+                    return None;
+                }
+                let why = h.last_error().map(|e| format!(": {e}")).unwrap_or_default();
+                Some(format!("{} is {state}{why}", h.key()))
+            })
+            .collect();
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(waiting.join("\n"))
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let Some(inner) = self.0.upgrade() else {
+            return String::new();
+        };
+        let registrations: Vec<RegistrationSeries> = inner
+            .live_handles()
+            .iter()
+            .map(|h| RegistrationSeries {
+                key: h.key().dot_key().to_owned(),
+                tenant: h.key().tenant().to_owned(),
+                state: registration_state(h),
+                metrics: h.metrics(),
+            })
+            .collect();
+        let sockets: Vec<SocketSeries> = inner
+            .state()
+            .sockets
+            .iter()
+            .map(|((tenant, gateway, stream), entry)| SocketSeries {
+                tenant: tenant.clone(),
+                gateway: gateway.clone(),
+                stream: stream.clone(),
+                metrics: socket_snapshot(&entry.socket.metrics),
+            })
+            .collect();
+        let ready = self.ready().is_ok();
+        exposition::render(ready, &registrations, &sockets)
+    }
+}
+
+/// A registration's state as the probes name it: `registered`, `pending_approval`,
+/// `rejected`, `removed` or `registering` (not registered yet, or again).
+fn registration_state(h: &RegistrationHandle) -> &'static str {
+    use crate::proto::RegistrationStatus;
+    if h.state.is_removed() {
+        "removed"
+    } else if h.arn().is_some() {
+        "registered"
+    } else {
+        match h.status() {
+            Some(RegistrationStatus::Pending) if h.pending_arn().is_some() => "pending_approval",
+            Some(RegistrationStatus::Rejected) => "rejected",
+            _ => "registering",
         }
     }
 }

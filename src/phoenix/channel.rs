@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::frame::{
-    encode_proto, Frame, EVENT_CLOSE, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_PROTO,
-    EVENT_REPLY, FRAMES_BINARY, JOIN_FRAMES_KEY, PHOENIX_TOPIC,
+    encode_proto, Frame, EVENT_CLOSE, EVENT_ERROR, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE,
+    EVENT_PROTO, EVENT_REPLY, FRAMES_BINARY, JOIN_FRAMES_KEY, PHOENIX_TOPIC,
 };
 use super::inbound::InboundFrame;
 use crate::proto::StreamMessage;
@@ -130,6 +130,23 @@ impl ChannelState {
     pub fn encode_data(&mut self, msg: &StreamMessage) -> String {
         let r = self.take_ref();
         encode_proto(self.join_ref.as_deref(), Some(r.as_str()), &self.topic, msg)
+    }
+
+    /// Leaves the channel: the `phx_leave` frame to send under the current join, or
+    /// `None` when there is no join to leave. The channel is closed from then on. A
+    /// client that leaves before closing its socket tells the server it is gone on
+    /// purpose, at once, rather than through a heartbeat timeout.
+    pub fn leave(&mut self) -> Option<Frame> {
+        let join_ref = self.join_ref.take()?;
+        let r = self.take_ref();
+        self.state = JoinState::Closed;
+        Some(Frame::new(
+            Some(join_ref),
+            Some(r),
+            self.topic.clone(),
+            EVENT_LEAVE,
+            json!({}),
+        ))
     }
 
     /// Forgets the join and any outstanding heartbeat: call when the socket closes.

@@ -122,6 +122,10 @@ enum Command {
         /// How many echo registrations to run (they share one socket).
         #[arg(long, default_value_t = 1)]
         count: usize,
+        /// Answer each execute after this many milliseconds: a slow connector, to try
+        /// execute timeouts and the stop grace (SWITCHBOARD_STOP_GRACE_SECS).
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
     },
 }
 
@@ -208,7 +212,8 @@ async fn main() -> std::process::ExitCode {
             gateway,
             tenant,
             count,
-        } => echo(gateway, tenant, count).await,
+            delay_ms,
+        } => echo(gateway, tenant, count, delay_ms).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -223,27 +228,54 @@ fn parse_approval(s: &str) -> Result<switchboard::gateway::ApprovalMode, String>
     s.parse()
 }
 
-async fn echo(gateway: String, tenant: String, count: usize) -> switchboard::Result<()> {
-    use switchboard::{
-        ConnectorConfig, EchoConnector, MultiConnectorRunner, Registration, RunnerOptions,
-    };
+/// `switchboard echo`: echo registrations on one runner, with the health listener and
+/// stop grace from the environment (`SWITCHBOARD_HEALTH_LISTEN`,
+/// `SWITCHBOARD_STOP_GRACE_SECS`).
+async fn echo(
+    gateway: String,
+    tenant: String,
+    count: usize,
+    delay_ms: u64,
+) -> switchboard::Result<()> {
+    use switchboard::{ConnectorConfig, MultiConnectorRunner, Registration, RunnerOptions};
+    let connector: std::sync::Arc<dyn switchboard::BaseConnector> =
+        std::sync::Arc::new(SlowEcho(std::time::Duration::from_millis(delay_ms)));
     let regs = (0..count)
         .map(|i| {
             let cfg = ConnectorConfig::builder(gateway.clone(), tenant.clone())
                 .instance_id(format!("echo-{i}"))
                 .build()?;
-            Ok(Registration::new(cfg, EchoConnector))
+            Ok(Registration::shared(cfg, connector.clone()))
         })
         .collect::<switchboard::Result<Vec<_>>>()?;
-    let signal = switchboard::shutdown_signal();
-    let runner = MultiConnectorRunner::new(RunnerOptions::default(), regs)?;
-    let stop = runner.shutdown_handle();
-    tokio::spawn(async move {
-        signal.await;
-        stop.shutdown();
-    });
-    eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}; SIGTERM or Ctrl-C to stop");
-    runner.run().await
+    let runner = MultiConnectorRunner::new(RunnerOptions::from_env()?, regs)?;
+    let health = runner
+        .health_addr()
+        .map(|a| format!("; /healthz, /readyz and /metrics on http://{a}"))
+        .unwrap_or_default();
+    eprintln!("running {count} echo registration(s) for tenant {tenant:?} against {gateway}{health}; SIGTERM or Ctrl-C to stop");
+    runner.run_until_signal().await
+}
+
+/// The echo connector, answering after a delay (none by default).
+struct SlowEcho(std::time::Duration);
+
+#[async_trait::async_trait]
+impl switchboard::BaseConnector for SlowEcho {
+    fn connector_type(&self) -> &str {
+        "echo"
+    }
+
+    async fn execute(
+        &self,
+        payload: switchboard::Payload,
+        _capability_id: Option<&str>,
+    ) -> switchboard::Result<switchboard::Payload> {
+        if !self.0.is_zero() {
+            tokio::time::sleep(self.0).await;
+        }
+        Ok(payload)
+    }
 }
 
 #[cfg(feature = "runtime")]

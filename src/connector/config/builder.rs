@@ -29,6 +29,7 @@ pub struct ConnectorConfigBuilder {
     auth_token: Option<String>,
     scope: ConnectorScope,
     reconnect: BackoffPolicy,
+    reconnect_enabled: bool,
     heartbeat: HeartbeatSettings,
     register_timeout: Duration,
     connect_timeout: Duration,
@@ -70,6 +71,7 @@ impl ConnectorConfigBuilder {
             auth_token: None,
             scope: ConnectorScope::Unspecified,
             reconnect: BackoffPolicy::default(),
+            reconnect_enabled: true,
             heartbeat: HeartbeatSettings::default(),
             register_timeout: DEFAULT_REGISTER_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -143,6 +145,13 @@ impl ConnectorConfigBuilder {
     /// Sets the reconnect backoff. Default: `BackoffPolicy::default()`.
     pub fn reconnect(mut self, policy: BackoffPolicy) -> Self {
         self.reconnect = policy;
+        self
+    }
+
+    /// Sets whether a lost connection is redialled (default true); see
+    /// [`ConnectorConfig::reconnect_enabled`].
+    pub fn reconnect_enabled(mut self, on: bool) -> Self {
+        self.reconnect_enabled = on;
         self
     }
 
@@ -259,6 +268,7 @@ impl ConnectorConfigBuilder {
             auth_token: self.auth_token,
             scope: self.scope,
             reconnect: self.reconnect,
+            reconnect_enabled: self.reconnect_enabled,
             heartbeat: self.heartbeat,
             register_timeout: self.register_timeout,
             connect_timeout: self.connect_timeout,

@@ -152,6 +152,13 @@ pub struct ConnectorConfig {
     pub scope: ConnectorScope,
     /// Delays between reconnect attempts.
     pub reconnect: BackoffPolicy,
+    /// Whether a lost connection is redialled (default true). When false, the first
+    /// lost connection (or failed connect) ends every registration on the socket with
+    /// a `connection_closed` error and `MultiConnectorRunner::run` returns it: for a
+    /// process whose supervisor restarts it, so a dropped socket is never silent.
+    /// Like the other connection settings, a socket takes it from the first
+    /// registration of its tenant.
+    pub reconnect_enabled: bool,
     /// Liveness timing of the socket.
     pub heartbeat: HeartbeatSettings,
     /// How long to wait for the `register_response` (default 10 s).
@@ -203,6 +210,7 @@ impl fmt::Debug for ConnectorConfig {
             )
             .field("scope", &self.scope)
             .field("reconnect", &self.reconnect)
+            .field("reconnect_enabled", &self.reconnect_enabled)
             .field("heartbeat", &self.heartbeat)
             .field("register_timeout", &self.register_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -243,7 +251,9 @@ impl ConnectorConfig {
     /// `SWITCHBOARD_PROXY` (a proxy URL, or `none` to ignore the `*_PROXY` variables; see
     /// [`ProxySetting`]), `SWITCHBOARD_CA_BUNDLE` (the path of a PEM file of extra CA
     /// certificates, see [`ConnectorConfig::ca_bundle`]) and
-    /// `SWITCHBOARD_CREDENTIALS_DIR` (see [`ConnectorConfig::credentials_dir`]).
+    /// `SWITCHBOARD_CREDENTIALS_DIR` (see [`ConnectorConfig::credentials_dir`]),
+    /// `SWITCHBOARD_RECONNECT_ENABLED` (`true`/`false`, see
+    /// [`ConnectorConfig::reconnect_enabled`]).
     /// An empty value counts as unset, as shells and orchestrators often export empty
     /// variables.
     ///
@@ -315,6 +325,14 @@ impl ConnectorConfig {
         if let Some(v) = get("SWITCHBOARD_CA_BUNDLE") {
             b = b.ca_bundle(v);
         }
+        if let Some(v) = get("SWITCHBOARD_RECONNECT_ENABLED") {
+            let on = flag(&v).ok_or_else(|| {
+                Error::Config(format!(
+                    "SWITCHBOARD_RECONNECT_ENABLED is {v:?}; set it to true or false"
+                ))
+            })?;
+            b = b.reconnect_enabled(on);
+        }
         b.build()
     }
 
@@ -347,19 +365,25 @@ impl ConnectorConfig {
     }
 }
 
+/// A yes/no variable: `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off`, any case.
+fn flag(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
 /// The gateway URL from the family's `MATRIX_HOST` and `USE_TLS`; see
 /// [`ConnectorConfig::from_lookup`].
 fn matrix_host_url(host: &str, use_tls: Option<&str>) -> Result<String> {
-    let tls = match use_tls.map(str::to_ascii_lowercase).as_deref() {
-        None => None,
-        Some("true" | "1" | "yes" | "on") => Some(true),
-        Some("false" | "0" | "no" | "off") => Some(false),
-        Some(other) => {
-            return Err(Error::Config(format!(
-                "USE_TLS is {other:?}; set it to true or false"
-            )))
-        }
-    };
+    let tls =
+        match use_tls {
+            None => None,
+            Some(v) => Some(flag(v).ok_or_else(|| {
+                Error::Config(format!("USE_TLS is {v:?}; set it to true or false"))
+            })?),
+        };
     match host.split_once("://") {
         None => Ok(format!(
             "{}://{host}",
@@ -465,6 +489,27 @@ mod tests {
         assert_eq!(c.tags, ["blue", "green"]);
         assert_eq!(c.auth_token.as_deref(), Some("jwt"));
         assert_eq!(c.max_concurrent_requests, 8);
+        assert!(c.reconnect_enabled, "reconnects are on by default");
+    }
+
+    #[test]
+    fn reconnect_enabled_reads_a_flag_and_names_a_bad_one() {
+        let base = [
+            ("SWITCHBOARD_GATEWAY_URL", "ws://h"),
+            ("SWITCHBOARD_TENANT_ID", "t"),
+        ];
+        let off = [&base[..], &[("SWITCHBOARD_RECONNECT_ENABLED", "False")]].concat();
+        assert!(
+            !ConnectorConfig::from_lookup(lookup(&off))
+                .unwrap()
+                .reconnect_enabled
+        );
+        let bad = [&base[..], &[("SWITCHBOARD_RECONNECT_ENABLED", "sometimes")]].concat();
+        let msg = config_err(ConnectorConfig::from_lookup(lookup(&bad)));
+        assert!(
+            msg.contains("SWITCHBOARD_RECONNECT_ENABLED") && msg.contains("true or false"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub(crate) struct Connection<W, U> {
     /// on this socket's data goes out in binary frames too (raw protobuf, no JSON
     /// envelope, no base64). A gateway that never sends binary gets text frames.
     binary: bool,
+    /// [`Connection::stop`] was called: new executes are refused, and no register or
+    /// rejoin is sent.
+    stopping: bool,
 }
 
 /// Where the connection stands.
@@ -90,6 +93,7 @@ impl<W, U> Connection<W, U> {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             binary: false,
+            stopping: false,
         }
     }
 
@@ -183,15 +187,17 @@ impl<W, U> Connection<W, U> {
         }
     }
 
-    /// The connection died (or the driver closed it after [`Event::Reconnect`]): every
-    /// pending invoke fails at once with a recoverable error, every execute is dropped
-    /// (the gateway failed them with the socket), and the registrations wait for the
-    /// next join.
-    pub(crate) fn handle_disconnected(&mut self, _now: Now) {
+    /// The connection died for `reason` (or the driver closed it after
+    /// [`Event::Reconnect`], or to stop): every pending invoke fails at once with a
+    /// recoverable error, every execute is dropped (the gateway failed them with the
+    /// socket), and the registrations wait for the next join. The socket's counters
+    /// keep when and why, so a flapping socket shows.
+    pub(crate) fn handle_disconnected(&mut self, now: Now, reason: &str) {
         if self.link == Link::Down {
             return;
         }
         self.link = Link::Down;
+        self.metrics.disconnected(now.unix_ms, reason);
         self.channel.reset();
         let unsent = self.transmits.len();
         self.transmits.clear();
@@ -303,7 +309,7 @@ impl<W, U> Connection<W, U> {
             return;
         };
         self.link = Link::Joined(since);
-        self.metrics.connects.fetch_add(1, Relaxed);
+        self.metrics.connected(now.unix_ms);
         match self.opts.framing {
             Framing::Phoenix => {
                 tracing::info!(tenant = %self.opts.tenant, "joined connector:lobby")
@@ -324,6 +330,10 @@ impl<W, U> Connection<W, U> {
     /// the connection is torn down and redialled with backoff, so a gateway whose
     /// channel keeps crashing is not rejoined in a tight loop.
     fn channel_lost(&mut self, now: Now, why: String) {
+        if self.stopping {
+            self.reconnect(format!("channel lost while stopping: {why}"));
+            return;
+        }
         let since = match self.link {
             Link::Joined(since) => since,
             Link::Joining { .. } => {
@@ -519,7 +529,7 @@ impl<W, U> Connection<W, U> {
     /// registrations table arms its deadline); off a joined channel the registration
     /// is put `Down` instead.
     fn send_register(&mut self, now: Now, h: HandleId) {
-        if !matches!(self.link, Link::Joined(_)) {
+        if self.stopping || !matches!(self.link, Link::Joined(_)) {
             self.regs.down(&mut self.timers, h);
             return;
         }
@@ -615,6 +625,46 @@ impl<W, U> Connection<W, U> {
         Some(user)
     }
 
+    /// Starts a graceful stop: executes that arrive from now on and those waiting
+    /// for a permit are answered at once with a recoverable `connection_closed` error
+    /// (the gateway's caller may retry elsewhere); running ones may still finish
+    /// ([`Connection::executes_idle`] says when none is left). No register or rejoin
+    /// is sent any more. [`Connection::finish_stop`] ends the rest.
+    pub(crate) fn stop(&mut self, _now: Now) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        for (_, answer) in self.executes.refuse_all(&mut self.timers, false) {
+            self.push(answer);
+        }
+    }
+
+    /// Whether no execute is queued or running (a stop may close now).
+    pub(crate) fn executes_idle(&self) -> bool {
+        self.executes.is_empty()
+    }
+
+    /// Ends a graceful stop whose grace is over (or whose executes all finished):
+    /// executes still running are cancelled and answered with a `connection_closed`
+    /// error naming the stop grace, then a Phoenix socket leaves the lobby channel
+    /// (`phx_leave`), so the gateway forgets the registrations at once rather than
+    /// at a heartbeat timeout. The driver then closes the socket.
+    pub(crate) fn finish_stop(&mut self, now: Now) {
+        self.stop(now);
+        for (cancel, answer) in self.executes.refuse_all(&mut self.timers, true) {
+            if let Some(exec) = cancel {
+                self.events.push_back(Event::CancelExecute(exec));
+            }
+            self.push(answer);
+        }
+        if self.opts.framing == Framing::Phoenix && matches!(self.link, Link::Joined(_)) {
+            if let Some(leave) = self.channel.leave() {
+                self.transmits.push_back(Transmit::Text(leave.encode()));
+            }
+        }
+    }
+
     /// The key a registration was admitted under.
     pub(crate) fn key(&self, handle: HandleId) -> Option<&RegistrationKey> {
         self.regs.key(handle)
@@ -640,6 +690,12 @@ impl<W, U> Connection<W, U> {
     /// An execute (or an invoke delivered as one) for registration `h`: started,
     /// queued, or refused as overloaded.
     fn execute_arrived(&mut self, now: Now, h: HandleId, req: ExecuteRequest, as_invoke: bool) {
+        if self.stopping {
+            if let Some(answer) = self.executes.refuse_stopping(now, h, req, as_invoke) {
+                self.push(answer);
+            }
+            return;
+        }
         match self
             .executes
             .arrive(&mut self.timers, now, h, req, as_invoke)

@@ -272,6 +272,73 @@ impl Executes {
         })
     }
 
+    /// The connection is stopping: answers every queued execute (`running` false)
+    /// or every running one (`running` true, past the stop grace) with a recoverable
+    /// `connection_closed` error, so the gateway's caller may retry elsewhere at once.
+    /// Returns each answer with the execute to cancel (a running one's future).
+    pub(super) fn refuse_all(
+        &mut self,
+        timers: &mut Timers,
+        running: bool,
+    ) -> Vec<(Option<ExecId>, Message)> {
+        let mut ids: Vec<ExecId> = self
+            .execs
+            .iter()
+            .filter(|(_, e)| e.running == running)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(e) = self.execs.remove(&id) else {
+                continue;
+            };
+            timers.remove(e.timer);
+            let Some(lane) = self.lanes.get_mut(&e.handle) else {
+                continue;
+            };
+            lane.metrics.requests_failed.fetch_add(1, Relaxed);
+            let error = if running {
+                lane.running = lane.running.saturating_sub(1);
+                format!(
+                    "connection_closed: {} is shutting down and {} did not finish within its stop grace (RunnerOptions::stop_grace); retry it if it is safe to repeat",
+                    lane.key, e.request_id
+                )
+            } else {
+                lane.queue.retain(|(q, _)| *q != id);
+                not_started(&lane.key, &e.request_id)
+            };
+            tracing::warn!(key = %lane.key, request_id = %e.request_id, running, "execute refused: stopping");
+            let answer = error_answer(e.request_id, e.as_invoke, error);
+            out.push((running.then_some(id), answer));
+        }
+        out
+    }
+
+    /// An execute that arrived while the connection stops: counted and answered at
+    /// once with a recoverable error, never started. `None` when `h` has no lane.
+    pub(super) fn refuse_stopping(
+        &self,
+        now: Now,
+        h: HandleId,
+        req: ExecuteRequest,
+        as_invoke: bool,
+    ) -> Option<Message> {
+        let lane = self.lanes.get(&h)?;
+        let m = &lane.metrics;
+        m.requests_received.fetch_add(1, Relaxed);
+        m.requests_failed.fetch_add(1, Relaxed);
+        m.last_request_at_ms
+            .store(now.unix_ms.max(0) as u64, Relaxed);
+        let error = not_started(&lane.key, &req.request_id);
+        Some(error_answer(req.request_id, as_invoke, error))
+    }
+
+    /// Whether no execute is held, queued or running.
+    pub(super) fn is_empty(&self) -> bool {
+        self.execs.is_empty()
+    }
+
     /// A permit of `h` is free: its oldest waiting execute takes it.
     fn permit_freed(&mut self, h: HandleId) -> Option<Start> {
         let lane = self.lanes.get_mut(&h)?;
@@ -326,6 +393,12 @@ impl Executes {
     pub(super) fn lane(&self, h: HandleId) -> Option<(usize, usize)> {
         self.lanes.get(&h).map(|l| (l.running, l.queue.len()))
     }
+}
+
+/// The error of an execute refused because the connection stops: `connection_closed`
+/// is a code the gateway's callers treat as recoverable (retry elsewhere).
+fn not_started(key: &RegistrationKey, request_id: &str) -> String {
+    format!("connection_closed: {key} is shutting down and did not start {request_id}; retry it")
 }
 
 /// The error answer to an execute, in the form it arrived in.

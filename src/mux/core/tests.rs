@@ -11,6 +11,7 @@ mod link;
 mod metrics;
 mod registration;
 mod remove;
+mod stop;
 mod stream;
 
 /// Each table on its own, without a connection.

@@ -114,7 +114,7 @@ fn pending_is_reported_and_arms_no_timer() {
 #[test]
 fn a_pending_registration_re_registers_once_per_join() {
     let mut h = awaiting_approval();
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     h.connect();
     h.reply_join("ok");
@@ -134,7 +134,7 @@ fn the_exchange_jwt_re_registers_a_pending_registration_in_stream() {
         "{events:?}"
     );
     // Later registers use the session token the approved register returned.
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     h.connect();
     h.reply_join("ok");
@@ -242,7 +242,7 @@ fn a_rejected_register_is_terminal() {
     h.tick(REGISTER_TIMEOUT * 100);
     assert!(register_requests(h.sent()).is_empty());
     // Not on a new join either, and a late JWT changes nothing.
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.connect();
     h.reply_join("ok");
     h.conn.set_credentials(h.now(), a, Some("jwt".into()));
@@ -284,7 +284,7 @@ fn a_rejected_notification_ends_a_pending_registration() {
         matches!(events.as_slice(), [Event::Rejected { reason, .. }, Event::Approval { .. }] if reason == "not ours"),
         "{events:?}"
     );
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.connect();
     h.reply_join("ok");
     assert!(register_requests(h.sent()).is_empty());

@@ -113,7 +113,7 @@ fn after_a_binary_frame_data_goes_out_in_binary_until_the_socket_is_replaced() {
     );
 
     // A new socket starts on text again, whatever the last one spoke.
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.join_and_register();
     h.deliver(execute("r2", &arn("a")));
     let [(exec, _)] = starts(&h.events())[..] else {
@@ -148,7 +148,7 @@ fn a_binary_frame_before_the_join_completes_is_dropped_and_counted() {
 fn transmits_not_written_before_a_disconnect_are_dropped_and_counted() {
     let mut h = joined([spec("a")]);
     h.deliver(Message::HeartbeatRequest(HeartbeatRequest::default()));
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     assert!(h.frames().is_empty());
     assert_eq!(h.dropped("outbound_while_disconnected"), 1);
 }
@@ -156,7 +156,7 @@ fn transmits_not_written_before_a_disconnect_are_dropped_and_counted() {
 #[test]
 fn messages_sent_while_down_are_dropped_and_counted() {
     let mut h = joined([spec("a")]);
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.conn.send(Message::WsFrame(WebSocketFrame::default()));
     assert!(h.frames().is_empty());
     assert_eq!(h.dropped("outbound_while_disconnected"), 1);
@@ -165,7 +165,7 @@ fn messages_sent_while_down_are_dropped_and_counted() {
 #[test]
 fn a_disconnect_unregisters_every_registration() {
     let (mut h, _) = two();
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     assert_eq!(unregistered(&h.events()), h.handles);
 }
 
@@ -174,14 +174,14 @@ fn a_disconnect_cancels_running_executes() {
     let mut h = joined([spec("a")]);
     h.deliver(execute("r1", &arn("a")));
     let exec = starts(&h.events())[0].0;
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     assert_eq!(cancels(&h.events()), [exec]);
 }
 
 #[test]
 fn after_a_reconnect_and_join_the_registrations_re_register() {
     let (mut h, _) = two();
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     h.connect();
     h.reply_join("ok");
@@ -191,7 +191,7 @@ fn after_a_reconnect_and_join_the_registrations_re_register() {
 #[test]
 fn frames_while_down_are_ignored() {
     let mut h = joined([spec("a")]);
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     h.deliver(execute("r1", ""));
     assert!(h.events().is_empty());

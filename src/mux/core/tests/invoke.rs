@@ -139,7 +139,7 @@ fn a_cancelled_invoke_never_times_out() {
 fn a_disconnect_fails_every_pending_invoke_at_once_with_a_recoverable_error() {
     let mut h = pending();
     invoke(&mut h, invoke_spec("i2"), 8);
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     let mut failed: Vec<u32> = h
         .events()
         .into_iter()
@@ -158,7 +158,7 @@ fn a_disconnect_fails_every_pending_invoke_at_once_with_a_recoverable_error() {
 #[test]
 fn a_disconnect_leaves_nothing_pending() {
     let mut h = pending();
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     assert_eq!(h.conn.routes.pending_len(), 0);
 }
 
@@ -177,7 +177,7 @@ fn an_invoke_before_the_registration_is_registered_fails_at_once() {
 #[test]
 fn an_invoke_while_the_link_is_down_fails_at_once() {
     let mut h = joined([spec("a")]);
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     let refused = refusal(&mut h, invoke_spec("i1"), WAITER);
     assert!(
         matches!(refused, (WAITER, Error::ConnectionClosed(_))),

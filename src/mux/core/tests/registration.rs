@@ -25,7 +25,7 @@ fn register_token(sent: &[Message]) -> &str {
 
 /// Disconnects, reconnects and completes the join; the register is left unread.
 fn reconnect(h: &mut Harness) {
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     h.connect();
     h.reply_join("ok");

@@ -125,7 +125,7 @@ fn a_message_while_the_stream_is_down_is_ignored() {
     assert!(messages(&mut h).is_empty());
     h.conn.handle_connected(h.now());
     messages(&mut h);
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     h.events();
     feed(&mut h, execute("r2", &arn_of("a")));
     assert!(starts(&h.events()).is_empty());
@@ -134,7 +134,7 @@ fn a_message_while_the_stream_is_down_is_ignored() {
 #[test]
 fn a_lost_stream_re_registers_when_it_opens_again() {
     let mut h = open();
-    h.conn.handle_disconnected(h.now());
+    h.conn.handle_disconnected(h.now(), "test");
     assert_eq!(unregistered(&h.events()).len(), 1);
     h.conn.handle_connected(h.now());
     assert_eq!(registers(&messages(&mut h)), ["a"]);
