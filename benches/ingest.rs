@@ -353,7 +353,10 @@ enum DiskOf {
     /// A SQLite file.
     Sqlite(std::path::PathBuf),
     /// A PostgreSQL schema in the database at this URL.
-    Postgres { base: String, schema: String },
+    Postgres {
+        base: String,
+        schema: String,
+    },
     None,
 }
 
@@ -434,9 +437,9 @@ fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>, 
     let cpu = format!("{:.1}", cost.cpu.as_secs_f64() * 1e6 / ops);
     let allocs = format!("{:.0}", cost.allocs as f64 / ops);
     let written = format!("{:.1}", cost.written as f64 / 1024.0 / ops);
-    let db = cost
-        .db_growth
-        .map_or("-".to_owned(), |b| format!("{:.2}", b as f64 / 1024.0 / ops));
+    let db = cost.db_growth.map_or("-".to_owned(), |b| {
+        format!("{:.2}", b as f64 / 1024.0 / ops)
+    });
     let ratio = base.map_or("1.00".to_owned(), |b| format!("{:.2}", rate / b));
     let per_batch = batches.map_or("-".to_owned(), |(b, w)| {
         format!("{:.1}", w as f64 / b.max(1) as f64)
@@ -609,8 +612,7 @@ async fn bench(placements: Vec<Placement>) {
                 let rt = runtime(&store, extra).await;
                 let disk = DiskOf::of(&store, &pg);
                 let (db_before, wal_before) = (disk.size().await, disk.server_wal().await);
-                let (f, mut cost) =
-                    Cost::of(placement.drive(rt.local_addr(), size, dur)).await;
+                let (f, mut cost) = Cost::of(placement.drive(rt.local_addr(), size, dur)).await;
                 if let (Some(before), Some(after)) = (wal_before, disk.server_wal().await) {
                     cost.written = after - before;
                 }

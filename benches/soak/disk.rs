@@ -130,8 +130,14 @@ pub fn print(disk: &Disk, deliveries: usize, secs: f64) {
         kib(disk.runtime_written / n)
     );
     if let Some(wal) = disk.server_wal {
-        println!("| PostgreSQL WAL bytes over the run, whole server (MiB) | {} |", mib(Some(wal)));
-        println!("| **PostgreSQL WAL KiB per delivery** | **{}** |", kib(wal / n));
+        println!(
+            "| PostgreSQL WAL bytes over the run, whole server (MiB) | {} |",
+            mib(Some(wal))
+        );
+        println!(
+            "| **PostgreSQL WAL KiB per delivery** | **{}** |",
+            kib(wal / n)
+        );
     }
     println!("| database at the end (MiB) | {} |", mib(disk.db_bytes));
     if let Some(db) = disk.db_bytes {

@@ -245,8 +245,8 @@ pub async fn soak(plan: &Plan, store: Store) -> Result<bool, String> {
         .map_err(|e| e.to_string())?;
 
     let db_file = dir.path().join("events.db");
-    let wal_watch = matches!(store, Store::Sqlite)
-        .then(|| WalWatch::start(dir.path().join("events.db-wal")));
+    let wal_watch =
+        matches!(store, Store::Sqlite).then(|| WalWatch::start(dir.path().join("events.db-wal")));
     let server_wal_before = match &pg_base {
         Some(base) => disk::pg_wal_bytes(base).await,
         None => None,
