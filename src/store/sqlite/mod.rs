@@ -44,8 +44,8 @@
 //! The fix, in the checkpointer: after its PASSIVE checkpoint, if the WAL holds more
 //! than [`WAL_RESTART_AFTER`] (it has not restarted since it was that small), it
 //! takes the writer connection (its mutex: the group commit waits for it rather than
-//! racing it for SQLite's write
-//! lock, which a saturated writer would never leave free) and runs a RESTART
+//! racing it for SQLite's write lock, which a saturated writer would never leave
+//! free) and runs a RESTART
 //! checkpoint there: it copies the few frames the PASSIVE left (the bulk was copied
 //! without blocking anyone), fsyncs, and waits at most [`RESTART_WAIT`] for readers
 //! that started before; the next commit then writes from the WAL's beginning. A reader
