@@ -33,6 +33,15 @@
 //! cost per request. It moves with the machine's load as the rate does (46–59 µs for
 //! one build's SQLite FULL row over a session), so compare it within one run.
 //!
+//! `KiB written/event` is what this process caused to be written to storage during the
+//! row (`/proc/self/io` `write_bytes`: the WAL's frames, checkpoints into the database
+//! file) over the events acknowledged; on the PostgreSQL row, the server's WAL bytes
+//! (`pg_stat_wal.wal_bytes`, the whole server's) instead, as the server does the
+//! writing. `DB KiB/event` is the database's own growth over the same events: the
+//! SQLite file after the runtime's shutdown (its last checkpoint moves the WAL in), or
+//! the PostgreSQL schema's relations. The rows run at the rate the machine allows, so
+//! a commit holds many events; a lower rate writes more per event (`benches/soak.rs`).
+//!
 //! `allocs/event` counts heap allocations (and reallocations) in this process during
 //! the row, divided by the events acknowledged: with the client in a child process,
 //! what the server's path allocates per request, which unlike the rate and the CPU
@@ -56,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use support::{process_cpu, run_for, us, Sample};
+use support::{process_cpu, process_written, run_for, us, Sample};
 use switchboard::{Runtime, RuntimeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -313,24 +322,113 @@ async fn stored_count(rt: &Runtime) -> u64 {
     }
 }
 
-/// What the process spent on one row: CPU time and heap allocations.
+/// What the process spent on one row: CPU time, heap allocations, bytes written; and
+/// the database's growth, when measured.
 #[derive(Clone, Copy)]
 struct Cost {
     cpu: Duration,
     allocs: u64,
+    written: u64,
+    db_growth: Option<u64>,
 }
 
 impl Cost {
     /// Runs `f` and returns its output with what the process spent meanwhile.
     async fn of<T>(f: impl std::future::Future<Output = T>) -> (T, Cost) {
         let (cpu, allocs) = (process_cpu(), ALLOCS.load(Ordering::Relaxed));
+        let written = process_written();
         let out = f.await;
         let cost = Cost {
             cpu: process_cpu() - cpu,
             allocs: ALLOCS.load(Ordering::Relaxed) - allocs,
+            written: process_written() - written,
+            db_growth: None,
         };
         (out, cost)
     }
+}
+
+/// Where a row's bytes go, to measure its disk figures.
+enum DiskOf {
+    /// A SQLite file.
+    Sqlite(std::path::PathBuf),
+    /// A PostgreSQL schema in the database at this URL.
+    Postgres {
+        base: String,
+        schema: String,
+    },
+    None,
+}
+
+impl DiskOf {
+    fn of(url: &str, pg: &Option<String>) -> DiskOf {
+        if let Some(path) = url.strip_prefix("sqlite:") {
+            return DiskOf::Sqlite(path.into());
+        }
+        match (pg, url.rsplit("search_path%3D").next()) {
+            (Some(base), Some(schema)) => DiskOf::Postgres {
+                base: base.clone(),
+                schema: schema.to_owned(),
+            },
+            _ => DiskOf::None,
+        }
+    }
+
+    /// The server's WAL bytes so far (PostgreSQL), to subtract.
+    async fn server_wal(&self) -> Option<u64> {
+        let DiskOf::Postgres { base, .. } = self else {
+            return None;
+        };
+        let client = pg(base).await?;
+        let row = client
+            .query_one("SELECT wal_bytes::bigint FROM pg_stat_wal", &[])
+            .await
+            .ok()?;
+        Some(row.get::<_, i64>(0) as u64)
+    }
+
+    /// After a shutdown: waits (up to 10 s) for the SQLite store's last checkpoint,
+    /// which empties or removes the WAL, so the file's size holds every page.
+    async fn wait_checkpointed(&self) {
+        let DiskOf::Sqlite(path) = self else {
+            return;
+        };
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The database's size now (a SQLite file, WAL apart; a schema's relations).
+    async fn size(&self) -> Option<u64> {
+        match self {
+            DiskOf::Sqlite(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+            DiskOf::Postgres { base, schema } => {
+                let client = pg(base).await?;
+                let row = client
+                    .query_one(
+                        "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = $1 AND c.relkind = 'r'",
+                        &[schema],
+                    )
+                    .await
+                    .ok()?;
+                Some(row.get::<_, i64>(0) as u64)
+            }
+            DiskOf::None => None,
+        }
+    }
+}
+
+async fn pg(base: &str) -> Option<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    Some(client)
 }
 
 fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>, cost: Cost) {
@@ -338,12 +436,16 @@ fn row(name: &str, s: &Figures, base: Option<f64>, batches: Option<(u64, u64)>, 
     let ops = s.ops.max(1) as f64;
     let cpu = format!("{:.1}", cost.cpu.as_secs_f64() * 1e6 / ops);
     let allocs = format!("{:.0}", cost.allocs as f64 / ops);
+    let written = format!("{:.1}", cost.written as f64 / 1024.0 / ops);
+    let db = cost.db_growth.map_or("-".to_owned(), |b| {
+        format!("{:.2}", b as f64 / 1024.0 / ops)
+    });
     let ratio = base.map_or("1.00".to_owned(), |b| format!("{:.2}", rate / b));
     let per_batch = batches.map_or("-".to_owned(), |(b, w)| {
         format!("{:.1}", w as f64 / b.max(1) as f64)
     });
     println!(
-        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} | {cpu:>12} | {allocs:>12} |",
+        "| {name:<26} | {:>9.0} | {:>7} | {:>7} | {ratio:>5} | {per_batch:>10} | {cpu:>12} | {allocs:>12} | {written:>17} | {db:>12} |",
         rate,
         us(s.p50),
         us(s.p99)
@@ -486,13 +588,14 @@ async fn bench(placements: Vec<Placement>) {
                 .await
                 .unwrap(),
         );
-        let (mut only, only_cost) = Cost::of(drive_store(store.clone(), size, dur)).await;
+        let (mut only, mut only_cost) = Cost::of(drive_store(store.clone(), size, dur)).await;
         let only_stats = store.stats();
         drop(store);
+        only_cost.db_growth = DiskOf::of(&url, &pg).size().await;
         for &placement in &placements {
             println!("\nclient: {}\n", placement.name());
-            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn | CPU µs/event | allocs/event |");
-            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|-------------:|-------------:|");
+            println!("| row                        | events/s  | p50 µs  | p99 µs  | ratio | writes/txn | CPU µs/event | allocs/event | KiB written/event | DB KiB/event |");
+            println!("|----------------------------|----------:|--------:|--------:|------:|-----------:|-------------:|-------------:|------------------:|-------------:|");
             let (addr, server) = baseline().await;
             let (f, cost) = Cost::of(placement.drive(addr, size, dur)).await;
             let base = f.rate;
@@ -507,8 +610,23 @@ async fn bench(placements: Vec<Placement>) {
             );
             for (name, store, extra) in stores(dir.path(), size, placement, &pg).await {
                 let rt = runtime(&store, extra).await;
-                let (f, cost) = Cost::of(placement.drive(rt.local_addr(), size, dur)).await;
+                let disk = DiskOf::of(&store, &pg);
+                let (db_before, wal_before) = (disk.size().await, disk.server_wal().await);
+                let (f, mut cost) = Cost::of(placement.drive(rt.local_addr(), size, dur)).await;
+                if let (Some(before), Some(after)) = (wal_before, disk.server_wal().await) {
+                    cost.written = after - before;
+                }
                 let stats = rt.store().stats();
+                let stored = stored_count(&rt).await;
+                assert_eq!(
+                    stored, f.ops,
+                    "{name}: stored events differ from acknowledged ones"
+                );
+                rt.shutdown().await.unwrap();
+                disk.wait_checkpointed().await;
+                cost.db_growth = db_before
+                    .zip(disk.size().await)
+                    .map(|(before, after)| after.saturating_sub(before));
                 row(
                     name,
                     &f,
@@ -516,12 +634,6 @@ async fn bench(placements: Vec<Placement>) {
                     Some((stats.batches, stats.writes)),
                     cost,
                 );
-                let stored = stored_count(&rt).await;
-                assert_eq!(
-                    stored, f.ops,
-                    "{name}: stored events differ from acknowledged ones"
-                );
-                rt.shutdown().await.unwrap();
             }
         }
     }

@@ -51,7 +51,11 @@
 //! executes and of POST-to-delivery, and RSS and open file descriptors of the bench,
 //! gateway and runtime processes every 10 s (`/proc/<pid>/status`, `/proc/<pid>/fd`;
 //! a sample waits up to 5 s until both children have served for 2 s and the connector
-//! is registered, so connection counts are compared in the same state). At the end
+//! is registered, so connection counts are compared in the same state); and what
+//! the load cost the disk (`soak/disk.rs`): the runtime's bytes written over all its
+//! starts and per delivered webhook, the database's size at the end and, on SQLite,
+//! the WAL file's largest size (polled every 250 ms), on PostgreSQL the server's WAL
+//! bytes per delivery (`pg_stat_wal`). At the end
 //! the load stops and the bench waits (polling, `--drain-secs` deadline) until every
 //! accepted webhook was delivered at least once. It exits non-zero when:
 //! - any accepted webhook was never delivered (each lost one is listed with its
@@ -67,6 +71,8 @@
 //!   arenas) over exactly the seconds it is sampled, so its RSS growth is noise, not a
 //!   leak signal, while an fd count must return to its level whatever the warm-up.
 
+#[path = "soak/disk.rs"]
+mod disk;
 #[path = "../tests/ingest/support.rs"]
 mod ingest_support;
 #[path = "soak/ledger.rs"]

@@ -1,6 +1,6 @@
 //! The soak's child processes (`switchboard gateway`, `switchboard serve`): started,
-//! waited for until they serve, SIGKILLed and restarted; and the RSS and open file
-//! descriptors of any process, read from `/proc`.
+//! waited for until they serve, SIGKILLed and restarted; and the RSS, open file
+//! descriptors and bytes written of any process, read from `/proc`.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -49,6 +49,9 @@ pub struct Child {
     process: Option<tokio::process::Child>,
     /// When it last became ready.
     pub ready_at: Option<Instant>,
+    /// Bytes its earlier (killed) starts wrote to storage ([`write_bytes`] read just
+    /// before each kill).
+    written_before: u64,
     http: reqwest::Client,
 }
 
@@ -70,6 +73,7 @@ impl Child {
             ready,
             process: None,
             ready_at: None,
+            written_before: 0,
             // No idle connection kept: a pooled readiness probe would add an fd to the
             // bench's count for 90 s after every start.
             http: reqwest::Client::builder()
@@ -151,8 +155,17 @@ impl Child {
         }
     }
 
-    /// SIGKILL (no shutdown, nothing flushed), and reaps it.
+    /// Bytes all its starts so far caused to be written to storage: the killed ones'
+    /// plus the running one's.
+    pub fn written(&self) -> u64 {
+        self.written_before + self.pid().and_then(write_bytes).unwrap_or(0)
+    }
+
+    /// SIGKILL (no shutdown, nothing flushed), and reaps it. Its bytes written are read
+    /// first, as a reaped process's counters are gone (a kill-time read misses at most
+    /// the writes of the last instant).
     pub async fn kill(&mut self) {
+        self.written_before = self.written();
         if let Some(mut p) = self.process.take() {
             let _ = p.kill().await;
         }
@@ -226,6 +239,19 @@ pub fn usage(pid: u32) -> Option<Usage> {
         .ok()?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
     Some(Usage { rss_kib, fds })
+}
+
+/// `write_bytes` of `/proc/<pid>/io`: the bytes the process caused to be sent to the
+/// storage layer (page cache pages it dirtied, counted once per dirtying, so a WAL
+/// frame rewritten after its fsync counts again, as the disk writes it again); `None`
+/// if the process is gone.
+pub fn write_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A port nobody listens on now (bound, then released).

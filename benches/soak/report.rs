@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::disk::{self, Disk};
 use super::ledger::{Ledger, Outcome};
 use super::procs::{Role, Usage};
 
@@ -48,6 +49,8 @@ pub struct Run {
     pub drained_in: Option<Duration>,
     /// Lines about the runtime at the end: outbox stats, dead letters, log tails.
     pub diagnostics: Vec<String>,
+    /// Bytes written, database and WAL sizes.
+    pub disk: Disk,
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -70,6 +73,7 @@ pub fn print(run: &Run) -> bool {
     );
     println!();
     counts(run, &mut failures);
+    disk::print(&run.disk, delivered(run), run.ran_for.as_secs_f64());
     errors(run);
     restarts(run);
     windows(run);
@@ -87,6 +91,16 @@ pub fn print(run: &Run) -> bool {
         }
     }
     failures.is_empty()
+}
+
+/// Accepted webhooks delivered at least once.
+fn delivered(run: &Run) -> usize {
+    let inner = run.ledger.lock();
+    inner
+        .slots
+        .iter()
+        .filter(|s| s.outcome == Outcome::Accepted && s.deliveries > 0)
+        .count()
 }
 
 fn counts(run: &Run, failures: &mut Vec<String>) {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use switchboard::{ConnectorConfig, MultiConnectorRunner, Registration, RunnerOptions};
 use tokio::sync::watch;
 
+use crate::disk::{self, Disk, WalWatch};
 use crate::ledger::{Ledger, Recorder};
 use crate::procs::{free_port, usage, Child, Ready, Role};
 use crate::report::{self, Restart, Run, Sample};
@@ -243,6 +244,13 @@ pub async fn soak(plan: &Plan, store: Store) -> Result<bool, String> {
         .await
         .map_err(|e| e.to_string())?;
 
+    let db_file = dir.path().join("events.db");
+    let wal_watch =
+        matches!(store, Store::Sqlite).then(|| WalWatch::start(dir.path().join("events.db-wal")));
+    let server_wal_before = match &pg_base {
+        Some(base) => disk::pg_wal_bytes(base).await,
+        None => None,
+    };
     let tag = format!("soak-{:08x}", rand::random::<u32>());
     let (stop, stopped) = watch::channel(false);
     let template = payload::github_issue(1024);
@@ -339,6 +347,24 @@ pub async fn soak(plan: &Plan, store: Store) -> Result<bool, String> {
         }
     }
 
+    let mut disk = Disk {
+        runtime_written: runtime.written(),
+        ..Disk::default()
+    };
+    match (&pg_base, schema_of(&store_url)) {
+        (Some(base), Some(schema)) => {
+            let after = disk::pg_wal_bytes(base).await;
+            disk.server_wal = after.zip(server_wal_before).map(|(a, b)| a - b);
+            disk.db_bytes = disk::pg_schema_bytes(base, schema).await;
+        }
+        _ => {
+            disk.db_bytes = disk::file_len(&db_file);
+            disk.wal_end = disk::file_len(&db_file.with_extension("db-wal"));
+            disk.wal_max = wal_watch.as_ref().map(WalWatch::largest);
+        }
+    }
+    drop(wal_watch);
+
     runner.shutdown_handle().shutdown();
     let _ = running.await;
     runtime.kill().await;
@@ -363,6 +389,7 @@ pub async fn soak(plan: &Plan, store: Store) -> Result<bool, String> {
         samples,
         drained_in,
         diagnostics,
+        disk,
     };
     let passed = report::print(&run);
     if !passed {
@@ -414,13 +441,16 @@ async fn diagnose(base: &str, lost: bool) -> Vec<String> {
     lines
 }
 
-/// Drops the run's schema (named in `url`'s `search_path`) from `base`'s database.
-async fn drop_schema(base: &str, url: &str) {
-    let Some(schema) = url
-        .rsplit("search_path%3D")
+/// The run's fresh PostgreSQL schema, named in `url`'s `search_path`.
+fn schema_of(url: &str) -> Option<&str> {
+    url.rsplit("search_path%3D")
         .next()
         .filter(|s| s.starts_with("sb_test_"))
-    else {
+}
+
+/// Drops the run's schema (named in `url`'s `search_path`) from `base`'s database.
+async fn drop_schema(base: &str, url: &str) {
+    let Some(schema) = schema_of(url) else {
         return;
     };
     if let Ok((client, conn)) = tokio_postgres::connect(base, tokio_postgres::NoTls).await {

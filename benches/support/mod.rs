@@ -97,3 +97,17 @@ pub fn process_cpu() -> Duration {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
+
+/// Bytes this process has caused to be written to storage (`write_bytes` of
+/// `/proc/self/io`: page-cache pages it dirtied, each counted again when dirtied again
+/// after being written back); 0 where there is no such file.
+pub fn process_written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("write_bytes:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
