@@ -410,6 +410,13 @@ async fn sigterm_to_the_gateway_answers_the_execute_in_flight_and_tells_connecto
         held.arn().is_none() && echo.arn().is_none()
     })
     .await;
+    // Told, not left to find a dead socket: the reason is the gateway's going-away
+    // close, on which they redial at once rather than after a backoff step.
+    let reason = held.metrics().last_disconnect_reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("the gateway is going away (close 1001"),
+        "{reason}"
+    );
 
     // A gateway back on the same port sees both registrations again.
     let mut again = start_gateway(port, dir.path(), "0");

@@ -94,6 +94,26 @@ struct Driver {
     agents: Agents,
     /// Why the connection ended for good (it was lost and reconnecting is off).
     ended: Option<String>,
+    /// The last connection ended because the gateway said it is going away: the next
+    /// reconnect is at once ([`reconnect_delay`]).
+    going_away: bool,
+}
+
+/// Most a reconnect after a gateway's "going away" waits: a spread, so that the
+/// connectors of a restarting gateway do not all dial in the same millisecond, far
+/// below a backoff step (250–500 ms by default).
+const GOING_AWAY_SPREAD: Duration = Duration::from_millis(100);
+
+/// The delay before the next dial: after a gateway announced it is going away (it
+/// stops or restarts on purpose, and another replica or its successor takes
+/// connections now), at once within [`GOING_AWAY_SPREAD`], without stepping the
+/// backoff; otherwise the backoff's next step. `sample` is uniform in [0, 1).
+fn reconnect_delay(going_away: bool, backoff: &mut Backoff, sample: f64) -> Duration {
+    if going_away {
+        GOING_AWAY_SPREAD.mul_f64(sample.clamp(0.0, 1.0))
+    } else {
+        backoff.next_delay(sample)
+    }
 }
 
 /// Runs one socket until `cancel` fires (then stops gracefully) or its last
@@ -118,6 +138,7 @@ pub(crate) async fn run(
         backoff,
         agents: Agents::default(),
         ended: None,
+        going_away: false,
     };
     let admitted: Vec<HandleId> = d.core.handles().map(|(h, _)| h).collect();
     for handle in admitted {
@@ -261,7 +282,8 @@ impl Driver {
     /// on the connection that just ended, so a gateway that accepts sockets but
     /// refuses every register sees ever longer pauses.
     fn schedule_reconnect(&mut self) -> Instant {
-        let delay = self.backoff.next_delay(rand::random::<f64>());
+        let going_away = std::mem::take(&mut self.going_away);
+        let delay = reconnect_delay(going_away, &mut self.backoff, rand::random::<f64>());
         let m = &self.socket.metrics;
         // Backoff first: a reader that sees the new attempt count also sees its delay.
         m.current_backoff_ms
@@ -281,6 +303,7 @@ impl Driver {
             self.backoff.reset();
         }
         self.socket.metrics.disconnects.fetch_add(1, Relaxed);
+        self.going_away = super::socket_io::is_going_away(&why);
         tracing::warn!(tenant = %self.core.tenant(), reason = %why, "connection lost");
         self.core.handle_disconnected(now(), &why);
         if !self.opts.reconnect_enabled {
@@ -541,5 +564,35 @@ impl Driver {
         for user in self.core.users() {
             user.state.mark_removed();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gateway_going_away_is_redialled_at_once_without_stepping_the_backoff() {
+        let mut backoff = Backoff::new(BackoffPolicy::default());
+        for sample in [0.0, 0.5, 0.999] {
+            assert!(reconnect_delay(true, &mut backoff, sample) <= GOING_AWAY_SPREAD);
+        }
+        let mut fresh = Backoff::new(BackoffPolicy::default());
+        assert_eq!(
+            reconnect_delay(false, &mut backoff, 0.5),
+            fresh.next_delay(0.5),
+            "the backoff was not stepped by the immediate redials"
+        );
+        assert!(reconnect_delay(false, &mut backoff, 0.5) > GOING_AWAY_SPREAD);
+    }
+
+    #[test]
+    fn only_a_going_away_reason_counts_as_one() {
+        use crate::mux::socket_io::{is_going_away, GOING_AWAY};
+        assert!(is_going_away(&format!(
+            "{GOING_AWAY} (close 1001: gateway stopping)"
+        )));
+        assert!(!is_going_away("read failed: connection reset"));
+        assert!(!is_going_away("server closed the socket: None"));
     }
 }

@@ -39,6 +39,17 @@ const READ_BATCH: usize = 64;
 /// stream, for the gateway to end its side).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How a disconnect reason begins when the gateway said it is going away (a close
+/// frame with code 1001, or a gRPC stream ended UNAVAILABLE): it is stopping or
+/// restarting on purpose, so the driver reconnects at once instead of after a backoff
+/// step ([`is_going_away`]).
+pub(crate) const GOING_AWAY: &str = "the gateway is going away";
+
+/// Whether a disconnect reason says the gateway went away on purpose.
+pub(crate) fn is_going_away(reason: &str) -> bool {
+    reason.starts_with(GOING_AWAY)
+}
+
 /// Where a socket's driver connects.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
@@ -172,6 +183,11 @@ fn read_ws(
     match msg {
         WsMessage::Text(text) => core.handle_frame(now, Inbound::Text(text.as_str())),
         WsMessage::Binary(bytes) => core.handle_frame(now, Inbound::Binary(bytes)),
+        WsMessage::Close(Some(frame))
+            if frame.code == tungstenite::protocol::frame::coding::CloseCode::Away =>
+        {
+            return Some(format!("{GOING_AWAY} (close 1001: {})", frame.reason));
+        }
         WsMessage::Close(frame) => return Some(format!("server closed the socket: {frame:?}")),
         // Pings are answered by tungstenite itself.
         _ => core.handle_frame(now, Inbound::Activity),
@@ -194,6 +210,9 @@ fn read_grpc(
         Err(failed) => {
             if failed.too_large {
                 metrics.drop_frame("too_large");
+            }
+            if failed.going_away {
+                return Some(format!("{GOING_AWAY} ({})", failed.reason));
             }
             Some(failed.reason)
         }

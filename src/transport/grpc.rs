@@ -312,6 +312,8 @@ impl fmt::Display for RequestSideClosed {
 pub(crate) struct StreamFailed {
     pub(crate) reason: String,
     pub(crate) too_large: bool,
+    /// The server ended the stream UNAVAILABLE: it is stopping, come back at once.
+    pub(crate) going_away: bool,
 }
 
 impl GrpcStream {
@@ -403,6 +405,7 @@ impl Stream for GrpcStream {
                     return Poll::Ready(Some(Err(StreamFailed {
                         reason,
                         too_large: false,
+                        going_away: false,
                     })));
                 }
             }
@@ -417,8 +420,13 @@ impl Stream for GrpcStream {
             Poll::Ready(Some(Err(status))) => {
                 let too_large = status.code() == Code::OutOfRange
                     || status.message().contains("message length too large");
+                let going_away = status.code() == Code::Unavailable;
                 let reason = this.failed(&status);
-                Poll::Ready(Some(Err(StreamFailed { reason, too_large })))
+                Poll::Ready(Some(Err(StreamFailed {
+                    reason,
+                    too_large,
+                    going_away,
+                })))
             }
         }
     }
