@@ -136,8 +136,9 @@ async fn main() -> std::process::ExitCode {
     // its table counts them instead. RUST_LOG still overrides.
     let default_filter = match cli.command {
         Command::Demo(_) => "warn,switchboard::dispatch::dispatcher=error",
-        // The one line each graceful stop logs (what it finished and released).
-        _ => "warn,switchboard::stop=info",
+        // The one line each graceful stop logs (what it finished and released), and
+        // the one a start logs of what this process identity held before.
+        _ => "warn,switchboard::stop=info,switchboard::runtime::process_id=info",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
