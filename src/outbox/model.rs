@@ -117,12 +117,12 @@ pub struct ClaimRequest {
     pub bindings: Vec<String>,
     /// The claiming process's identity (`process_id`), stamped on the rows as their
     /// `lease_holder`, so that process, started again, recognises what it held
-    /// ([`crate::outbox::OutboxStore::release_holder`]). `None` stamps nothing: such
+    /// (`OutboxStore::release_holder`). `None` stamps nothing: such
     /// rows wait their lease out after a crash.
     pub holder: Option<String>,
 }
 
-/// What [`crate::outbox::OutboxStore::release_holder`] did at a process's start.
+/// What `OutboxStore::release_holder` did at a process's start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HolderRelease {
     /// Rows the identity held under a live lease, now due.

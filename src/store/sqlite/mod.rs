@@ -105,7 +105,7 @@ pub(crate) const RESTART_WAIT: std::time::Duration = std::time::Duration::from_m
 pub(crate) const WAL_SIZE_LIMIT: u64 = 2 * WAL_RESTART_AFTER;
 
 /// The WAL file's documented cap under steady load at the rate the issue measured
-/// (module doc): [`WAL_RESTART_AFTER`] plus two checkpoint intervals of writes at
+/// (module doc): `WAL_RESTART_AFTER` plus two checkpoint intervals of writes at
 /// 100 deliveries/s and 64 KiB each, rounded up. `tests/sqlite_wal.rs` asserts it.
 pub const WAL_CAP: u64 = 32 * 1024 * 1024;
 
