@@ -11,9 +11,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::extract::{Path, State};
@@ -27,6 +26,7 @@ use switchboard::{
 use tokio::sync::watch;
 
 use common::eventually;
+use common::process::{exited, signal};
 use common::serve::{free_port, Serve};
 
 /// How a test's handlers answer: each call is counted by name on arrival; `…quick`
@@ -151,27 +151,6 @@ async fn start_connector(gw: &TestGateway, h: &Handlers) -> switchboard::Registr
     handle
 }
 
-fn signal(child: &Child, sig: i32) {
-    let pid = i32::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) on our own child's pid with a valid signal touches no memory.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
-}
-
-/// Waits for `child` to exit, at most `deadline`.
-async fn exited(child: &mut Child, deadline: Duration) -> ExitStatus {
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the process did not exit within {deadline:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn post_json(url: &str, body: Value) -> reqwest::Response {
     reqwest::Client::new()
         .post(url)
@@ -247,7 +226,7 @@ async fn sigterm_finishes_attempts_within_the_grace_releases_the_rest_and_exits_
     );
 
     h.gate.send_replace(true);
-    let status = exited(rt.child.as_mut().unwrap(), Duration::from_secs(30)).await;
+    let status = exited(rt.child.as_mut().unwrap()).await;
     let log = rt.log();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(
@@ -300,7 +279,7 @@ async fn a_second_signal_during_the_stop_ends_the_process_at_once() {
     .await;
     // The grace is ten minutes; a second signal does not wait for it.
     signal(rt.child.as_ref().unwrap(), libc::SIGINT);
-    let status = exited(rt.child.as_mut().unwrap(), Duration::from_secs(20)).await;
+    let status = exited(rt.child.as_mut().unwrap()).await;
     let log = rt.log();
     assert_eq!(status.code(), Some(130), "{log}");
     assert!(log.contains("SIGINT during a graceful stop"), "{log}");
@@ -403,7 +382,7 @@ async fn sigterm_to_the_gateway_answers_the_execute_in_flight_and_tells_connecto
         200,
         "the execute in flight is answered"
     );
-    let status = exited(&mut gateway, Duration::from_secs(20)).await;
+    let status = exited(&mut gateway).await;
     let log = std::fs::read_to_string(dir.path().join("gateway.log")).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
     eventually("the connectors to notice they are unregistered", || async {

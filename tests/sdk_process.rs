@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::process::{exited, signal};
 use common::{eventually, eventually_some, find, spawn, start, tagged, DEADLINE};
 use serde_json::{json, Value};
 use switchboard::gateway::{ApprovalMode, GatewayConfig, TestGateway, TEST_EXECUTE_TIMEOUT};
@@ -352,21 +353,6 @@ fn echo(gw: &TestGateway, args: &[&str], env: &[(&str, String)], log: &std::path
         .stderr(Stdio::from(file))
         .spawn()
         .expect("switchboard echo starts")
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on our own child's pid touches no memory of this process.
-    let rc = unsafe { libc::kill(child.id() as i32, sig) };
-    assert_eq!(rc, 0, "kill({sig})");
-}
-
-/// Waits for the child's exit status, with the deadline.
-async fn exited(child: &mut Child) -> std::process::ExitStatus {
-    eventually_some("the process to exit", || {
-        let status = child.try_wait().unwrap();
-        async move { status }
-    })
-    .await
 }
 
 /// The gateway's `/api/v1/connectors` list.

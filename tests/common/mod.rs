@@ -4,6 +4,8 @@
 #[cfg(feature = "websocket")]
 pub mod connect_proxy;
 pub mod logs;
+#[cfg(unix)]
+pub mod process;
 #[cfg(feature = "gateway")]
 pub mod serve;
 pub mod tcp_proxy;
