@@ -19,6 +19,13 @@ pub mod store {
         Store, StoreOptions, Write,
     };
 
+    /// The outbox's claim, next-due and depth statements with literal arguments, for
+    /// `EXPLAIN` in `benches/backlog.rs`.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_explained(binding: &str, now_ms: i64) -> Vec<(&'static str, String)> {
+        crate::store::postgres::explained(binding, now_ms)
+    }
+
     /// An append of `event` with `enqueue`, its body prepared uncompressed, for tests
     /// that hand [`Backend::write_batch`] a commit clock of their own.
     pub fn append_write(
