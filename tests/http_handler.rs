@@ -256,7 +256,7 @@ async fn retry_after_on_a_429_schedules_the_next_attempt_that_much_later() {
     .await
     .unwrap();
     let due = backend
-        .next_due_ms(&["hook".to_owned()])
+        .next_due_ms(&["hook".to_owned()], 0)
         .await
         .unwrap()
         .expect("the row is scheduled");

@@ -19,6 +19,8 @@ mod flow;
 mod group;
 #[path = "outbox/holder.rs"]
 mod holder;
+#[path = "outbox/parked.rs"]
+mod parked;
 
 use std::collections::HashSet;
 
@@ -112,7 +114,7 @@ async fn claims_go_by_due_time_then_id_and_stop_at_the_limit(kind: StoreKind) {
     assert_eq!(second[0].payload, br#"{"delivery":"late"}"#);
     assert!(f.claim(T + 999, 3, 2).await.is_empty());
     assert_eq!(
-        f.backend.next_due_ms(&[B.into()]).await.unwrap(),
+        f.backend.next_due_ms(&[B.into()], T).await.unwrap(),
         Some(T + 1_000)
     );
     assert!(
@@ -186,7 +188,7 @@ async fn an_ordering_key_holds_later_rows_until_its_head_is_gone(kind: StoreKind
     );
     assert!(f.claim_for(&[B, "other"], T, 2, 10).await.is_empty());
     assert_eq!(
-        f.backend.next_due_ms(&[B.into()]).await.unwrap(),
+        f.backend.next_due_ms(&[B.into()], T).await.unwrap(),
         Some(T + LEASE),
         "a held row does not count as due"
     );
@@ -309,7 +311,7 @@ async fn retry_keeps_the_error_and_schedules_the_next_attempt(kind: StoreKind) {
     };
     assert_eq!(f.backend.finish(vec![retry], T).await.unwrap(), 1);
     assert_eq!(
-        f.backend.next_due_ms(&[B.into()]).await.unwrap(),
+        f.backend.next_due_ms(&[B.into()], T).await.unwrap(),
         Some(T + 5_000)
     );
     let stats = f.backend.stats(T).await.unwrap();

@@ -73,9 +73,14 @@ pub trait OutboxStore: Send + Sync + 'static {
         req: &ClaimRequest,
     ) -> Result<(u64, Vec<ClaimedRow>)>;
 
-    /// The earliest `next_attempt_at` among rows of `bindings` (a due retry, a lease
-    /// that will expire), so the dispatcher sleeps exactly until then.
-    async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>>;
+    /// The earliest `next_attempt_at` later than `after_ms` among rows of `bindings`
+    /// (a retry, a delayed row, a lease that will expire), so the dispatcher sleeps
+    /// exactly until then. Rows due at or before `after_ms` are left out: the claim at
+    /// `after_ms` saw them, and what it left is waiting for something that wakes the
+    /// dispatcher anyway (a permit, its ordering key's head finishing, a full claim).
+    /// Only later rows need a timer, and looking only there keeps this an index probe
+    /// per binding however many rows are due.
+    async fn next_due_ms(&self, bindings: &[String], after_ms: i64) -> Result<Option<i64>>;
 
     /// Totals, per binding and per queue, at `now_ms`.
     async fn stats(&self, now_ms: i64) -> Result<OutboxStats>;

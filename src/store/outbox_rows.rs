@@ -9,6 +9,22 @@
 use crate::outbox::model::OutboxStats;
 use crate::outbox::model::{AttemptError, BindingDepth, DeadLetter, Destination, Enqueue};
 
+/// `next_attempt_at` of a parked row: one waiting behind an earlier row of its binding
+/// and ordering key (migration 8 in either backend's schema parks and unparks them).
+/// Past every claim's range, so a claim never walks a key's queue; the row's own due
+/// time stays in `due_at`, which the counts and the event view report instead.
+pub(crate) const PARKED: i64 = i64::MAX;
+
+/// The SQL of a row's effective next attempt: its `due_at` while it is parked
+/// ([`PARKED`], whose literal this is), else `next_attempt_at`. A macro so that the
+/// backends' statements can be `concat!`ed constants.
+macro_rules! next_attempt_sql {
+    () => {
+        "(CASE WHEN next_attempt_at = 9223372036854775807 THEN due_at ELSE next_attempt_at END)"
+    };
+}
+pub(crate) use next_attempt_sql;
+
 /// The label of the error a queue message gets when it is dead-lettered for having
 /// been received `max_receives` times without an ack.
 pub(crate) const MAX_RECEIVES_KIND: &str = "max_receives";
@@ -260,5 +276,13 @@ mod tests {
             parse_errors(&errors_json(std::slice::from_ref(&e))),
             vec![e]
         );
+    }
+}
+
+#[cfg(test)]
+mod parked_tests {
+    #[test]
+    fn the_sql_literal_is_parked() {
+        assert!(next_attempt_sql!().contains(&super::PARKED.to_string()));
     }
 }

@@ -27,7 +27,7 @@ use crate::outbox::model::{
     QueuedMessage, ReceiveRequest, Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
-use crate::store::outbox_rows::{self as rows, to_u32};
+use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
 
 /// A boxed query parameter (the filtered statements' lists are built at run time).
 type Arg = Box<dyn ToSql + Sync + Send>;
@@ -69,18 +69,40 @@ fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<Arg>) {
 /// Picks due head-of-line rows of the bindings, skipping rows another claimer holds
 /// locked and rows of paused bindings (the claim reads `trigger_pauses` itself, so a
 /// pause on one process holds in every process from its commit, not from its
-/// notification), and leases them. Returns the pre-claim due time and the priority last, for
-/// ordering.
-const CLAIM: &str = "WITH picked AS (
-        SELECT o.id, o.event_id, o.next_attempt_at AS was_due FROM outbox o
-        WHERE o.next_attempt_at <= $1 AND o.binding_id = ANY($2::TEXT[])
-            AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
-                WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
-                    AND p.id < o.id))
-            AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = o.binding_id)
-        ORDER BY o.priority DESC, o.next_attempt_at, o.id
+/// notification), and leases them. Returns the pre-claim due time and the priority
+/// last, for ordering.
+///
+/// Each binding's rows are read on their own, per priority it has rows of (found by
+/// walking `outbox_by_binding` down from the highest, one probe each; a binding's rows
+/// nearly always share one), as a range of that index in claim order, and the
+/// candidates merged: a claim never walks another binding's rows (one at its
+/// concurrency limit, throttled or paused), nor rows not yet due, leased or parked
+/// behind their ordering key, so its cost is the rows it takes, whatever waits beside
+/// them. Each (binding, priority) locks at most `$3` candidates, of which the merge
+/// keeps `$3` in all; the others are unlocked at commit, untouched.
+const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
+        SELECT b.id, (SELECT max(priority) FROM outbox WHERE binding_id = b.id)
+        FROM unnest($2::TEXT[]) AS b(id)
+        WHERE NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = b.id)
+        UNION ALL
+        SELECT r.binding_id, (SELECT max(priority) FROM outbox
+            WHERE binding_id = r.binding_id AND priority < r.p)
+        FROM priorities r WHERE r.p IS NOT NULL
+    ), picked AS (
+        SELECT c.id, c.event_id, c.was_due FROM priorities r
+        CROSS JOIN LATERAL (
+            SELECT o.id, o.event_id, o.next_attempt_at AS was_due, o.priority FROM outbox o
+            WHERE o.binding_id = r.binding_id AND o.priority = r.p AND o.next_attempt_at <= $1
+                AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
+                    WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
+                        AND p.id < o.id))
+            ORDER BY o.next_attempt_at, o.id
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        WHERE r.p IS NOT NULL
+        ORDER BY c.priority DESC, c.was_due, c.id
         LIMIT $3
-        FOR UPDATE SKIP LOCKED
     )
     UPDATE outbox o SET next_attempt_at = $4, lease_token = $5, lease_holder = $6,
         attempts = o.attempts + 1
@@ -91,6 +113,15 @@ const CLAIM: &str = "WITH picked AS (
         o.depth, o.ordering_key, o.enqueued_at, o.due_at,
         COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
         o.priority";
+
+/// Sent before [`CLAIM`] in its transaction: each binding's rows must come off
+/// `outbox_by_binding` in order, never from a bitmap scan sorted afterwards. Without
+/// statistics (a table grown by a burst since autovacuum last analysed it) the planner
+/// guesses a binding has a hundred due rows and sorts them all, which took 40 ms at
+/// 100k rows waiting and 750 ms at 1M (`benches/backlog.rs`); the index walk takes the
+/// `LIMIT` rows it needs whatever the backlog. `LOCAL`: it ends with the transaction,
+/// so no other statement on the pooled connection sees it.
+const CLAIM_PLAN: &str = "SET LOCAL enable_sort = off";
 
 const RELEASE: &str = "WITH released AS (
         UPDATE outbox o SET next_attempt_at = $3, lease_token = NULL,
@@ -122,19 +153,51 @@ const EXTEND: &str = "UPDATE outbox o SET next_attempt_at = $3
     FROM unnest($1::BIGINT[], $2::BIGINT[]) AS r(id, token)
     WHERE o.id = r.id AND o.lease_token = r.token";
 
-/// The earliest `next_attempt_at` of the head-of-line rows (`store::sqlite::outbox`
-/// says why held rows are left out).
-const NEXT_DUE: &str = "SELECT min(o.next_attempt_at) FROM outbox o
-    WHERE o.binding_id = ANY($1::TEXT[])
-        AND (o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
-            WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key
-                AND p.id < o.id))";
+/// The earliest `next_attempt_at` after `$2` of the bindings' rows: per binding, a
+/// walk over its distinct priorities (each one index probe of `outbox_by_binding`,
+/// and a binding's rows nearly always share one), then per priority the first row
+/// after `$2` in that index's order. Index probes only, whatever the backlog.
+const NEXT_DUE: &str = "SELECT min(n.at) FROM unnest($1::TEXT[]) AS b(id)
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE pr(p) AS (
+            (SELECT priority FROM outbox WHERE binding_id = b.id
+                ORDER BY priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT priority FROM outbox WHERE binding_id = b.id AND priority < pr.p
+                ORDER BY priority DESC LIMIT 1)
+            FROM pr WHERE pr.p IS NOT NULL
+        )
+        SELECT p FROM pr WHERE p IS NOT NULL
+    ) AS ps
+    CROSS JOIN LATERAL (
+        SELECT next_attempt_at AS at FROM outbox
+        WHERE binding_id = b.id AND priority = ps.p AND next_attempt_at > $2
+            AND next_attempt_at < 9223372036854775807
+        ORDER BY priority DESC, next_attempt_at LIMIT 1
+    ) AS n";
 
-const STATS_OUTBOX: &str = "SELECT binding_id, count(*) FILTER (WHERE next_attempt_at <= $1),
+/// The depth totals: due counts parked rows by their own due time (as before they were
+/// parked), leased the rows under a live lease.
+const DEPTH: &str = concat!(
+    "SELECT
+        (SELECT count(*) FROM outbox WHERE next_attempt_at <= $1)
+            + (SELECT count(*) FROM outbox WHERE next_attempt_at = 9223372036854775807
+                AND due_at <= $1),
+        (SELECT count(*) FROM outbox WHERE next_attempt_at > $1 AND lease_token IS NOT NULL),
+        (SELECT count(*) FROM dead_letters)"
+);
+
+const STATS_OUTBOX: &str = concat!(
+    "SELECT binding_id, count(*) FILTER (WHERE ",
+    next_attempt_sql!(),
+    " <= $1),
         count(*) FILTER (WHERE lease_token IS NOT NULL AND next_attempt_at > $1),
-        count(*) FILTER (WHERE lease_token IS NULL AND next_attempt_at > $1),
+        count(*) FILTER (WHERE lease_token IS NULL AND ",
+    next_attempt_sql!(),
+    " > $1),
         min(enqueued_at)
-    FROM outbox GROUP BY binding_id";
+    FROM outbox GROUP BY binding_id"
+);
 const STATS_QUEUES: &str = "SELECT queue, count(*) FILTER (WHERE visible_at <= $1),
         count(*) FILTER (WHERE receipt IS NOT NULL AND visible_at > $1),
         count(*) FILTER (WHERE receipt IS NULL AND visible_at > $1),
@@ -166,6 +229,38 @@ const REPLAY: &str = "WITH dl AS (
     )
     SELECT COALESCE((SELECT id FROM dispatched), (SELECT id FROM queued)),
         (SELECT count(*) FROM notified)";
+/// The claim, the next-due query and the depth read with literal arguments (one
+/// binding, due at `now_ms`), for `EXPLAIN` in `benches/backlog.rs`.
+pub(crate) fn explained(binding: &str, now_ms: i64) -> Vec<(&'static str, String)> {
+    let binding = binding.replace('\'', "''");
+    let bindings = format!("ARRAY['{binding}']::TEXT[]");
+    let with = |sql: &str, args: &[String]| {
+        // From the last so that `$1` does not match inside `$10`.
+        (1..=args.len()).rev().fold(sql.to_owned(), |s, i| {
+            s.replace(&format!("${i}"), &args[i - 1])
+        })
+    };
+    let (now, lease) = (now_ms.to_string(), (now_ms + 60_000).to_string());
+    vec![
+        (
+            "claim 100",
+            with(
+                CLAIM,
+                &[
+                    now.clone(),
+                    bindings.clone(),
+                    "100".into(),
+                    lease,
+                    "1".into(),
+                    "NULL".into(),
+                ],
+            ),
+        ),
+        ("next due", with(NEXT_DUE, &[bindings, now.clone()])),
+        ("depth", with(DEPTH, &[now])),
+    ]
+}
+
 fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRow) {
     let row = ClaimedRow {
         id: r.get(0),
@@ -217,17 +312,7 @@ fn pairs(rows: &[(i64, i64)]) -> (Vec<i64>, Vec<i64>) {
 #[async_trait::async_trait]
 impl OutboxStore for PostgresBackend {
     async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedRow>> {
-        if req.bindings.is_empty() || req.limit == 0 {
-            return Ok(Vec::new());
-        }
-        let client = self.client().await?;
-        let stmt = prepared(&client, CLAIM).await?;
-        let limit = req.limit as i64;
-        let found = client
-            .query(&stmt, &claim_params(req, &limit))
-            .await
-            .map_err(pg_err("claim outbox rows"))?;
-        Ok(claimed_rows(&found, req.token))
+        Ok(self.finish_and_claim(Vec::new(), req.now_ms, req).await?.1)
     }
 
     async fn finish_and_claim(
@@ -236,8 +321,9 @@ impl OutboxStore for PostgresBackend {
         now_ms: i64,
         req: &ClaimRequest,
     ) -> Result<(u64, Vec<ClaimedRow>)> {
-        if finishes.is_empty() {
-            return Ok((0, self.claim(req).await?));
+        let claims = !req.bindings.is_empty() && req.limit > 0;
+        if finishes.is_empty() && !claims {
+            return Ok((0, Vec::new()));
         }
         let mut client = self.client().await?;
         let stmts = finish::FinishStatements::prepare(&client).await?;
@@ -247,13 +333,17 @@ impl OutboxStore for PostgresBackend {
             .await
             .map_err(pg_err("begin finish and claim"))?;
         let claiming = async {
-            if req.bindings.is_empty() || req.limit == 0 {
+            if !claims {
                 return Ok(Vec::new());
             }
             let limit = req.limit as i64;
-            tx.query(&claim, &claim_params(req, &limit))
+            let params = claim_params(req, &limit);
+            let plan = tx.batch_execute(CLAIM_PLAN);
+            let found = tx.query(&claim, &params);
+            let ((), found) = try_join(plan, found)
                 .await
-                .map_err(pg_err("claim outbox rows"))
+                .map_err(pg_err("claim outbox rows"))?;
+            Ok(found)
         };
         // Pipelined: the finishes' statements go first (sent at the first poll), then
         // the claim, which therefore sees them (a delivered row's ordering key's next
@@ -331,14 +421,14 @@ impl OutboxStore for PostgresBackend {
         finish::finish(&mut self.client().await?, finishes, now_ms).await
     }
 
-    async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>> {
+    async fn next_due_ms(&self, bindings: &[String], after_ms: i64) -> Result<Option<i64>> {
         if bindings.is_empty() {
             return Ok(None);
         }
         let client = self.client().await?;
         let stmt = prepared(&client, NEXT_DUE).await?;
         let row = client
-            .query_one(&stmt, &[&bindings])
+            .query_one(&stmt, &[&bindings, &after_ms])
             .await
             .map_err(pg_err("read the next due time"))?;
         Ok(row.get(0))
@@ -394,14 +484,7 @@ impl OutboxStore for PostgresBackend {
     async fn depth(&self, now_ms: i64) -> Result<OutboxDepth> {
         let client = self.client().await?;
         let r = client
-            .query_one(
-                "SELECT
-                    (SELECT count(*) FROM outbox WHERE next_attempt_at <= $1),
-                    (SELECT count(*) FROM outbox WHERE next_attempt_at > $1
-                        AND lease_token IS NOT NULL),
-                    (SELECT count(*) FROM dead_letters)",
-                &[&now_ms],
-            )
+            .query_one(DEPTH, &[&now_ms])
             .await
             .map_err(pg_err("read the outbox depth"))?;
         Ok(OutboxDepth {
@@ -416,8 +499,11 @@ impl OutboxStore for PostgresBackend {
         let err = || pg_err("read an event's deliveries");
         let pending = client
             .query(
-                "SELECT id, binding_id, fingerprint, attempts, next_attempt_at, lease_token,
-                    errors::TEXT FROM outbox WHERE event_id = $1 ORDER BY id",
+                concat!(
+                    "SELECT id, binding_id, fingerprint, attempts, ",
+                    next_attempt_sql!(),
+                    ", lease_token, errors::TEXT FROM outbox WHERE event_id = $1 ORDER BY id"
+                ),
                 &[&event_id],
             )
             .await

@@ -87,6 +87,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, FLOW_CONTROL),
     (6, CONSOLE),
     (7, HOLDER),
+    (8, CLAIM_BY_BINDING),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -218,6 +219,52 @@ const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
 
 /// Migration 7: who holds a leased row.
 const HOLDER: &str = "ALTER TABLE outbox ADD COLUMN lease_holder TEXT;";
+
+/// Migration 8: the claim reads each binding's rows on their own (`outbox_by_binding`,
+/// in claim order within a binding and priority), so a binding's claim and its next-due
+/// probe never walk another binding's backlog; the global claim-order index goes.
+///
+/// And an ordering key's waiting rows are **parked**: a row written while an earlier
+/// row of its binding and key exists gets `next_attempt_at` = `i64::MAX`
+/// (`store::outbox_rows::PARKED`), so it sits past every claim's range instead of in
+/// front of it, and the key's next row is put back at its `due_at` when the row before
+/// it leaves the table (a trigger on delete, so every way out — done, dead letter,
+/// superseded, retention — does it). A hot key's claim then costs its one head, not a
+/// walk over every row queued behind it. The insert's check locks the key's newest row
+/// `FOR KEY SHARE SKIP LOCKED`: a finish deleting that row waits for the insert's
+/// commit and then sees the new row (so it unparks it), and an insert never waits on a
+/// finish (so the two cannot deadlock); a row it skips (being deleted or claimed) leaves
+/// the new row unparked, which the claim's head-of-line test still holds back. Rows
+/// waiting behind a key at the upgrade are parked by it.
+const CLAIM_BY_BINDING: &str =
+    "CREATE INDEX outbox_by_binding ON outbox (binding_id, priority DESC, next_attempt_at, id);
+    DROP INDEX outbox_by_claim;
+    CREATE FUNCTION switchboard_outbox_park() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM outbox WHERE binding_id = NEW.binding_id
+            AND ordering_key = NEW.ordering_key
+            ORDER BY id DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED;
+        IF FOUND THEN
+            NEW.next_attempt_at := 9223372036854775807;
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER outbox_park BEFORE INSERT ON outbox FOR EACH ROW
+        WHEN (NEW.ordering_key IS NOT NULL) EXECUTE FUNCTION switchboard_outbox_park();
+    CREATE FUNCTION switchboard_outbox_unpark() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE outbox SET next_attempt_at = due_at
+        WHERE id = (SELECT min(id) FROM outbox WHERE binding_id = OLD.binding_id
+                AND ordering_key = OLD.ordering_key)
+            AND next_attempt_at = 9223372036854775807;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER outbox_unpark AFTER DELETE ON outbox FOR EACH ROW
+        WHEN (OLD.ordering_key IS NOT NULL) EXECUTE FUNCTION switchboard_outbox_unpark();
+    UPDATE outbox o SET next_attempt_at = 9223372036854775807
+    WHERE o.ordering_key IS NOT NULL AND o.lease_token IS NULL
+        AND EXISTS (SELECT 1 FROM outbox p WHERE p.binding_id = o.binding_id
+            AND p.ordering_key = o.ordering_key AND p.id < o.id);";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

@@ -16,17 +16,22 @@ use crate::store::outbox_rows::{self as rows, to_u32};
 pub(super) const IS_HEAD: &str = "(o.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p
     WHERE p.binding_id = o.binding_id AND p.ordering_key = o.ordering_key AND p.id < o.id))";
 
+/// One binding's due head-of-line rows of one priority in claim order, a range of
+/// `outbox_by_binding`: a claim reads its bindings' due rows only, never another
+/// binding's backlog (one at its concurrency limit, throttled or paused) nor rows not
+/// yet due, leased or parked behind their ordering key, so its cost is the rows it
+/// takes.
 fn claim_select() -> String {
     format!(
         "SELECT o.id, o.binding_id, o.fingerprint, o.event_id, COALESCE(e.source, ''),
             COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''),
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
-            COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id, o.errors
-        FROM outbox o INDEXED BY outbox_by_claim LEFT JOIN events e ON e.id = o.event_id
-        WHERE o.next_attempt_at <= ?1 AND o.binding_id IN (SELECT value FROM json_each(?2))
-            AND {IS_HEAD}
-            AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = o.binding_id)
-        ORDER BY o.priority DESC, o.next_attempt_at, o.id LIMIT ?3"
+            COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id,
+            o.errors, o.priority, o.next_attempt_at
+        FROM outbox o INDEXED BY outbox_by_binding LEFT JOIN events e ON e.id = o.event_id
+        WHERE o.binding_id = ?2 AND o.priority = ?4 AND o.next_attempt_at <= ?1 AND {IS_HEAD}
+            AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = ?2)
+        ORDER BY o.next_attempt_at, o.id LIMIT ?3"
     )
 }
 
@@ -118,7 +123,6 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
     if req.bindings.is_empty() || req.limit == 0 {
         return Ok(Vec::new());
     }
-    let bindings = serde_json::to_string(&req.bindings).unwrap_or_else(|_| "[]".into());
     let claimed = {
         let mut select = tx.prepare_cached(&claim_select())?;
         let mut update = tx.prepare_cached(
@@ -126,29 +130,35 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
                 attempts = attempts + 1
              WHERE id = ?3",
         )?;
-        let found = select
-            .query_map(params![req.now_ms, bindings, req.limit as i64], |r| {
-                Ok(ClaimedRow {
-                    id: r.get(0)?,
-                    token: req.token,
-                    binding_id: r.get(1)?,
-                    fingerprint: r.get(2)?,
-                    event_id: r.get(3)?,
-                    source: r.get(4)?,
-                    kind: r.get(5)?,
-                    trace_id: r.get(6)?,
-                    tenant: r.get(7)?,
-                    attempt: to_u32(r.get::<_, i64>(8)? + 1),
-                    depth: to_u32(r.get(9)?),
-                    ordering_key: r.get(10)?,
-                    enqueued_at_ms: r.get(11)?,
-                    due_at_ms: r.get(12)?,
-                    payload: r.get(13)?,
-                    dead_letter_id: r.get(14)?,
-                    errors: rows::parse_errors(&r.get::<_, String>(15)?),
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut below = tx.prepare_cached(
+            "SELECT max(priority) FROM outbox INDEXED BY outbox_by_binding
+             WHERE binding_id = ?1 AND priority < ?2",
+        )?;
+        // Each binding's first `limit` rows per priority it has rows of (walked down
+        // from the highest), merged in claim order (priority first).
+        let mut candidates = Vec::new();
+        for binding in &req.bindings {
+            let mut priority = i64::MAX;
+            while let Some(p) =
+                below.query_row(params![binding, priority], |r| r.get::<_, Option<i64>>(0))?
+            {
+                let limit = req.limit as i64;
+                let rows = select.query_map(params![req.now_ms, binding, limit, p], |r| {
+                    let order = (
+                        std::cmp::Reverse(r.get::<_, i32>(16)?),
+                        r.get::<_, i64>(17)?,
+                    );
+                    Ok((order, claimed_row(r, req.token)?))
+                })?;
+                for row in rows {
+                    candidates.push(row?);
+                }
+                priority = p;
+            }
+        }
+        candidates.sort_by_key(|(order, row)| (*order, row.id));
+        candidates.truncate(req.limit);
+        let found: Vec<ClaimedRow> = candidates.into_iter().map(|(_, row)| row).collect();
         for row in &found {
             update.execute(params![
                 req.lease_until_ms,
@@ -160,6 +170,29 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
         found
     };
     Ok(claimed)
+}
+
+/// A row of [`claim_select`] as the claim hands it out (leased under `token`).
+fn claimed_row(r: &rusqlite::Row<'_>, token: i64) -> rusqlite::Result<ClaimedRow> {
+    Ok(ClaimedRow {
+        id: r.get(0)?,
+        token,
+        binding_id: r.get(1)?,
+        fingerprint: r.get(2)?,
+        event_id: r.get(3)?,
+        source: r.get(4)?,
+        kind: r.get(5)?,
+        trace_id: r.get(6)?,
+        tenant: r.get(7)?,
+        attempt: to_u32(r.get::<_, i64>(8)? + 1),
+        depth: to_u32(r.get(9)?),
+        ordering_key: r.get(10)?,
+        enqueued_at_ms: r.get(11)?,
+        due_at_ms: r.get(12)?,
+        payload: r.get(13)?,
+        dead_letter_id: r.get(14)?,
+        errors: rows::parse_errors(&r.get::<_, String>(15)?),
+    })
 }
 
 /// Runs `sql` once per (id, token) pair in one transaction; returns rows changed.

@@ -8,10 +8,10 @@
 //! reader connection and never wait for the writer (WAL). Every write that makes rows
 //! or messages due wakes the dispatcher in this process.
 //!
-//! [`crate::outbox::OutboxStore::next_due_ms`] leaves out rows held behind an earlier
-//! row of their ordering key: such a row may be due already, and counting it would
-//! wake the dispatcher in a loop for a row no claim can take; it becomes claimable
-//! when its head is finished, by the dispatcher that then claims again.
+//! [`crate::outbox::OutboxStore::next_due_ms`] looks only past the claim's clock: a
+//! row due already but not claimed waits for something that wakes the dispatcher (its
+//! ordering key's head finishing, a permit), and counting it would wake the dispatcher
+//! in a loop for a row no claim can take.
 
 use std::sync::Arc;
 
@@ -26,7 +26,7 @@ use crate::outbox::model::{
     ReceiveRequest, Received, RunRecord,
 };
 use crate::outbox::OutboxStore;
-use crate::store::outbox_rows::{self as rows, to_u32};
+use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
 
 const DEAD_LETTER_COLUMNS: &str = "id, binding_id, fingerprint, event_id, trace_id, attempts,
     errors, enqueued_at, dead_at, annotations, replays, replayed_at, queue";
@@ -93,10 +93,11 @@ fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<rusqlite::types::Value>
 /// `event_id` index.
 fn event_deliveries(c: &Connection, event_id: &str) -> rusqlite::Result<EventDeliveries> {
     let pending = c
-        .prepare_cached(
-            "SELECT id, binding_id, fingerprint, attempts, next_attempt_at, lease_token, errors
-             FROM outbox WHERE event_id = ?1 ORDER BY id",
-        )?
+        .prepare_cached(concat!(
+            "SELECT id, binding_id, fingerprint, attempts, ",
+            next_attempt_sql!(),
+            ", lease_token, errors FROM outbox WHERE event_id = ?1 ORDER BY id"
+        ))?
         .query_map(params![event_id], |r| {
             Ok(PendingRow {
                 id: r.get(0)?,
@@ -236,13 +237,17 @@ fn stats(c: &mut Connection, now_ms: i64) -> rusqlite::Result<OutboxStats> {
             })?
             .collect()
     };
-    let outbox = depth_rows(
-        "SELECT binding_id, count(*) FILTER (WHERE next_attempt_at <= ?1),
+    let outbox = depth_rows(concat!(
+        "SELECT binding_id, count(*) FILTER (WHERE ",
+        next_attempt_sql!(),
+        " <= ?1),
             count(*) FILTER (WHERE lease_token IS NOT NULL AND next_attempt_at > ?1),
-            count(*) FILTER (WHERE lease_token IS NULL AND next_attempt_at > ?1),
+            count(*) FILTER (WHERE lease_token IS NULL AND ",
+        next_attempt_sql!(),
+        " > ?1),
             min(enqueued_at)
-         FROM outbox GROUP BY binding_id",
-    )?;
+         FROM outbox GROUP BY binding_id"
+    ))?;
     let queues = depth_rows(
         "SELECT queue, count(*) FILTER (WHERE visible_at <= ?1),
             count(*) FILTER (WHERE receipt IS NOT NULL AND visible_at > ?1),
@@ -358,16 +363,10 @@ impl OutboxStore for SqliteBackend {
         Ok((done.applied, rows))
     }
 
-    async fn next_due_ms(&self, bindings: &[String]) -> Result<Option<i64>> {
-        let bindings = serde_json::to_string(bindings).unwrap_or_else(|_| "[]".into());
+    async fn next_due_ms(&self, bindings: &[String], after_ms: i64) -> Result<Option<i64>> {
+        let bindings = bindings.to_vec();
         Self::with(&self.reader, move |c| {
-            c.prepare_cached(&format!(
-                "SELECT min(o.next_attempt_at) FROM outbox o
-                 WHERE o.binding_id IN (SELECT value FROM json_each(?1)) AND {}",
-                claim::IS_HEAD
-            ))
-            .and_then(|mut s| s.query_row(params![bindings], |r| r.get(0)))
-            .map_err(sql_err("read the next due time"))
+            next_due(c, &bindings, after_ms).map_err(sql_err("read the next due time"))
         })
         .await
     }
@@ -397,7 +396,9 @@ impl OutboxStore for SqliteBackend {
             c.prepare_cached(
                 "SELECT
                     (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
-                        WHERE next_attempt_at <= ?1),
+                        WHERE next_attempt_at <= ?1)
+                    + (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
+                        WHERE next_attempt_at = 9223372036854775807 AND due_at <= ?1),
                     (SELECT count(*) FROM outbox INDEXED BY outbox_by_due
                         WHERE next_attempt_at > ?1 AND lease_token IS NOT NULL),
                     (SELECT count(*) FROM dead_letters)",
@@ -577,4 +578,35 @@ impl OutboxStore for SqliteBackend {
     fn wake(&self) -> Arc<tokio::sync::Notify> {
         self.wake.clone()
     }
+}
+
+/// The earliest `next_attempt_at` after `after_ms` of `bindings`' rows, by index probes
+/// of `outbox_by_binding` only: per binding, its distinct priorities from the highest
+/// down (a binding's rows nearly always share one), and per priority the first row
+/// after `after_ms`.
+fn next_due(c: &Connection, bindings: &[String], after_ms: i64) -> rusqlite::Result<Option<i64>> {
+    let mut below = c.prepare_cached(
+        "SELECT max(priority) FROM outbox INDEXED BY outbox_by_binding
+         WHERE binding_id = ?1 AND priority < ?2",
+    )?;
+    let mut first = c.prepare_cached(
+        "SELECT min(next_attempt_at) FROM outbox INDEXED BY outbox_by_binding
+         WHERE binding_id = ?1 AND priority = ?2 AND next_attempt_at > ?3
+             AND next_attempt_at < ?4",
+    )?;
+    let mut earliest: Option<i64> = None;
+    for binding in bindings {
+        let mut priority = i64::MAX;
+        while let Some(p) =
+            below.query_row(params![binding, priority], |r| r.get::<_, Option<i64>>(0))?
+        {
+            if let Some(at) = first.query_row(params![binding, p, after_ms, rows::PARKED], |r| {
+                r.get::<_, Option<i64>>(0)
+            })? {
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            }
+            priority = p;
+        }
+    }
+    Ok(earliest)
 }

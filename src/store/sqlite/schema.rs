@@ -147,6 +147,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (5, FLOW_CONTROL),
     (6, CONSOLE),
     (7, HOLDER),
+    (8, CLAIM_BY_BINDING),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -279,6 +280,38 @@ const CONSOLE: &str = "CREATE INDEX events_by_kind ON events (kind, seq);
 
 /// Migration 7: who holds a leased row (module doc).
 const HOLDER: &str = "ALTER TABLE outbox ADD COLUMN lease_holder TEXT;";
+
+/// Migration 8: the claim reads each binding's rows on their own (`outbox_by_binding`,
+/// in claim order within a binding and priority), so a binding's claim and its next-due
+/// probe never walk another binding's backlog; the global claim-order index goes.
+///
+/// And an ordering key's waiting rows are **parked** (`next_attempt_at` = `i64::MAX`,
+/// `store::outbox_rows::PARKED`), out of every claim's range, and the key's next row is
+/// put back at its `due_at` when the row before it leaves the table: triggers, so every
+/// way in and out does it (`store::postgres::schema` says why). One writer: no
+/// insert can race a delete here. Rows waiting behind a key at the upgrade are parked
+/// by it.
+const CLAIM_BY_BINDING: &str =
+    "CREATE INDEX outbox_by_binding ON outbox (binding_id, priority DESC, next_attempt_at, id);
+    DROP INDEX outbox_by_claim;
+    CREATE TRIGGER outbox_park AFTER INSERT ON outbox WHEN NEW.ordering_key IS NOT NULL
+    BEGIN
+        UPDATE outbox SET next_attempt_at = 9223372036854775807
+        WHERE id = NEW.id AND EXISTS (SELECT 1 FROM outbox p
+            WHERE p.binding_id = NEW.binding_id AND p.ordering_key = NEW.ordering_key
+                AND p.id < NEW.id);
+    END;
+    CREATE TRIGGER outbox_unpark AFTER DELETE ON outbox WHEN OLD.ordering_key IS NOT NULL
+    BEGIN
+        UPDATE outbox SET next_attempt_at = due_at
+        WHERE id = (SELECT min(id) FROM outbox WHERE binding_id = OLD.binding_id
+                AND ordering_key = OLD.ordering_key)
+            AND next_attempt_at = 9223372036854775807;
+    END;
+    UPDATE outbox SET next_attempt_at = 9223372036854775807
+    WHERE ordering_key IS NOT NULL AND lease_token IS NULL
+        AND EXISTS (SELECT 1 FROM outbox p WHERE p.binding_id = outbox.binding_id
+            AND p.ordering_key = outbox.ordering_key AND p.id < outbox.id);";
 
 /// Applies the migrations this database lacks, all in ONE `IMMEDIATE` transaction:
 /// the version is read under the write lock, so of several processes (or several
