@@ -41,10 +41,6 @@ use sessions::Sessions;
 pub(crate) use page::{Page, Region};
 pub(crate) use sessions::SessionInfo;
 
-/// How often the gateway's live pages are rendered again (and sent when changed): its
-/// pages read memory only, and a registration should appear within a second.
-pub(crate) const LIVE_TICK: Duration = Duration::from_millis(500);
-
 /// Most live streams one console serves at once; past it a page still works, it just
 /// is not live (each stream renders its page every tick, so they are bounded).
 pub(crate) const MAX_LIVE_STREAMS: usize = 64;

@@ -45,7 +45,7 @@ use tokio_util::task::TaskTracker;
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
 pub(crate) use super::options::*;
-use super::permits::Permits;
+use super::permits::{claim_now, Permits, LINGER};
 use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
@@ -425,6 +425,8 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
     let wake = inner.store.wake();
     let mut backoff = store_backoff();
     let mut seen: Option<Arc<crate::triggers::lifecycle::Lifecycle>> = None;
+    // Until when a busy binding's claim waits for more of its permits ([`claim_now`]).
+    let mut linger_until: Option<tokio::time::Instant> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -439,7 +441,6 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
             inner.permits.prune(&keep);
             seen = Some(current.clone());
         }
-        let served: Vec<String> = inner.served();
         // Permits the other loop's claim in flight will take are not free.
         let free = inner
             .global
@@ -447,28 +448,51 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
             .saturating_sub(inner.claiming.load(Relaxed));
         let in_flight = inner.options.max_in_flight.saturating_sub(free);
         let mut full_claim = false;
-        // The `now` of this pass's claim, if one ran: rows due after it were not seen.
+        // The `now` of this pass's claim, if one ran, and the bindings it claimed for:
+        // their rows due after it were not seen.
         let mut claimed_at = None;
+        let mut claimed_for: Vec<String> = Vec::new();
         let finishes = inner.take_finishes();
         let mut folded = false;
         if free >= inner.claim_at() || (in_flight == 0 && free > 0) {
             let now = inner.clock.now_ms();
+            let lingered = linger_until.is_some_and(|t| t <= tokio::time::Instant::now());
             let mut room = 0usize;
+            let mut waiting = false;
             let mut bindings: Vec<String> = current
                 .claimable()
-                .filter(|b| inner.permits.has_room(b) && inner.deliver.ready(b))
+                .filter(|b| inner.deliver.ready(b))
                 .filter(|b| {
-                    let r = inner.throttle_room(b, now);
+                    // Rows beyond a binding's free permits or its start window's room
+                    // would only be given back: claim no more than can start.
+                    let permits = inner.permits.room(b);
+                    let r = permits.min(inner.throttle_room(b, now));
+                    if r > 0 && !claim_now(permits, b.max_concurrent, lingered) {
+                        waiting = true;
+                        return false;
+                    }
                     room = room.saturating_add(r);
                     r > 0
                 })
                 .map(|b| b.id.clone())
                 .collect();
             bindings.dedup();
+            if bindings.is_empty() && waiting {
+                // Let a busy binding's finishes gather into one claim (and one commit)
+                // instead of a transaction per freed permit.
+                let until =
+                    *linger_until.get_or_insert_with(|| tokio::time::Instant::now() + LINGER);
+                inner.requeue_finishes(finishes);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = inner.capacity.notified() => {}
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                continue;
+            }
             if !bindings.is_empty() {
+                linger_until = None;
                 claimed_at = Some(now);
-                // A throttled binding's rows beyond its window's room would only be
-                // given back: claim no more than can start.
                 let limit = inner.options.batch.min(free).min(room);
                 let _claiming = Claiming::new(&inner.claiming, limit);
                 let req = ClaimRequest {
@@ -479,6 +503,7 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
                     bindings,
                     holder: inner.options.process_id.clone(),
                 };
+                claimed_for.clone_from(&req.bindings);
                 folded = true;
                 match inner
                     .store
@@ -525,16 +550,22 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
         let poll = inner.options.poll_interval;
         let now = inner.clock.now_ms();
         let room_at = inner.next_throttle_room(current.claimable(), now);
-        let until = match inner.store.next_due_ms(&served).await {
+        // Only the bindings just claimed for need a timer: the others had no room (a
+        // freed permit wakes us) or a full start window (`room_at`). Of those, only
+        // rows due after the claim's clock: what it saw and left waits for a finish or
+        // a permit, which wake us.
+        let next_due = match claimed_at {
+            Some(at) => inner.store.next_due_ms(&claimed_for, at).await,
+            None => Ok(None),
+        };
+        let until = match next_due {
             Ok(Some(due)) if due > now => inner
                 .clock
                 .instant_at(due)
                 .min(tokio::time::Instant::now() + poll),
             // It came due while the claim and `admit` ran, after the claim looked:
             // nothing else wakes us for it, so claim again rather than poll.
-            Ok(Some(due)) if claimed_at.is_some_and(|at| due > at) => continue,
-            // Something is due already but was not claimed: it waits behind its
-            // ordering key or a permit, and a finish or a freed permit wakes us.
+            Ok(Some(_)) => continue,
             _ => tokio::time::Instant::now() + poll,
         };
         // A full start window wakes the loop when it has room again.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -72,10 +73,11 @@ impl Permits {
         )
     }
 
-    /// Whether `binding` is served and has a free permit of its own.
-    pub(super) fn has_room(&self, binding: &Binding) -> bool {
-        self.gate(binding)
-            .is_some_and(|g| g.available_permits() > 0)
+    /// How many more attempts of `binding` its own gate admits now (0 when it is not
+    /// served): what a claim may take for it, so that a serial binding's claim takes
+    /// one row instead of a batch it would give back.
+    pub(super) fn room(&self, binding: &Binding) -> usize {
+        self.gate(binding).map_or(0, |g| g.available_permits())
     }
 
     /// Forgets the gates of versions not in `keep` that nothing holds.
@@ -94,5 +96,35 @@ impl Permits {
             .map_err(|_| NoPermit::Busy)?;
         let b = gate.try_acquire_owned().map_err(|_| NoPermit::Busy)?;
         Ok([g, b])
+    }
+}
+
+/// How long a binding with attempts in flight may wait for half its permits to be
+/// free before it claims with fewer: long enough for a batch of quick attempts to
+/// finish together, short against any handler's own latency.
+pub(super) const LINGER: Duration = Duration::from_millis(1);
+
+/// Whether a binding with `room` of its `max_concurrent` permits free is claimed for
+/// now: at half its permits free (or once the linger has passed), so a busy binding's
+/// rows are claimed, and its finishes committed, in batches rather than one
+/// transaction per freed permit. A serial binding (`max_concurrent = 1`) and an idle
+/// one always qualify.
+pub(super) fn claim_now(room: usize, max_concurrent: usize, lingered: bool) -> bool {
+    lingered || room.saturating_mul(2) >= max_concurrent.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_now;
+
+    #[test]
+    fn a_busy_binding_is_claimed_for_at_half_its_permits_or_after_the_linger() {
+        assert!(claim_now(16, 16, false), "idle");
+        assert!(claim_now(8, 16, false), "half free");
+        assert!(!claim_now(7, 16, false), "fewer than half: gather more");
+        assert!(claim_now(1, 16, true), "the linger is over");
+        assert!(claim_now(1, 1, false), "a serial binding never waits");
+        assert!(claim_now(2, 3, false) && !claim_now(1, 3, false));
+        assert!(claim_now(1, 0, false), "a zero limit counts as one");
     }
 }

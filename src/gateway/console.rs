@@ -30,6 +30,11 @@ use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{page, ConsoleKit, Page, Region, SessionInfo};
 
+/// How often the gateway's live pages are rendered again (and sent when changed): its
+/// pages read memory only, and a registration should appear within a second (the
+/// runtime's, which read the store, take a second).
+const LIVE_TICK: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// What the console's handlers share.
 struct ConsoleApp {
     kit: Arc<ConsoleKit>,
@@ -50,7 +55,7 @@ pub(crate) fn routes(state: Arc<GatewayState>) -> Router {
             ("/console/registrations", "Registrations"),
             ("/console/connections", "Connections"),
         ],
-        crate::console::LIVE_TICK,
+        LIVE_TICK,
         state.cancel.child_token(),
     );
     let app = Arc::new(ConsoleApp {
