@@ -77,6 +77,13 @@ pub(super) const APPEND_BATCH: &str = concat!(
     LEFT JOIN dedupe_claims c ON c.source = i.source AND c.dedupe_key = i.dedupe_key
     ORDER BY i.ord"
 );
+/// Sent before [`APPEND_BATCH`] in its transaction (pipelined, no round trip of its
+/// own): plan the batch for the tables as they are now. A generic plan cached while
+/// `dedupe_claims` and `events` were small keeps scanning them whole as they grow,
+/// until autovacuum next analyses them: `Runtime::enqueue` fell from 16k to 3.5k/s
+/// over a 100k-row fill (`benches/drain.rs`). Planning a batch of up to hundreds of
+/// appends is a small share of it. `LOCAL`: it ends with the transaction.
+const APPEND_PLAN: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = $1 AND dedupe_key = $2";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -317,36 +324,36 @@ impl Backend for PostgresBackend {
             }
             let c = &batch;
             let q = &c.enqueue;
-            tx.query(
-                &append,
-                &[
-                    &c.ids,
-                    &c.sources,
-                    &c.providers,
-                    &c.kinds,
-                    &c.received,
-                    &c.occurred,
-                    &c.keys,
-                    &c.traces,
-                    &c.tenants,
-                    &c.headers,
-                    &c.bodies,
-                    &c.signatures,
-                    &c.expires,
-                    &now_ms,
-                    &q.event_ords,
-                    &q.binding_ids,
-                    &q.fingerprints,
-                    &q.ordering_keys,
-                    &q.depths,
-                    &q.queues,
-                    &q.not_before,
-                    &q.payloads,
-                    &q.dead_letter_ids,
-                    &q.priorities,
-                ],
-            )
-            .await
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+                &c.ids,
+                &c.sources,
+                &c.providers,
+                &c.kinds,
+                &c.received,
+                &c.occurred,
+                &c.keys,
+                &c.traces,
+                &c.tenants,
+                &c.headers,
+                &c.bodies,
+                &c.signatures,
+                &c.expires,
+                &now_ms,
+                &q.event_ords,
+                &q.binding_ids,
+                &q.fingerprints,
+                &q.ordering_keys,
+                &q.depths,
+                &q.queues,
+                &q.not_before,
+                &q.payloads,
+                &q.dead_letter_ids,
+                &q.priorities,
+            ];
+            let plan = tx.batch_execute(APPEND_PLAN);
+            let append = tx.query(&append, &params);
+            let ((), rows) = futures_util::future::try_join(plan, append).await?;
+            Ok(rows)
         };
         let (mut rows, _) = futures_util::future::try_join(appends, rejections)
             .await
