@@ -27,6 +27,13 @@
 //!
 //! `cargo bench --bench throughput --all-features` (SWITCHBOARD_BENCH_SECS sets the
 //! seconds per configuration).
+//!
+//! `SWITCHBOARD_BENCH_ONLY=socket` runs only the gateway socket's comparison: executes
+//! and WebSocket invokes on a default gateway (the socket task writes while its queue
+//! is short, a helper while a backlog lasts) and on one whose sockets always write
+//! from a second task (`socket_writer_apart`, the socket before issue 36), alternating
+//! for `SWITCHBOARD_BENCH_ROUNDS` rounds (default 3), so each figure has its baseline
+//! from the same run.
 
 mod support;
 
@@ -438,9 +445,107 @@ async fn ws_rows(
     }
 }
 
+/// One variant of the socket comparison: its gateway and a caller and a target
+/// registration on it.
+struct Variant {
+    name: &'static str,
+    gateway: Arc<Gateway>,
+    caller: RegistrationHandle,
+    target: String,
+    runner: Arc<switchboard::MultiConnectorRunner>,
+    run: tokio::task::JoinHandle<switchboard::Result<()>>,
+}
+
+impl Variant {
+    async fn start(name: &'static str, apart: bool) -> Variant {
+        let config = GatewayConfig::default().with_socket_writer_apart(apart);
+        let gateway = Arc::new(
+            Gateway::start(config, "127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap(),
+        );
+        let names = ["caller", "target"].map(String::from);
+        let (runner, run) = echo_runner(&gateway.ws_url(), "cmp", names, 256).await;
+        let by = |i: &str| {
+            runner
+                .registrations()
+                .into_iter()
+                .find(|h| h.key().instance_id() == i)
+                .unwrap()
+        };
+        let (caller, target) = (by("caller"), by("target").arn().unwrap());
+        Variant {
+            name,
+            gateway,
+            caller,
+            target,
+            runner,
+            run,
+        }
+    }
+
+    /// Executes to the target, then invokes from the caller to the target.
+    async fn measure(&self, in_flight: usize, dur: Duration) -> (Sample, Sample) {
+        let arns = Arc::new(vec![self.target.clone()]);
+        let exec = drive_switchboard(self.gateway.clone(), arns, in_flight, dur).await;
+        let inv = drive_invoke(self.caller.clone(), self.target.clone(), in_flight, dur).await;
+        (exec, inv)
+    }
+}
+
+/// `SWITCHBOARD_BENCH_ONLY=socket`: the socket that writes inline while quiet against
+/// the two-task socket, on a caller and a target registration each (executes go to
+/// the target, invokes from the caller to the target), binary frames. The variants
+/// take turns row by row (the first alternating), so that each pair of rows is
+/// measured within seconds of each other on a machine whose load changes.
+async fn socket_compare(dur: Duration) {
+    let rounds: usize = std::env::var("SWITCHBOARD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let variants = [
+        Variant::start("two tasks", true).await,
+        Variant::start("adaptive", false).await,
+    ];
+    for v in &variants {
+        let _ = v.measure(16, Duration::from_millis(200)).await;
+    }
+    println!("| round | socket | in flight | execute rt/s | p50 µs | p99 µs | invoke rt/s | invoke p50 µs | invoke p99 µs | invoke / execute |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut turn = 0;
+    for round in 0..rounds {
+        for in_flight in IN_FLIGHT {
+            turn += 1;
+            let order: [usize; 2] = if turn % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let v = &variants[i];
+                let (mut exec, mut inv) = v.measure(in_flight, dur).await;
+                println!(
+                    "| {round} | {} | {in_flight} | {:.0} | {} | {} | {:.0} | {} | {} | {:.2} |",
+                    v.name,
+                    exec.rate(),
+                    us(exec.p(0.50)),
+                    us(exec.p(0.99)),
+                    inv.rate(),
+                    us(inv.p(0.50)),
+                    us(inv.p(0.99)),
+                    inv.rate() / exec.rate(),
+                );
+            }
+        }
+    }
+    for v in variants {
+        v.runner.shutdown_handle().shutdown();
+        let _ = v.run.await;
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let dur = run_for();
+    if std::env::var("SWITCHBOARD_BENCH_ONLY").is_ok_and(|v| v == "socket") {
+        return socket_compare(dur).await;
+    }
     // SWITCHBOARD_BENCH_ONLY=grpc skips the WebSocket rows (to profile the gRPC path).
     let grpc_only = std::env::var("SWITCHBOARD_BENCH_ONLY").is_ok_and(|v| v == "grpc");
     let raw = echo_server(EchoKind::Raw).await;

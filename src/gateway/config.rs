@@ -187,6 +187,11 @@ pub struct GatewayConfig {
     /// that has not been answered by then fails with `connection_closed`; keep the
     /// orchestrator's kill timeout (`terminationGracePeriodSeconds`) above it.
     pub shutdown_grace: Duration,
+    /// Every socket's writes go through a second task from the start, as before issue
+    /// 36, instead of the socket task writing while its queue is short: the
+    /// throughput bench's same-run baseline. Not part of the stable API.
+    #[doc(hidden)]
+    pub socket_writer_apart: bool,
 }
 
 impl Default for GatewayConfig {
@@ -209,11 +214,19 @@ impl Default for GatewayConfig {
             jwks_fetch_timeout: Duration::from_secs(5),
             jwks_cache_ttl: Duration::from_secs(10 * 60),
             shutdown_grace: Duration::from_secs(10),
+            socket_writer_apart: false,
         }
     }
 }
 
 impl GatewayConfig {
+    /// Sets `socket_writer_apart` (the bench's two-task baseline).
+    #[doc(hidden)]
+    pub fn with_socket_writer_apart(mut self, on: bool) -> Self {
+        self.socket_writer_apart = on;
+        self
+    }
+
     /// Sets [`GatewayConfig::shutdown_grace`].
     pub fn with_shutdown_grace(mut self, t: Duration) -> Self {
         self.shutdown_grace = t;

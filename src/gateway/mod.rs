@@ -16,9 +16,10 @@
 //! its pending executes fail at once (the client re-registers after rejoining).
 //!
 //! Executes are correlated per socket (`pending.rs`): each socket has its own pending
-//! map, pruned on answer, timeout, caller cancellation and disconnect, and each socket
-//! has one writer task that feeds every queued frame and flushes once the queue is
-//! empty.
+//! map, pruned on answer, timeout, caller cancellation and disconnect. A socket's task
+//! writes its frames itself while its queue is short and hands them to a helper task
+//! while a backlog lasts (`socket_writes.rs`); either feeds every queued frame and
+//! flushes once the queue is empty.
 //!
 //! Every `execute_request` the gateway sends carries, besides `context["connector_arn"]`
 //! naming the addressee, its deadline as `context["timeout_ms"]` (decimal
@@ -88,6 +89,7 @@ mod series;
 mod server;
 mod session;
 mod socket;
+mod socket_writes;
 mod state;
 mod stats;
 mod testkit;

@@ -5,6 +5,9 @@
 //! A client may send a `StreamMessage` either as a `proto` text frame or as a binary
 //! WebSocket frame carrying the raw protobuf bytes; both are accepted on the joined
 //! lobby and handled alike.
+//!
+//! The socket's task reads it and, while its writer queue is short, writes it too;
+//! a backlog's writes go to a helper task until it drains (`socket_writes.rs`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -12,13 +15,14 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use prost::Message as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use super::link::{ConnectorLink, Outbound};
+use super::socket_writes::Writes;
 use super::state::GatewayState;
 use crate::phoenix::frame::{
     EVENT_CLOSE, EVENT_HEARTBEAT, EVENT_JOIN, EVENT_LEAVE, EVENT_PROTO, EVENT_REPLY,
@@ -26,8 +30,9 @@ use crate::phoenix::frame::{
 use crate::phoenix::{Frame, FRAMES_BINARY, JOIN_FRAMES_KEY, LOBBY_TOPIC, PHOENIX_TOPIC};
 use crate::proto::StreamMessage;
 
-/// Frames queued to one socket's writer. When full, whoever pushes awaits: an execute
-/// caller, or this socket's own reader (backpressure on a client that does not read).
+/// Frames queued to one socket's writes. When full, whoever pushes awaits: an execute
+/// caller, or a handler of this socket's own frames (backpressure on a client that
+/// does not read; the queue drains meanwhile, `socket_writes.rs`).
 const WRITER_QUEUE: usize = 1024;
 
 /// Serves one upgraded socket from `peer` until it closes, idles out, or is killed.
@@ -52,7 +57,9 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
     tracing::debug!(socket_id = id, "socket accepted");
 
     let (sink, mut stream) = ws.split();
-    let mut writer = state.tasks.spawn(write_loop(state.clone(), sink, rx));
+    let apart = state.config.socket_writer_apart;
+    let (mut writes, helper) = Writes::new(state.clone(), link.clone(), sink, rx, apart);
+    let mut writer = state.tasks.spawn(helper);
     let idle_timeout = state.config.idle_timeout;
     let mut last_inbound = Instant::now();
     let idle = sleep_until(last_inbound + idle_timeout);
@@ -77,11 +84,16 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
                 }
                 idle.as_mut().reset(due);
             }
+            event = writes.next() => writes.on_event(event).await,
             msg = stream.next() => {
                 last_inbound = Instant::now();
                 match msg {
-                    Some(Ok(WsMessage::Text(text))) => conn.on_text(text.as_str()).await,
-                    Some(Ok(WsMessage::Binary(bytes))) => conn.on_binary(bytes).await,
+                    Some(Ok(WsMessage::Text(text))) => {
+                        writes.while_handling(conn.on_text(text.as_str())).await
+                    }
+                    Some(Ok(WsMessage::Binary(bytes))) => {
+                        writes.while_handling(conn.on_binary(bytes)).await
+                    }
                     Some(Ok(WsMessage::Close(_))) | None => break,
                     Some(Err(e)) => {
                         if is_too_large(e) {
@@ -101,11 +113,12 @@ pub(crate) async fn run(state: Arc<GatewayState>, ws: WebSocket, peer: Option<So
     }
     if goodbye {
         say_goodbye(&state, &link, &conn.tx).await;
+        writes.leave_to_helper();
     }
     let removed = state.forget_link(&link);
     state.counters.sockets_open.fetch_sub(1, Relaxed);
     if goodbye {
-        // The writer ends once it has flushed the close frame; a client that stopped
+        // The helper ends once it has flushed the close frame; a client that stopped
         // reading does not hold the stop longer than this.
         let _ = tokio::time::timeout(GOODBYE_FLUSH, &mut writer).await;
     }
@@ -142,33 +155,6 @@ fn is_too_large(e: axum::Error) -> bool {
     e.into_inner()
         .downcast::<WsError>()
         .is_ok_and(|e| matches!(*e, WsError::Capacity(_)))
-}
-
-/// Feeds every queued frame and flushes only when the queue is empty.
-async fn write_loop<S>(state: Arc<GatewayState>, mut sink: S, mut rx: mpsc::Receiver<WsMessage>)
-where
-    S: futures_util::Sink<WsMessage> + Unpin,
-{
-    while let Some(frame) = rx.recv().await {
-        let mut n = 1;
-        let mut closing = matches!(frame, WsMessage::Close(_));
-        if sink.feed(frame).await.is_err() {
-            return;
-        }
-        while !closing {
-            let Ok(frame) = rx.try_recv() else { break };
-            n += 1;
-            closing = matches!(frame, WsMessage::Close(_));
-            if sink.feed(frame).await.is_err() {
-                return;
-            }
-        }
-        state.counters.frames_out.fetch_add(n, Relaxed);
-        if sink.flush().await.is_err() || closing {
-            // After a close frame nothing more may be sent (RFC 6455 §5.5.1).
-            return;
-        }
-    }
 }
 
 /// Ends the lobby channel of `link` on the server side, as a closing Phoenix channel

@@ -213,3 +213,139 @@ async fn a_flood_of_frames_needing_replies_is_answered_in_order() {
     }
     let _sink = sender.await.unwrap();
 }
+
+/// Nothing is lost, duplicated or reordered, and nothing deadlocks, while a socket's
+/// writes move between its own task and the helper: large executes fill the loopback
+/// buffers while the client does not read (a write would block: the helper takes the
+/// writes), a flood of heartbeats then fills the writer queue behind them (handlers
+/// wait for queue space), and once the client reads, the writes come back to the
+/// socket task as the backlog drains. Every heartbeat reply arrives in order, every
+/// execute request once, and every execute is answered.
+#[tokio::test]
+async fn writes_moving_between_the_socket_task_and_its_helper_keep_every_frame_in_order() {
+    use futures_util::StreamExt;
+    const EXECUTES: usize = 200;
+    const HEARTBEATS: usize = 3_000;
+    let gw = TestGateway::start().await;
+    let ws = registered(&gw, "acme", &["one"]).await;
+    let read_before = gw.stats().frames_in;
+    let (mut sink, mut stream) = ws.split();
+    // 200 requests of 64 KiB (about 17 MB as base64 text frames): more than the
+    // loopback socket buffers hold.
+    let pad = "x".repeat(64 * 1024);
+    let executes = futures_util::future::join_all((0..EXECUTES).map(|i| {
+        gw.execute_with(
+            "matrix:acme:raw:one",
+            json!({ "i": i, "pad": pad }),
+            None,
+            DEADLINE,
+        )
+    }));
+    let client = async {
+        let flood = tokio::spawn(async move {
+            for n in 0..HEARTBEATS {
+                let hb = format!(r#"[null,"hb{n}","phoenix","heartbeat",{{}}]"#);
+                sink.feed(Ws::text(hb)).await.unwrap();
+            }
+            sink.flush().await.unwrap();
+            sink
+        });
+        // Not reading until the gateway has taken in a good part of the flood, so its
+        // writes are blocked and its queue fills.
+        eventually("the gateway reads 500 heartbeats", || async {
+            gw.stats().frames_in >= read_before + 500
+        })
+        .await;
+        let mut requests = std::collections::HashSet::new();
+        let mut replies = 0;
+        while replies < HEARTBEATS || requests.len() < EXECUTES {
+            let frame = tokio::time::timeout(DEADLINE, stream.next())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "a frame before the deadline ({replies} replies, {} requests so far)",
+                        requests.len()
+                    )
+                })
+                .expect("the socket stays open")
+                .unwrap();
+            let frame = switchboard::phoenix::Frame::decode(frame.to_text().unwrap()).unwrap();
+            if frame.topic == "phoenix" {
+                assert_eq!(frame.msg_ref, Some(format!("hb{replies}")), "in order");
+                assert_eq!(frame.reply_status(), Some("ok"));
+                replies += 1;
+                continue;
+            }
+            let Some(Message::ExecuteRequest(req)) = frame.proto().unwrap().message else {
+                panic!("expected an execute request, got {frame:?}");
+            };
+            assert!(requests.insert(req.request_id), "each request once");
+        }
+        let mut sink = flood.await.unwrap();
+        for (n, request_id) in requests.into_iter().enumerate() {
+            let resp = ExecuteResponse {
+                request_id,
+                success: true,
+                ..Default::default()
+            };
+            let text = encode_proto(
+                Some("1"),
+                Some(&n.to_string()),
+                LOBBY_TOPIC,
+                &StreamMessage {
+                    message: Some(Message::ExecuteResponse(resp)),
+                },
+            );
+            sink.feed(Ws::text(text)).await.unwrap();
+        }
+        sink.flush().await.unwrap();
+    };
+    let (outcomes, ()) = tokio::join!(executes, client);
+    for outcome in outcomes {
+        assert!(outcome.expect("answered").success);
+    }
+}
+
+/// A frame's handler that waits (here a register held by the test hook) does not stop
+/// its socket's writes: frames queued meanwhile by others, three times what the
+/// writer queue holds, reach the client in order while the handler waits, and the
+/// handler's own answer follows once it is released. A socket task that waited in the
+/// handler while holding its writes would leave the queue full for good.
+#[tokio::test]
+async fn a_waiting_handler_does_not_stop_its_sockets_writes() {
+    use futures_util::StreamExt;
+    const FRAMES: usize = 3_000;
+    let gw = TestGateway::start().await;
+    gw.set_hold_registers(true);
+    let mut ws = raw_client(&gw).await;
+    send_proto(&mut ws, 2, register("acme", "held")).await;
+    assert!(gw.wait_for_held_registers(1, DEADLINE).await);
+    let id = gw.socket_ids()[0];
+    let frame = |n: usize| format!(r#"[null,null,"phoenix","raw",{{"n":{n}}}]"#);
+    let queue = async {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        for n in 0..FRAMES {
+            // A full queue is drained by the socket's writes, or this fails.
+            while !gw.send_raw(id, frame(n)) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "queue space for frame {n} before the deadline"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let read = async {
+        for n in 0..FRAMES {
+            let got = tokio::time::timeout(DEADLINE, ws.next())
+                .await
+                .unwrap_or_else(|_| panic!("frame {n} before the deadline"))
+                .expect("the socket stays open")
+                .unwrap();
+            assert_eq!(got.to_text().unwrap(), frame(n), "in order");
+        }
+    };
+    tokio::join!(queue, read);
+    gw.set_hold_registers(false);
+    assert!(register_response(&mut ws).await.success);
+}
