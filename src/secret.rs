@@ -41,6 +41,10 @@ impl Secret {
 /// missing, unreadable or empty file is an error that names the path, never the
 /// content. Here, below both readers, so a mounted secret means the same bytes to
 /// each.
+#[cfg_attr(
+    not(feature = "runtime"),
+    allow(dead_code, reason = "the runtime's readers only")
+)]
 pub(crate) fn read_file(path: &str) -> Result<Secret, String> {
     let mut bytes =
         std::fs::read(path).map_err(|e| format!("secret_file {path}: cannot be read: {e}"))?;

@@ -19,6 +19,10 @@ use std::future::Future;
 /// The `tracing` target of the one line each stop logs (what it finished, what it
 /// released), at info: the `switchboard` binary shows it by default, and an embedding
 /// program can too with a filter such as `warn,switchboard::stop=info`.
+#[cfg_attr(
+    not(any(feature = "runtime", feature = "gateway")),
+    allow(dead_code, reason = "the SDK runner logs no stop line of its own")
+)]
 pub(crate) const STOP_LOG_TARGET: &str = "switchboard::stop";
 
 /// Which signal started a graceful stop (see [`shutdown_signal`]).

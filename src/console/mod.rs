@@ -46,6 +46,10 @@ pub(crate) use sessions::SessionInfo;
 pub(crate) const MAX_LIVE_STREAMS: usize = 64;
 
 /// Most flash notices kept (one per session that just acted).
+#[cfg_attr(
+    not(feature = "runtime"),
+    allow(dead_code, reason = "the runtime's console flashes")
+)]
 const MAX_FLASHES: usize = 1024;
 
 /// One console: who may sign in, its sessions, and the switch that ends its live
@@ -120,6 +124,10 @@ impl ConsoleKit {
     }
 
     /// Keeps `text` to show once on `session`'s next page.
+    #[cfg_attr(
+        not(feature = "runtime"),
+        allow(dead_code, reason = "the runtime's console flashes")
+    )]
     pub(crate) fn flash(&self, session: &SessionInfo, text: impl Into<String>) {
         let mut f = self.flashes.lock().expect("flash lock");
         if f.len() >= MAX_FLASHES {

@@ -513,6 +513,13 @@ impl Inner {
     /// it takes: a shared Phoenix socket, or a gRPC stream of its own on the gateway's
     /// pool (created with the first registration that needs it; its connection
     /// settings come from that registration, like a socket's).
+    #[cfg_attr(
+        not(feature = "grpc"),
+        allow(
+            unused_variables,
+            reason = "the pool state and the dialer serve gRPC only"
+        )
+    )]
     fn target(&self, state: &mut State, p: &Prepared, dialer: &Dialer) -> (Target, Framing, usize) {
         match &p.grpc {
             None => (

@@ -37,6 +37,8 @@ pub(crate) fn gateway(
     finish(report)
 }
 
+/// A configuration error's message without the error type's own prefix.
+#[cfg(feature = "runtime")]
 fn without_prefix(e: switchboard::Error) -> String {
     match e {
         switchboard::Error::Config(m) => m,

@@ -178,14 +178,12 @@ const NEXT_DUE: &str = "SELECT min(n.at) FROM unnest($1::TEXT[]) AS b(id)
 
 /// The depth totals: due counts parked rows by their own due time (as before they were
 /// parked), leased the rows under a live lease.
-const DEPTH: &str = concat!(
-    "SELECT
+const DEPTH: &str = "SELECT
         (SELECT count(*) FROM outbox WHERE next_attempt_at <= $1)
             + (SELECT count(*) FROM outbox WHERE next_attempt_at = 9223372036854775807
                 AND due_at <= $1),
         (SELECT count(*) FROM outbox WHERE next_attempt_at > $1 AND lease_token IS NOT NULL),
-        (SELECT count(*) FROM dead_letters)"
-);
+        (SELECT count(*) FROM dead_letters)";
 
 const STATS_OUTBOX: &str = concat!(
     "SELECT binding_id, count(*) FILTER (WHERE ",
