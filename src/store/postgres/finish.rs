@@ -15,7 +15,7 @@ use crate::store::outbox_rows::{self as rows, to_u32};
 /// Deletes delivered rows. When one of them held an ordering key, the key's next row
 /// has just become claimable, possibly by another process: notify, so it does not wait
 /// for that process's poll.
-const FINISH_DONE: &str = "WITH gone AS (
+pub(super) const FINISH_DONE: &str = "WITH gone AS (
         DELETE FROM outbox o USING unnest($1::BIGINT[], $2::BIGINT[]) AS d(id, token)
         WHERE o.id = d.id AND o.lease_token = d.token
         RETURNING o.ordering_key

@@ -73,20 +73,21 @@ fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<Arg>) {
 /// last, for ordering.
 ///
 /// Each binding's rows are read on their own, per priority it has rows of (found by
-/// walking `outbox_by_binding` down from the highest, one probe each; a binding's rows
-/// nearly always share one), as a range of that index in claim order, and the
+/// walking `outbox_by_binding` up from the lowest, one probe each, from the end of the
+/// binding's range where rows are written rather than from its front where claimed rows
+/// leave dead index entries until vacuum; a binding's rows nearly always share one), as a range of that index in claim order, and the
 /// candidates merged: a claim never walks another binding's rows (one at its
 /// concurrency limit, throttled or paused), nor rows not yet due, leased or parked
 /// behind their ordering key, so its cost is the rows it takes, whatever waits beside
 /// them. Each (binding, priority) locks at most `$3` candidates, of which the merge
 /// keeps `$3` in all; the others are unlocked at commit, untouched.
 const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
-        SELECT b.id, (SELECT max(priority) FROM outbox WHERE binding_id = b.id)
+        SELECT b.id, (SELECT min(priority) FROM outbox WHERE binding_id = b.id)
         FROM unnest($2::TEXT[]) AS b(id)
         WHERE NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = b.id)
         UNION ALL
-        SELECT r.binding_id, (SELECT max(priority) FROM outbox
-            WHERE binding_id = r.binding_id AND priority < r.p)
+        SELECT r.binding_id, (SELECT min(priority) FROM outbox
+            WHERE binding_id = r.binding_id AND priority > r.p)
         FROM priorities r WHERE r.p IS NOT NULL
     ), picked AS (
         SELECT c.id, c.event_id, c.was_due FROM priorities r
@@ -114,14 +115,20 @@ const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
         COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
         o.priority";
 
-/// Sent before [`CLAIM`] in its transaction: each binding's rows must come off
-/// `outbox_by_binding` in order, never from a bitmap scan sorted afterwards. Without
-/// statistics (a table grown by a burst since autovacuum last analysed it) the planner
-/// guesses a binding has a hundred due rows and sorts them all, which took 40 ms at
-/// 100k rows waiting and 750 ms at 1M (`benches/backlog.rs`); the index walk takes the
-/// `LIMIT` rows it needs whatever the backlog. `LOCAL`: it ends with the transaction,
-/// so no other statement on the pooled connection sees it.
-const CLAIM_PLAN: &str = "SET LOCAL enable_sort = off";
+/// Sent before [`CLAIM`] in its transaction: the claim's plan is index walks and
+/// nested loops whatever the statistics say. The statement is prepared, and the plan
+/// PostgreSQL caches for it is made from the statistics of the moment: without them (a
+/// table grown by a burst since autovacuum last analysed it) the planner guesses a
+/// binding has a hundred due rows and sorts them all after a bitmap scan (40 ms at
+/// 100k rows waiting, 750 ms at 1M), and a plan cached while the table was small joins
+/// the claimed rows back to the outbox by hashing the whole table (17 ms a claim at
+/// 100k, `benches/backlog.rs`). The walk takes the `LIMIT` rows it needs at any size,
+/// and forbidding the other shapes costs nothing when they would not have been chosen.
+/// `LOCAL`: it ends with the transaction, so no other statement on the pooled
+/// connection sees it.
+const CLAIM_PLAN: &str = "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
+    SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;
+    SET LOCAL enable_seqscan = off";
 
 const RELEASE: &str = "WITH released AS (
         UPDATE outbox o SET next_attempt_at = $3, lease_token = NULL,
@@ -154,17 +161,16 @@ const EXTEND: &str = "UPDATE outbox o SET next_attempt_at = $3
     WHERE o.id = r.id AND o.lease_token = r.token";
 
 /// The earliest `next_attempt_at` after `$2` of the bindings' rows: per binding, a
-/// walk over its distinct priorities (each one index probe of `outbox_by_binding`,
+/// walk over its distinct priorities as in [`CLAIM`] (each one index probe of `outbox_by_binding`,
 /// and a binding's rows nearly always share one), then per priority the first row
 /// after `$2` in that index's order. Index probes only, whatever the backlog.
 const NEXT_DUE: &str = "SELECT min(n.at) FROM unnest($1::TEXT[]) AS b(id)
     CROSS JOIN LATERAL (
         WITH RECURSIVE pr(p) AS (
-            (SELECT priority FROM outbox WHERE binding_id = b.id
-                ORDER BY priority DESC LIMIT 1)
+            (SELECT priority FROM outbox WHERE binding_id = b.id ORDER BY priority LIMIT 1)
             UNION ALL
-            SELECT (SELECT priority FROM outbox WHERE binding_id = b.id AND priority < pr.p
-                ORDER BY priority DESC LIMIT 1)
+            SELECT (SELECT priority FROM outbox WHERE binding_id = b.id AND priority > pr.p
+                ORDER BY priority LIMIT 1)
             FROM pr WHERE pr.p IS NOT NULL
         )
         SELECT p FROM pr WHERE p IS NOT NULL
@@ -307,6 +313,64 @@ fn pairs(rows: &[(i64, i64)]) -> (Vec<i64>, Vec<i64>) {
     rows.iter().copied().unzip()
 }
 
+impl PostgresBackend {
+    /// [`OutboxStore::finish_and_claim`] when every finish is `Done` (a busy
+    /// dispatcher's usual batch, and every row of a serial binding): the transaction's
+    /// statements, `BEGIN` and `COMMIT` included, all sent at the first poll, so the
+    /// finish and the claim cost one round trip instead of three. A finish that dead-
+    /// letters has a second step (its fan-out rows) and takes the general path.
+    ///
+    /// Safe to drop: once polled, every statement is with the connection, which sends
+    /// them all and reads their answers whether or not anyone waits, so the pooled
+    /// connection always ends outside the transaction (a failed statement turns the
+    /// `COMMIT` into a rollback).
+    async fn done_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        req: &ClaimRequest,
+        claims: bool,
+    ) -> Result<(u64, Vec<ClaimedRow>)> {
+        let client = self.client().await?;
+        let done = prepared(&client, finish::FINISH_DONE).await?;
+        let claim = prepared(&client, CLAIM).await?;
+        let (ids, tokens): (Vec<i64>, Vec<i64>) = finishes
+            .iter()
+            .filter_map(|f| match f {
+                Finish::Done { id, token } => Some((*id, *token)),
+                _ => None,
+            })
+            .unzip();
+        let limit = req.limit as i64;
+        let params = claim_params(req, &limit);
+        let begin = client.batch_execute("BEGIN");
+        let dones = async {
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let row = client.query_one(&done, &[&ids, &tokens]).await?;
+            Ok(row.get::<_, i64>(0) as u64)
+        };
+        let plan = async {
+            match claims {
+                true => client.batch_execute(CLAIM_PLAN).await,
+                false => Ok(()),
+            }
+        };
+        let found = async {
+            match claims {
+                true => client.query(&claim, &params).await,
+                false => Ok(Vec::new()),
+            }
+        };
+        let commit = client.batch_execute("COMMIT");
+        let ((), applied, (), found, ()) =
+            futures_util::future::try_join5(begin, dones, plan, found, commit)
+                .await
+                .map_err(pg_err("finish and claim"))?;
+        Ok((applied, claimed_rows(&found, req.token)))
+    }
+}
+
 #[async_trait::async_trait]
 impl OutboxStore for PostgresBackend {
     async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedRow>> {
@@ -322,6 +386,9 @@ impl OutboxStore for PostgresBackend {
         let claims = !req.bindings.is_empty() && req.limit > 0;
         if finishes.is_empty() && !claims {
             return Ok((0, Vec::new()));
+        }
+        if finishes.iter().all(|f| matches!(f, Finish::Done { .. })) {
+            return self.done_and_claim(finishes, req, claims).await;
         }
         let mut client = self.client().await?;
         let stmts = finish::FinishStatements::prepare(&client).await?;

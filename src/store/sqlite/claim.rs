@@ -131,14 +131,14 @@ fn claim_rows(tx: &Connection, req: &ClaimRequest) -> rusqlite::Result<Vec<Claim
              WHERE id = ?3",
         )?;
         let mut below = tx.prepare_cached(
-            "SELECT max(priority) FROM outbox INDEXED BY outbox_by_binding
-             WHERE binding_id = ?1 AND priority < ?2",
+            "SELECT min(priority) FROM outbox INDEXED BY outbox_by_binding
+             WHERE binding_id = ?1 AND priority > ?2",
         )?;
-        // Each binding's first `limit` rows per priority it has rows of (walked down
-        // from the highest), merged in claim order (priority first).
+        // Each binding's first `limit` rows per priority it has rows of (walked up
+        // from the lowest), merged in claim order (priority first).
         let mut candidates = Vec::new();
         for binding in &req.bindings {
-            let mut priority = i64::MAX;
+            let mut priority = i64::MIN;
             while let Some(p) =
                 below.query_row(params![binding, priority], |r| r.get::<_, Option<i64>>(0))?
             {

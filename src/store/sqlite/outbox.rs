@@ -581,13 +581,13 @@ impl OutboxStore for SqliteBackend {
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of `bindings`' rows, by index probes
-/// of `outbox_by_binding` only: per binding, its distinct priorities from the highest
-/// down (a binding's rows nearly always share one), and per priority the first row
+/// of `outbox_by_binding` only: per binding, its distinct priorities from the lowest
+/// up (a binding's rows nearly always share one), and per priority the first row
 /// after `after_ms`.
 fn next_due(c: &Connection, bindings: &[String], after_ms: i64) -> rusqlite::Result<Option<i64>> {
     let mut below = c.prepare_cached(
-        "SELECT max(priority) FROM outbox INDEXED BY outbox_by_binding
-         WHERE binding_id = ?1 AND priority < ?2",
+        "SELECT min(priority) FROM outbox INDEXED BY outbox_by_binding
+         WHERE binding_id = ?1 AND priority > ?2",
     )?;
     let mut first = c.prepare_cached(
         "SELECT min(next_attempt_at) FROM outbox INDEXED BY outbox_by_binding
@@ -596,7 +596,7 @@ fn next_due(c: &Connection, bindings: &[String], after_ms: i64) -> rusqlite::Res
     )?;
     let mut earliest: Option<i64> = None;
     for binding in bindings {
-        let mut priority = i64::MAX;
+        let mut priority = i64::MIN;
         while let Some(p) =
             below.query_row(params![binding, priority], |r| r.get::<_, Option<i64>>(0))?
         {
