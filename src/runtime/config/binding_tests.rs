@@ -283,7 +283,7 @@ fn the_fingerprint_is_stable_across_loads_and_changes_with_any_option() {
             "a change of definition changes the fingerprint: {v}"
         );
     }
-    let explicit_defaults = format!("{base}\nmax_concurrent = 16\ntimeout = \"30s\"\nretry = {{}}");
+    let explicit_defaults = format!("{base}\nmax_concurrent = 64\ntimeout = \"30s\"\nretry = {{}}");
     assert!(
         seen.contains(&fp(&explicit_defaults)),
         "writing a default out is no change"
