@@ -514,6 +514,11 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
                         backoff.reset();
                         inner.finishes_committed(&finishes, applied);
                         full_claim = rows.len() == limit;
+                        // A binding that got rows needs no timer: their finishes wake
+                        // this loop, whose next claim asks again. So a hot ordering key
+                        // or a binding whose claim takes what is due pays no next-due
+                        // round trip per claim.
+                        claimed_for.retain(|b| !rows.iter().any(|r| &r.binding_id == b));
                         admit(&inner, rows, &attempts).await;
                     }
                     Err(e) => {
@@ -555,8 +560,8 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
         // rows due after the claim's clock: what it saw and left waits for a finish or
         // a permit, which wake us.
         let next_due = match claimed_at {
-            Some(at) => inner.store.next_due_ms(&claimed_for, at).await,
-            None => Ok(None),
+            Some(at) if !claimed_for.is_empty() => inner.store.next_due_ms(&claimed_for, at).await,
+            _ => Ok(None),
         };
         let until = match next_due {
             Ok(Some(due)) if due > now => inner

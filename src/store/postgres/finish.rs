@@ -14,13 +14,14 @@ use crate::store::outbox_rows::{self as rows, to_u32};
 
 /// Deletes delivered rows. When one of them held an ordering key, the key's next row
 /// has just become claimable, possibly by another process: notify, so it does not wait
-/// for that process's poll.
+/// for that process's poll. The payload (`$3`) is the finishing backend's tag, which
+/// its own listener ignores ([`super::listen::Wakes::own`]).
 pub(super) const FINISH_DONE: &str = "WITH gone AS (
         DELETE FROM outbox o USING unnest($1::BIGINT[], $2::BIGINT[]) AS d(id, token)
         WHERE o.id = d.id AND o.lease_token = d.token
         RETURNING o.ordering_key
     ), woke AS (
-        SELECT pg_notify('switchboard_outbox', '') FROM gone
+        SELECT pg_notify('switchboard_outbox', $3) FROM gone
         WHERE ordering_key IS NOT NULL LIMIT 1
     )
     SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM woke)";
@@ -176,15 +177,17 @@ impl FinishStatements {
     }
 }
 
-/// Applies `finishes` in one transaction on `client`; returns how many applied.
+/// Applies `finishes` in one transaction on `client`; returns how many applied. `tag`
+/// is the backend's own notification payload ([`FINISH_DONE`]).
 pub(super) async fn finish(
     client: &mut deadpool_postgres::Object,
     finishes: Vec<Finish>,
     now_ms: i64,
+    tag: &str,
 ) -> Result<u64> {
     let stmts = FinishStatements::prepare(client).await?;
     let tx = client.transaction().await.map_err(pg_err("begin finish"))?;
-    let applied = apply(&tx, &stmts, finishes, now_ms).await?;
+    let applied = apply(&tx, &stmts, finishes, now_ms, tag).await?;
     tx.commit().await.map_err(pg_err("commit finish"))?;
     Ok(applied)
 }
@@ -198,6 +201,7 @@ pub(super) async fn apply(
     stmts: &FinishStatements,
     finishes: Vec<Finish>,
     now_ms: i64,
+    tag: &str,
 ) -> Result<u64> {
     let b = FinishBatch::of(finishes);
     let FinishStatements {
@@ -212,7 +216,7 @@ pub(super) async fn apply(
         if b.done.0.is_empty() {
             return Ok(0);
         }
-        let row = tx.query_one(done, &[&b.done.0, &b.done.1]).await?;
+        let row = tx.query_one(done, &[&b.done.0, &b.done.1, &tag]).await?;
         Ok(row.get::<_, i64>(0) as u64)
     };
     let retries = async {

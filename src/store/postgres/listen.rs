@@ -7,7 +7,9 @@
 //! learns at once that another one changed a binding's versions or pauses.
 //!
 //! Every outbox write that makes rows due notifies inside its transaction, so the
-//! wake-up arrives only once the rows are committed and claimable. When the listening
+//! wake-up arrives only once the rows are committed and claimable. A finish's
+//! notification carries its backend's own tag, and that backend's listener ignores
+//! it ([`Wakes::own`]): it is meant for the other processes. When the listening
 //! connection drops (server restart, network cut, `pg_terminate_backend`) the task
 //! reconnects with backoff and jitter ([`Backoff`]) and then wakes the dispatcher once,
 //! since notifications sent while it was away are lost. It stops when the backend is
@@ -35,6 +37,14 @@ pub(super) const TRIGGERS_CHANNEL: &str = "switchboard_triggers";
 pub(super) struct Wakes {
     /// Woken on [`CHANNEL`]: the dispatchers.
     pub(super) outbox: Arc<Notify>,
+    /// The payload this backend's own finishes notify with ([`FINISH_DONE`]): not a
+    /// wake-up for this process, whose claim in the same transaction took the key's
+    /// next row already, or whose claim loop looks again after a finish committed on
+    /// its own. Woken by it, a claim loop would only claim nothing and ask for the
+    /// next due time: two round trips per row of a hot ordering key.
+    ///
+    /// [`FINISH_DONE`]: super::finish::FINISH_DONE
+    pub(super) own: Arc<str>,
     /// Woken on [`TRIGGERS_CHANNEL`]: whoever reloads the binding versions.
     pub(super) lifecycle: Arc<Notify>,
 }
@@ -191,6 +201,7 @@ fn on_message(
         Some(Ok(AsyncMessage::Notification(n))) => {
             match n.channel() {
                 TRIGGERS_CHANNEL => wake.lifecycle.notify_one(),
+                _ if n.payload() == &*wake.own => {}
                 _ => wake.outbox.notify_one(),
             }
             None

@@ -45,6 +45,9 @@ pub(crate) struct PostgresBackend {
     /// Woken by the same task on every `switchboard_triggers` notification (a
     /// lifecycle commit, in this process or another).
     lifecycle: std::sync::Arc<tokio::sync::Notify>,
+    /// This backend's payload on the notifications its finishes send, random per
+    /// backend: its own listener ignores them ([`listen::Wakes::own`]).
+    notify_tag: std::sync::Arc<str>,
     /// Dropping it (with the backend) stops the listener task. `None` only while
     /// `connect` migrates.
     _listener: Option<tokio_util::sync::DropGuard>,
@@ -138,7 +141,9 @@ impl PostgresBackend {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Config(format!("store {shown:?}: {e}")))?;
+        let notify_tag: std::sync::Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         let wakes = listen::Wakes {
+            own: notify_tag.clone(),
             outbox: std::sync::Arc::new(tokio::sync::Notify::new()),
             lifecycle: std::sync::Arc::new(tokio::sync::Notify::new()),
         };
@@ -149,6 +154,7 @@ impl PostgresBackend {
             url: shown.clone(),
             wake: wakes.outbox.clone(),
             lifecycle: wakes.lifecycle.clone(),
+            notify_tag,
             _listener: None,
         };
         schema::migrate(&mut backend.client().await?, &shown).await?;

@@ -124,11 +124,15 @@ const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
 /// the claimed rows back to the outbox by hashing the whole table (17 ms a claim at
 /// 100k, `benches/backlog.rs`). The walk takes the `LIMIT` rows it needs at any size,
 /// and forbidding the other shapes costs nothing when they would not have been chosen.
-/// `LOCAL`: it ends with the transaction, so no other statement on the pooled
-/// connection sees it.
+/// With them forbidden, the planner priced every plan of the claim's final sort as
+/// disabled and so never settled on a generic plan: it planned the recursive claim
+/// afresh at every call, a quarter of the server's time for a serial binding. The plan
+/// is therefore made once per connection (`force_generic_plan`), which the pinned
+/// shape makes safe whatever the parameters. `LOCAL`: it ends with the transaction, so
+/// no other statement on the pooled connection sees it.
 const CLAIM_PLAN: &str = "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off;
     SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off;
-    SET LOCAL enable_seqscan = off";
+    SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan";
 
 const RELEASE: &str = "WITH released AS (
         UPDATE outbox o SET next_attempt_at = $3, lease_token = NULL,
@@ -347,7 +351,9 @@ impl PostgresBackend {
             if ids.is_empty() {
                 return Ok(0);
             }
-            let row = client.query_one(&done, &[&ids, &tokens]).await?;
+            let row = client
+                .query_one(&done, &[&ids, &tokens, &&*self.notify_tag])
+                .await?;
             Ok(row.get::<_, i64>(0) as u64)
         };
         let plan = async {
@@ -413,8 +419,11 @@ impl OutboxStore for PostgresBackend {
         // Pipelined: the finishes' statements go first (sent at the first poll), then
         // the claim, which therefore sees them (a delivered row's ordering key's next
         // row is its head already); one commit for both.
-        let (applied, found) =
-            try_join(finish::apply(&tx, &stmts, finishes, now_ms), claiming).await?;
+        let (applied, found) = try_join(
+            finish::apply(&tx, &stmts, finishes, now_ms, &self.notify_tag),
+            claiming,
+        )
+        .await?;
         tx.commit()
             .await
             .map_err(pg_err("commit finish and claim"))?;
@@ -483,7 +492,13 @@ impl OutboxStore for PostgresBackend {
         if finishes.is_empty() {
             return Ok(0);
         }
-        finish::finish(&mut self.client().await?, finishes, now_ms).await
+        finish::finish(
+            &mut self.client().await?,
+            finishes,
+            now_ms,
+            &self.notify_tag,
+        )
+        .await
     }
 
     async fn next_due_ms(&self, bindings: &[String], after_ms: i64) -> Result<Option<i64>> {
