@@ -18,7 +18,10 @@
 //!   connector, so each row is an `invoke_request` over the runtime's shared socket,
 //!   gateway to echo connector and back; timed from the moment the runtime's
 //!   registration is up (one more row is then enqueued, whose commit wakes the
-//!   dispatcher) until the outbox is empty;
+//!   dispatcher) until the outbox is empty. Before it, through the same gateway to
+//!   the same connector, plain invokes from a second registration of the echo's
+//!   runner, 256 in flight (the dispatcher's), with the rows' bodies: the transport's
+//!   invoke rate, which dispatch by invoke is compared with;
 //! - **enqueue to start**: on an idle dispatcher, one row at a time
 //!   (`Store::append_enqueue`, then wait for its handler, then a pause), the time from
 //!   the append's return (its commit) to the handler's first instruction, and from the
@@ -93,6 +96,8 @@ const TARGET_SQLITE: f64 = 50_000.0;
 const TARGET_POSTGRES: f64 = 20_000.0;
 const TARGET_FLOOR_RATIO: f64 = 0.5;
 const TARGET_P50: Duration = Duration::from_millis(2);
+/// Dispatch by invoke against plain invokes through the same gateway (issue 36).
+const TARGET_INVOKE_RATIO: f64 = 0.5;
 
 fn arg(name: &str, env: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -472,11 +477,85 @@ async fn postgres_floor(url: &str, rows: usize) -> Rate {
     }
 }
 
-/// Invoke through a real gateway to an echo connector, delivered by a runtime.
-async fn gateway_run(url: &str, rows: usize) -> Rate {
+/// Invokes in flight in the plain-invoke baseline: the dispatcher's default
+/// `max_in_flight`, which the gateway run's binding allows in full.
+const INVOKE_IN_FLIGHT: usize = 256;
+/// How long the plain-invoke baseline runs (after a short warm-up).
+const INVOKE_SECS: Duration = Duration::from_secs(3);
+
+/// Invokes from `caller` to `target` with `in_flight` at once for `dur`, each with
+/// `body` as its JSON payload; returns invokes per second.
+async fn plain_invokes(
+    caller: switchboard::RegistrationHandle,
+    target: &str,
+    body: serde_json::Value,
+    in_flight: usize,
+    dur: Duration,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + dur;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let (caller, target, body, done) = (
+                caller.clone(),
+                target.to_owned(),
+                body.clone(),
+                done.clone(),
+            );
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    caller
+                        .invoke(
+                            &target,
+                            "echo",
+                            Payload::Json(body.clone()),
+                            switchboard::InvokeOptions::default(),
+                        )
+                        .await
+                        .expect("invoke");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Invoke through a real gateway to an echo connector, delivered by a runtime; first,
+/// through the same gateway to the same connector, plain invokes from a second
+/// registration of the same runner at [`INVOKE_IN_FLIGHT`] (the transport's rate at
+/// the dispatcher's in-flight count, with the rows' bodies as payloads).
+async fn gateway_run(url: &str, rows: usize) -> (Rate, f64) {
     let gateway = TestGateway::start().await;
-    let (runner, run) =
-        support::echo_runner(&gateway.ws_url(), "bench", ["echo-0".into()], 1024).await;
+    let (runner, run) = support::echo_runner(
+        &gateway.ws_url(),
+        "bench",
+        ["echo-0".into(), "caller".into()],
+        1024,
+    )
+    .await;
+    let echo = runner
+        .registrations()
+        .into_iter()
+        .find(|h| h.key().instance_id() == "echo-0")
+        .expect("echo registered");
+    let invoke_per_s = {
+        let caller = runner
+            .registrations()
+            .into_iter()
+            .find(|h| h.key().instance_id() == "caller")
+            .expect("caller registered");
+        let body: serde_json::Value =
+            serde_json::from_slice(&event(0, 0).body).expect("a JSON body");
+        let target = "bench.echo.echo-0";
+        let warm = Duration::from_millis(300);
+        plain_invokes(caller.clone(), target, body.clone(), INVOKE_IN_FLIGHT, warm).await;
+        plain_invokes(caller, target, body, INVOKE_IN_FLIGHT, INVOKE_SECS).await
+    };
     let text = format!(
         "listen = \"127.0.0.1:0\"\nstore = \"{url}\"\n\
          [gateway]\nurl = \"{}\"\ntenant = \"bench\"\ninstance_id = \"runtime\"\n\
@@ -504,6 +583,7 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
     }
     // The dispatcher found no ready handler at its start and sleeps until a wake-up:
     // one more row (its commit wakes it) starts the clock.
+    let before = echo.metrics().requests_processed;
     let started = Instant::now();
     rt.store()
         .append_enqueue(
@@ -513,6 +593,13 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
         )
         .await
         .unwrap();
+    // The echo's own count while the rows run (a `stats` query every few ms would
+    // compete with the dispatcher for the store), then the outbox empty: every finish
+    // committed.
+    while echo.metrics().requests_processed < before + rows as u64 + 1 {
+        assert!(Instant::now() < deadline, "rows not delivered in time");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     while outbox_rows(rt.store().backend()).await > 0 {
         assert!(Instant::now() < deadline, "rows not delivered in time");
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -535,10 +622,11 @@ async fn gateway_run(url: &str, rows: usize) -> Rate {
     runner.shutdown_handle().shutdown();
     let _ = run.await;
     gateway.shutdown().await;
-    Rate {
+    let rate = Rate {
         rows_per_s: (rows + 1) as f64 / elapsed.as_secs_f64(),
         prefill_per_s,
-    }
+    };
+    (rate, invoke_per_s)
 }
 
 /// Enqueue-to-start latencies on an idle dispatcher.
@@ -781,11 +869,17 @@ async fn main() {
             }
         }
         if selected("--only", "gateway") {
-            let gw = gateway_run(&stores.url(kind).await, rows).await;
+            let (gw, invokes) = gateway_run(&stores.url(kind).await, rows).await;
             println!(
-                "| {name} | dispatcher, invoke via gateway to echo | {:.0} | {floor:.0} | {:.2} | - | - |",
+                "| {name} | plain invokes to the same echo, {INVOKE_IN_FLIGHT} in flight | {invokes:.0} | {floor:.0} | {:.2} | - | - |",
+                invokes / floor
+            );
+            println!(
+                "| {name} | dispatcher, invoke via gateway to echo | {:.0} | {floor:.0} | {:.2} | ≥ {TARGET_INVOKE_RATIO} × plain invokes ({:.2}) | {} |",
                 gw.rows_per_s,
-                gw.rows_per_s / floor
+                gw.rows_per_s / floor,
+                gw.rows_per_s / invokes,
+                met(gw.rows_per_s / invokes >= TARGET_INVOKE_RATIO)
             );
             prefills.push((name, gw.prefill_per_s));
         }
