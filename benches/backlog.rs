@@ -297,19 +297,7 @@ fn steps() -> Vec<usize> {
 async fn main() {
     let dur = run_for_or(1.0);
     let dir = tempfile::tempdir().unwrap();
-    let mut stores = vec![(
-        "sqlite (FULL)",
-        format!("sqlite:{}", dir.path().join("backlog.db").display()),
-    )];
-    match std::env::var("SWITCHBOARD_BENCH_POSTGRES_URL")
-        .or_else(|_| std::env::var("SWITCHBOARD_TEST_POSTGRES_URL"))
-    {
-        Ok(base) => stores.push((
-            "postgres",
-            ingest_support::fresh_postgres_schema(&base).await,
-        )),
-        Err(_) => eprintln!("postgres rows skipped: set SWITCHBOARD_TEST_POSTGRES_URL"),
-    }
+    let stores = ingest_support::bench_stores(dir.path(), "backlog.db").await;
     let explain_all = std::env::var("SWITCHBOARD_BENCH_EXPLAIN").is_ok_and(|v| v == "all");
     let steps = steps();
     println!("outbox cost by backlog: {dur:?} per measurement, steps {steps:?}");

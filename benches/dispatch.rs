@@ -54,6 +54,8 @@
 
 #[path = "dispatch/lifecycle.rs"]
 mod lifecycle;
+#[path = "support/pg_floor.rs"]
+mod pg_floor;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -446,28 +448,10 @@ async fn sqlite_floor(url: &str, rows: usize) -> Rate {
 async fn postgres_floor(url: &str, rows: usize) -> Rate {
     let (backend, store) = open(url).await;
     let prefill_per_s = prefill(&store, rows).await;
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let stmt = client
-        .prepare(
-            "WITH c AS (SELECT id FROM outbox WHERE next_attempt_at <= $1
-                ORDER BY next_attempt_at, id LIMIT 100 FOR UPDATE SKIP LOCKED)
-             DELETE FROM outbox USING c WHERE outbox.id = c.id",
-        )
-        .await
-        .unwrap();
+    let floor = pg_floor::PgFloor::connect(url).await;
     let now = switchboard::__private::store::now_ms();
     let started = Instant::now();
-    let mut deleted = 0;
-    loop {
-        let n = client.execute(&stmt, &[&now]).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        deleted += n;
-    }
+    let deleted = floor.delete_due(now).await;
     let elapsed = started.elapsed();
     assert_eq!(deleted, rows as u64);
     assert_eq!(outbox_rows(&*backend).await, 0);

@@ -24,6 +24,10 @@
 //! `cargo bench --bench drain --features runtime,postgres -- [--rows N] [--window S]
 //! [--only floor,defaults,tuned,serial,hot] [--store sqlite,postgres]`
 
+#[path = "../tests/ingest/support.rs"]
+mod ingest_support;
+#[path = "support/pg_floor.rs"]
+mod pg_floor;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -129,30 +133,11 @@ fn selected(name: &str, item: &str) -> bool {
 async fn fresh(store: &str, dir: &std::path::Path, base: Option<&str>, n: usize) -> String {
     match store {
         "sqlite" => format!("sqlite:{}", dir.join(format!("{n}.db")).display()),
-        _ => fresh_schema(base.expect("checked")).await,
+        _ => ingest_support::fresh_postgres_schema(base.expect("checked")).await,
     }
 }
 
-/// A fresh schema in `base`'s database; the returned URL selects it.
-async fn fresh_schema(base: &str) -> String {
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    let schema = format!(
-        "sb_drain_{}_{:08x}",
-        switchboard::__private::now_ms() / 1000,
-        rand::random::<u32>()
-    );
-    client
-        .batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .unwrap();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
-}
-
-/// Drops the schema a [`fresh_schema`] URL selects.
+/// Drops the schema a `fresh_postgres_schema` URL selects.
 async fn drop_schema(base: &str, url: &str) {
     let Some(schema) = url.rsplit("search_path%3D").next() else {
         return;
@@ -279,7 +264,7 @@ async fn floor(url: &str, rows: usize) -> f64 {
             .await
             .unwrap()
     } else {
-        postgres_floor(url, now).await
+        pg_floor::PgFloor::connect(url).await.delete_due(now).await
     };
     assert_eq!(deleted, rows as u64);
     rows as f64 / started.elapsed().as_secs_f64()
@@ -306,29 +291,6 @@ fn sqlite_floor(path: &str, now: i64) -> u64 {
             return deleted;
         }
         deleted += n as u64;
-    }
-}
-
-async fn postgres_floor(url: &str, now: i64) -> u64 {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let stmt = client
-        .prepare(
-            "WITH c AS (SELECT id FROM outbox WHERE next_attempt_at <= $1
-                ORDER BY next_attempt_at, id LIMIT 100 FOR UPDATE SKIP LOCKED)
-             DELETE FROM outbox USING c WHERE outbox.id = c.id",
-        )
-        .await
-        .unwrap();
-    let mut deleted = 0;
-    loop {
-        let n = client.execute(&stmt, &[&now]).await.unwrap();
-        if n == 0 {
-            return deleted;
-        }
-        deleted += n;
     }
 }
 

@@ -145,19 +145,7 @@ fn print(name: &str, unit: &str, s: &mut Sample, base: Option<f64>) {
 async fn main() {
     let dur = run_for();
     let dir = tempfile::tempdir().unwrap();
-    let mut stores = vec![(
-        "sqlite (FULL)",
-        format!("sqlite:{}", dir.path().join("outbox.db").display()),
-    )];
-    match std::env::var("SWITCHBOARD_BENCH_POSTGRES_URL")
-        .or_else(|_| std::env::var("SWITCHBOARD_TEST_POSTGRES_URL"))
-    {
-        Ok(base) => stores.push((
-            "postgres",
-            ingest_support::fresh_postgres_schema(&base).await,
-        )),
-        Err(_) => eprintln!("postgres rows skipped: set SWITCHBOARD_TEST_POSTGRES_URL"),
-    }
+    let stores = ingest_support::bench_stores(dir.path(), "outbox.db").await;
     println!("outbox store: {CONCURRENCY} appending tasks, 1 KiB events, {dur:?} per append row");
     for (name, url) in stores {
         println!("\n{name}\n");

@@ -85,6 +85,24 @@ pub async fn drop_stale(
     }
 }
 
+/// The stores a bench compares: SQLite (`synchronous = FULL`) in `file` under `dir`,
+/// and PostgreSQL in a fresh schema when `SWITCHBOARD_BENCH_POSTGRES_URL` or
+/// `SWITCHBOARD_TEST_POSTGRES_URL` names a server (else a note that its rows are
+/// skipped). Each with the name its table rows carry.
+pub async fn bench_stores(dir: &std::path::Path, file: &str) -> Vec<(&'static str, String)> {
+    let mut stores = vec![(
+        "sqlite (FULL)",
+        format!("sqlite:{}", dir.join(file).display()),
+    )];
+    match std::env::var("SWITCHBOARD_BENCH_POSTGRES_URL")
+        .or_else(|_| std::env::var("SWITCHBOARD_TEST_POSTGRES_URL"))
+    {
+        Ok(base) => stores.push(("postgres", fresh_postgres_schema(&base).await)),
+        Err(_) => eprintln!("postgres rows skipped: set SWITCHBOARD_TEST_POSTGRES_URL"),
+    }
+    stores
+}
+
 pub async fn fresh_postgres_schema(base: &str) -> String {
     let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
         .await
