@@ -26,7 +26,8 @@
 //! events. `SWITCHBOARD_BENCH_SECS` sets the duration per row (default 2);
 //! `SWITCHBOARD_BENCH_PLACEMENT=child|in-process` runs one placement only;
 //! `SWITCHBOARD_BENCH_ROWS=<text>` only the store rows whose name contains it (for
-//! profiling one row).
+//! profiling one row); `SWITCHBOARD_BENCH_DROP_INDEXES=a,b` drops those indexes of the
+//! PostgreSQL schema after its migrations (what each index costs ingest).
 //!
 //! `CPU µs/event` is this process's CPU time (user + system, every thread) during the
 //! row over the events acknowledged: with the client in a child process, the server's
@@ -300,7 +301,29 @@ async fn runtime(store: &str, extra: &str) -> Runtime {
         .unwrap()
         .resolve_with(|n| (n == "BENCH_SECRET").then(|| SECRET.to_owned()))
         .unwrap();
-    Runtime::start(config).await.unwrap()
+    let rt = Runtime::start(config).await.unwrap();
+    drop_indexes(store).await;
+    rt
+}
+
+/// `SWITCHBOARD_BENCH_DROP_INDEXES=a,b`: on a PostgreSQL store, drops those indexes
+/// after the migrations made them, so a row measures what each index costs ingest
+/// (issue 36, part 3). Never in the README's runs.
+async fn drop_indexes(store: &str) {
+    let Ok(names) = std::env::var("SWITCHBOARD_BENCH_DROP_INDEXES") else {
+        return;
+    };
+    if !store.starts_with("postgres") {
+        return;
+    }
+    let client = pg(store).await.expect("connect to drop indexes");
+    for name in names.split(',').filter(|n| !n.is_empty()) {
+        client
+            .batch_execute(&format!("DROP INDEX {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("drop index {name}: {e}"));
+        eprintln!("dropped index {name}");
+    }
 }
 
 async fn stored_count(rt: &Runtime) -> u64 {
