@@ -3,7 +3,8 @@
 //! each migration is applied once (PostgreSQL: an advisory lock; SQLite: one
 //! `IMMEDIATE` transaction); a database stamped with a schema version newer than
 //! this build knows is refused with an error naming both versions and what to do,
-//! and is left as it was.
+//! and is left as it was; a database of schema 7 with rows waiting behind their
+//! ordering key's head has them parked by migration 8.
 #![cfg(all(feature = "runtime", feature = "postgres"))]
 
 #[macro_use]
@@ -16,6 +17,7 @@ use switchboard::__private::store::{open_backend, StoreOptions};
 on_both_stores!(
     openers_starting_at_once_all_start_and_apply_each_migration_once,
     a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to_do,
+    an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head,
 );
 
 /// Opens at once, as that many processes starting together would.
@@ -48,6 +50,23 @@ async fn query(url: &str, sql: &str) -> Vec<i64> {
             tokio::spawn(conn);
             let rows = client.query(sql, &[]).await.unwrap();
             rows.iter().map(|r| r.get::<_, i64>(0)).collect()
+        }
+    }
+}
+
+/// Runs the statements `sql` on the database at `url` over a connection of its own.
+async fn exec(url: &str, sql: &str) {
+    match url.strip_prefix("sqlite:") {
+        Some(path) => rusqlite::Connection::open(path)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap(),
+        None => {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client.batch_execute(sql).await.unwrap();
         }
     }
 }
@@ -122,4 +141,85 @@ async fn a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to
         newer,
         "left as it was, not migrated down"
     );
+}
+
+/// A parked row's `next_attempt_at` (`store::outbox_rows::PARKED`).
+const PARKED: i64 = i64::MAX;
+
+/// Schema 7 as it was, made from a schema-8 database: no parking triggers, the
+/// claim index of then. The test's own knowledge of what migration 8 changed.
+const BACK_TO_7_SQLITE: &str = "DROP TRIGGER outbox_park; DROP TRIGGER outbox_unpark;
+    DROP INDEX outbox_by_binding;
+    CREATE INDEX outbox_by_claim ON outbox (priority DESC, next_attempt_at, id);
+    DELETE FROM schema_migrations WHERE version >= 8;";
+const BACK_TO_7_POSTGRES: &str = "DROP TRIGGER outbox_park ON outbox;
+    DROP TRIGGER outbox_unpark ON outbox;
+    DROP FUNCTION switchboard_outbox_park(); DROP FUNCTION switchboard_outbox_unpark();
+    DROP INDEX outbox_by_binding;
+    CREATE INDEX outbox_by_claim ON outbox (priority DESC, next_attempt_at, id);
+    DELETE FROM schema_migrations WHERE version >= 8;";
+
+/// Inserts one outbox row as schema 7 wrote it; returns its id.
+async fn row_of_7(url: &str, binding: &str, key: Option<&str>, lease: Option<i64>) -> i64 {
+    let key = key.map_or("NULL".to_owned(), |k| format!("'{k}'"));
+    let (next, token) = match lease {
+        Some(until) => (until, "7".to_owned()),
+        None => (1_000, "NULL".to_owned()),
+    };
+    query(
+        url,
+        &format!(
+            "INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
+                next_attempt_at, lease_token, enqueued_at, due_at)
+             VALUES ('{binding}', 'fp', 'ev', {key}, 0, {next}, {token}, 1000, 1000)
+             RETURNING id"
+        ),
+    )
+    .await[0]
+}
+
+/// An upgraded database's waiting rows are parked as new ones are: the key's first row
+/// (due or leased) stays, each later row of the key is parked, other bindings and
+/// unkeyed rows are untouched; and the new trigger unparks the next row when the head
+/// goes.
+async fn an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head(kind: StoreKind) {
+    let (url, _dir) = fresh(&kind).await;
+    drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    let back = match kind {
+        StoreKind::Sqlite => BACK_TO_7_SQLITE,
+        StoreKind::Postgres(_) => BACK_TO_7_POSTGRES,
+    };
+    exec(&url, back).await;
+    assert_eq!(versions(&url).await.last(), Some(&7));
+
+    let a_head = row_of_7(&url, "b", Some("a"), None).await;
+    let a_next = row_of_7(&url, "b", Some("a"), None).await;
+    let b_head = row_of_7(&url, "b", Some("k2"), Some(9_000)).await;
+    let b_next = row_of_7(&url, "b", Some("k2"), None).await;
+    let unkeyed = row_of_7(&url, "b", None, None).await;
+    let other_binding = row_of_7(&url, "c", Some("a"), None).await;
+    let a_last = row_of_7(&url, "b", Some("a"), None).await;
+
+    drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    assert!(versions(&url).await.contains(&8), "migrated");
+    let parked = format!("SELECT id FROM outbox WHERE next_attempt_at = {PARKED} ORDER BY id");
+    assert_eq!(query(&url, &parked).await, vec![a_next, b_next, a_last]);
+    let due = |id: i64| format!("SELECT next_attempt_at FROM outbox WHERE id = {id}");
+    assert_eq!(query(&url, &due(a_head)).await, vec![1_000]);
+    assert_eq!(
+        query(&url, &due(b_head)).await,
+        vec![9_000],
+        "a leased head keeps its lease"
+    );
+    assert_eq!(query(&url, &due(unkeyed)).await, vec![1_000]);
+    assert_eq!(query(&url, &due(other_binding)).await, vec![1_000]);
+
+    // The head's delete unparks the key's next row at its own due time, not the last.
+    query(
+        &url,
+        &format!("DELETE FROM outbox WHERE id = {a_head} RETURNING id"),
+    )
+    .await;
+    assert_eq!(query(&url, &due(a_next)).await, vec![1_000]);
+    assert_eq!(query(&url, &parked).await, vec![b_next, a_last]);
 }
