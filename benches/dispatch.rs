@@ -48,7 +48,7 @@
 //! `--samples N` (default 300; or `SWITCHBOARD_BENCH_SAMPLES`), and, to profile one
 //! part, `--store sqlite,postgres` and `--only floor,noop,gateway,lifecycle,latency`
 //! (`SWITCHBOARD_BENCH_PERF_CTL` names a `perf record --control` fifo that is enabled
-//! only while the no-op dispatcher runs).
+//! only while the no-op dispatcher or the dispatch by invoke runs).
 //!
 //! `cargo bench --bench dispatch --all-features`
 
@@ -568,6 +568,7 @@ async fn gateway_run(url: &str, rows: usize) -> (Rate, f64) {
     // The dispatcher found no ready handler at its start and sleeps until a wake-up:
     // one more row (its commit wakes it) starts the clock.
     let before = echo.metrics().requests_processed;
+    perf_control("enable");
     let started = Instant::now();
     rt.store()
         .append_enqueue(
@@ -589,6 +590,7 @@ async fn gateway_run(url: &str, rows: usize) -> (Rate, f64) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();
+    perf_control("disable");
     let triggers: serde_json::Value =
         reqwest::get(format!("http://{}/api/v1/triggers", rt.local_addr()))
             .await
