@@ -15,7 +15,7 @@ use crate::proto::PayloadEncoding;
 /// connector admits by default (`DEFAULT_MAX_CONCURRENT_REQUESTS`), a quarter of the
 /// process's `max_in_flight`, so one binding cannot take the whole process. It was 16
 /// until issue 36: a claim takes no more of a binding than its free permits, so the
-/// limit is also the claim's size, and at 16 a quick handler drained at 0.27 of the
+/// limit is also the claim's size, and at 16 a quick handler drained at about 0.3 of the
 /// tuned rate (`benches/drain.rs`), at 64 above half of it.
 pub(crate) const DEFAULT_MAX_CONCURRENT: usize = 64;
 /// Default attempt timeout: 30 s, the gateway's own default execute timeout.
