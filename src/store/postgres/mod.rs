@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::store::backend::store_err;
 use crate::store::options::{redact_url, StoreOptions};
 
+mod claim;
 mod enqueue;
 mod events;
 mod finish;
@@ -29,7 +30,7 @@ mod queues;
 mod schema;
 mod versions;
 
-pub(crate) use outbox::explained;
+pub(crate) use claim::explained;
 pub(crate) use schema::newest as newest_schema;
 
 /// How long a pool checkout or a new connection may take before the store counts as
