@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::wait::eventually;
+use super::wait::eventually_some_or;
 
 /// A port nobody listens on now (bound, then released).
 pub fn free_port() -> u16 {
@@ -75,12 +75,18 @@ impl Serve {
     pub async fn wait_healthy(&self) {
         let http = reqwest::Client::new();
         let url = format!("{}/healthz", self.base);
-        eventually(&format!("{} to answer /healthz", self.base), || async {
-            http.get(&url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
+        // A start that hangs or fails says why: the child's log ends the message.
+        eventually_some_or(
+            &format!("{} to answer /healthz", self.base),
+            || async {
+                http.get(&url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                    .then_some(())
+            },
+            || format!("; its log:\n{}", self.log()),
+        )
         .await;
     }
 

@@ -9,7 +9,21 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Polls `check` until it returns `Some`, failing at [`DEADLINE`]. The condition is
 /// the event awaited; the short pause between checks only paces them.
-pub async fn eventually_some<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually_some<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_some_or(what, check, String::new).await
+}
+
+/// [`eventually_some`] whose failure message ends with `context()` (e.g. a child
+/// process's log), read only when the deadline has passed.
+pub async fn eventually_some_or<T, F, Fut>(
+    what: &str,
+    mut check: F,
+    context: impl Fn() -> String,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -21,7 +35,8 @@ where
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
+            "timed out waiting for {what}{}",
+            context()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
