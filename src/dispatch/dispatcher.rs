@@ -45,7 +45,7 @@ use tokio_util::task::TaskTracker;
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
 pub(crate) use super::options::*;
-use super::permits::{claim_now, Permits, LINGER};
+use super::permits::{claim_now, commit_finishes_now, Permits, LINGER};
 use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
@@ -427,6 +427,9 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
     let mut seen: Option<Arc<crate::triggers::lifecycle::Lifecycle>> = None;
     // Until when a busy binding's claim waits for more of its permits ([`claim_now`]).
     let mut linger_until: Option<tokio::time::Instant> = None;
+    // Until when finishes wait for company before a commit of their own
+    // ([`commit_finishes_now`]).
+    let mut finish_linger: Option<tokio::time::Instant> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -534,10 +537,25 @@ async fn claim_loop(inner: Arc<Inner>, stop: CancellationToken, attempts: TaskTr
                 }
             }
         }
-        if !folded && !finishes.is_empty() {
+        if folded {
+            finish_linger = None;
+        } else if !finishes.is_empty() {
             // No claim now: commit the finishes on their own (a delivered row may have
-            // been its ordering key's head, so look again after).
+            // been its ordering key's head, so look again after), once there are
+            // enough of them or the first has waited out the linger.
+            let until = *finish_linger.get_or_insert_with(|| tokio::time::Instant::now() + LINGER);
+            let lingered = until <= tokio::time::Instant::now();
+            let queued = finishes.len();
             inner.requeue_finishes(finishes);
+            if !commit_finishes_now(queued, inner.claim_at(), in_flight, lingered) {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = inner.capacity.notified() => {}
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                continue;
+            }
+            finish_linger = None;
             if commit_finishes(&inner).await {
                 backoff.reset();
             } else {

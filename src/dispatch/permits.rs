@@ -113,9 +113,39 @@ pub(super) fn claim_now(room: usize, max_concurrent: usize, lingered: bool) -> b
     lingered || room.saturating_mul(2) >= max_concurrent.max(1)
 }
 
+/// Whether `queued` finishes are committed on their own now, while the process has
+/// too few free permits to claim (the claim would fold them into its transaction):
+/// once they are as many as a claim would take (`claim_at`), once nothing else is in
+/// flight (no more are coming), or once the linger since the first of them has passed.
+/// Before, every ended attempt woke the loop into its own commit, so a busy process
+/// paid a transaction (and on a durable store a sync) per one or two rows.
+pub(super) fn commit_finishes_now(
+    queued: usize,
+    claim_at: usize,
+    in_flight: usize,
+    lingered: bool,
+) -> bool {
+    lingered || in_flight == 0 || queued >= claim_at.max(1)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::claim_now;
+    use super::{claim_now, commit_finishes_now};
+
+    #[test]
+    fn finishes_wait_for_company_but_never_past_the_linger() {
+        assert!(!commit_finishes_now(3, 50, 200, false), "gather more");
+        assert!(commit_finishes_now(50, 50, 200, false), "a claim's worth");
+        assert!(
+            commit_finishes_now(1, 50, 0, false),
+            "nothing else is coming"
+        );
+        assert!(commit_finishes_now(1, 50, 200, true), "the linger is over");
+        assert!(
+            commit_finishes_now(1, 0, 5, false),
+            "a zero threshold counts as one"
+        );
+    }
 
     #[test]
     fn a_busy_binding_is_claimed_for_at_half_its_permits_or_after_the_linger() {
