@@ -163,6 +163,13 @@ async fn events_are_filtered_and_paged_by_keyset(store: StoreKind) {
     let (found, _) = walk(&rt, &format!("delivery_id={key}"), 10).await;
     assert_eq!(found, vec![d3["id"].as_str().unwrap().to_owned()]);
     assert_eq!(walk(&rt, "delivery_id=nope", 10).await.0.len(), 0);
+    // GitHub's key is `{hook id}:{delivery GUID}`; the GUID alone (what GitHub's UI
+    // shows) finds the same event, and the hook id alone finds nothing.
+    assert_eq!(key, "1:d3", "the stored key this test is about");
+    let (by_guid, _) = walk(&rt, "delivery_id=d3", 10).await;
+    assert_eq!(by_guid, found);
+    assert_eq!(walk(&rt, "delivery_id=1", 10).await.0.len(), 0);
+    assert_eq!(walk(&rt, "delivery_id=2:d3", 10).await.0.len(), 0);
 
     // since (inclusive) and until (exclusive) split the events at any instant.
     let mut times: Vec<i64> = all

@@ -4,7 +4,8 @@
 //! `IMMEDIATE` transaction); a database stamped with a schema version newer than
 //! this build knows is refused with an error naming both versions and what to do,
 //! and is left as it was; a database of schema 7 with rows waiting behind their
-//! ordering key's head has them parked by migration 8.
+//! ordering key's head has them parked by migration 8; events stored before
+//! migration 9 are found by their provider's delivery id after it.
 #![cfg(all(feature = "runtime", feature = "postgres"))]
 
 #[macro_use]
@@ -18,6 +19,7 @@ on_both_stores!(
     openers_starting_at_once_all_start_and_apply_each_migration_once,
     a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to_do,
     an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head,
+    an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_guid,
 );
 
 /// Opens at once, as that many processes starting together would.
@@ -147,12 +149,17 @@ async fn a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to
 const PARKED: i64 = i64::MAX;
 
 /// Schema 7 as it was, made from a schema-8 database: no parking triggers, the
-/// claim index of then. The test's own knowledge of what migration 8 changed.
-const BACK_TO_7_SQLITE: &str = "DROP TRIGGER outbox_park; DROP TRIGGER outbox_unpark;
+/// claim index of then (and migration 9's index back to the delivery search's of
+/// then). The test's own knowledge of what migrations 8 and 9 changed.
+const BACK_TO_7_SQLITE: &str = "DROP INDEX events_by_delivery;
+    CREATE INDEX events_by_dedupe ON events (dedupe_key);
+    DROP TRIGGER outbox_park; DROP TRIGGER outbox_unpark;
     DROP INDEX outbox_by_binding;
     CREATE INDEX outbox_by_claim ON outbox (priority DESC, next_attempt_at, id);
     DELETE FROM schema_migrations WHERE version >= 8;";
-const BACK_TO_7_POSTGRES: &str = "DROP TRIGGER outbox_park ON outbox;
+const BACK_TO_7_POSTGRES: &str = "DROP INDEX events_by_delivery;
+    CREATE INDEX events_by_dedupe ON events (dedupe_key, seq);
+    DROP TRIGGER outbox_park ON outbox;
     DROP TRIGGER outbox_unpark ON outbox;
     DROP FUNCTION switchboard_outbox_park(); DROP FUNCTION switchboard_outbox_unpark();
     DROP INDEX outbox_by_binding;
@@ -222,4 +229,57 @@ async fn an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head(ki
     .await;
     assert_eq!(query(&url, &due(a_next)).await, vec![1_000]);
     assert_eq!(query(&url, &parked).await, vec![b_next, a_last]);
+}
+
+/// Migration 9 indexes the part of each stored dedupe key after its first `:`: a GitHub
+/// event stored before it (key `{hook id}:{GUID}`) is found afterwards by its GUID, by
+/// its whole key, and not by its hook id.
+async fn an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_guid(kind: StoreKind) {
+    let (url, _dir) = fresh(&kind).await;
+    drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    let back = match kind {
+        StoreKind::Sqlite => {
+            "DROP INDEX events_by_delivery;
+            CREATE INDEX events_by_dedupe ON events (dedupe_key);
+            DELETE FROM schema_migrations WHERE version >= 9;"
+        }
+        StoreKind::Postgres(_) => {
+            "DROP INDEX events_by_delivery;
+            CREATE INDEX events_by_dedupe ON events (dedupe_key, seq);
+            DELETE FROM schema_migrations WHERE version >= 9;"
+        }
+    };
+    exec(&url, back).await;
+    assert_eq!(versions(&url).await.last(), Some(&8));
+    for (id, key) in [("evt_gh", "77:5c1f-guid"), ("evt_plain", "5c1f-guid-2")] {
+        exec(
+            &url,
+            &format!(
+                "INSERT INTO events (id, source, provider, kind, received_at, dedupe_key,
+                    trace_id, tenant, headers, body, signature)
+                 VALUES ('{id}', 'gh', 'github', 'push', 1000, '{key}', 't', '', '{{}}',
+                    '', 'verified')"
+            ),
+        )
+        .await;
+    }
+
+    let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
+    assert!(versions(&url).await.contains(&9), "migrated");
+    let found = |delivery: &'static str| {
+        let backend = backend.clone();
+        async move {
+            let q = switchboard::__private::store::EventQuery {
+                dedupe_key: Some(delivery.to_owned()),
+                limit: 10,
+                ..Default::default()
+            };
+            let events = backend.events(&q).await.unwrap();
+            events.into_iter().map(|e| e.event.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(found("5c1f-guid").await, vec!["evt_gh"], "by the GUID");
+    assert_eq!(found("77:5c1f-guid").await, vec!["evt_gh"], "by the key");
+    assert!(found("77").await.is_empty(), "not by the hook id");
+    assert_eq!(found("5c1f-guid-2").await, vec!["evt_plain"]);
 }

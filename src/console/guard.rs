@@ -254,11 +254,28 @@ struct NextQuery {
     next: Option<String>,
 }
 
-/// Where to go after signing in: only a console path on this host.
-fn safe_next(next: Option<&str>) -> &str {
-    match next {
-        Some(n) if n.starts_with("/console") && !n.starts_with("//") => n,
-        _ => "/console",
+/// Where to go after signing in: only a console page on this host. A path outside
+/// `/console` names a console page by its short name (`/events` is
+/// `/console/events`, as people type it from the page list), so it is kept under the
+/// console's prefix rather than dropped; anything that could leave this host
+/// (`//host`, a scheme, a backslash) goes to the overview.
+fn safe_next(next: Option<&str>) -> std::borrow::Cow<'_, str> {
+    const HOME: &str = "/console";
+    let Some(n) = next else {
+        return HOME.into();
+    };
+    if !n.starts_with('/') || n.starts_with("//") || n.contains('\\') {
+        return HOME.into();
+    }
+    let under_console = n
+        .strip_prefix(HOME)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?', '#']));
+    if under_console {
+        n.into()
+    } else if n == "/" {
+        HOME.into()
+    } else {
+        format!("{HOME}{n}").into()
     }
 }
 
@@ -280,9 +297,9 @@ fn login_form(kit: &ConsoleKit, next: &str, error: Option<&str>) -> maud::Markup
 
 async fn login_page(State(kit): State<Arc<ConsoleKit>>, Query(q): Query<NextQuery>) -> Response {
     if kit.token.is_none() {
-        return Redirect::to(safe_next(q.next.as_deref())).into_response();
+        return Redirect::to(&safe_next(q.next.as_deref())).into_response();
     }
-    page::html_response(login_form(&kit, safe_next(q.next.as_deref()), None))
+    page::html_response(login_form(&kit, &safe_next(q.next.as_deref()), None))
 }
 
 #[derive(Deserialize)]
@@ -315,7 +332,7 @@ async fn login(
         tracing::warn!(console = kit.name, "console sign-in refused: wrong token");
         let mut resp = page::html_response(login_form(
             &kit,
-            next,
+            &next,
             Some("That token is not this console's operator token."),
         ));
         *resp.status_mut() = StatusCode::UNAUTHORIZED;
@@ -326,7 +343,7 @@ async fn login(
             .lock()
             .expect("sessions lock")
             .open(now_ms(), random32(), random32());
-    let mut resp = Redirect::to(next).into_response();
+    let mut resp = Redirect::to(&next).into_response();
     resp.headers_mut()
         .append(header::SET_COOKIE, set_cookie(&kit, &id, &headers));
     resp
@@ -371,6 +388,16 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example/")), "/console");
         assert_eq!(safe_next(Some("//evil.example/console")), "/console");
         assert_eq!(safe_next(None), "/console");
+        assert_eq!(safe_next(Some("/console")), "/console");
+        assert_eq!(safe_next(Some("/events")), "/console/events");
+        assert_eq!(
+            safe_next(Some("/dead-letters?binding=b")),
+            "/console/dead-letters?binding=b"
+        );
+        assert_eq!(safe_next(Some("/consoles")), "/console/consoles");
+        assert_eq!(safe_next(Some("/")), "/console");
+        assert_eq!(safe_next(Some("/\\evil.example")), "/console");
+        assert_eq!(safe_next(Some("events")), "/console");
     }
 
     #[test]

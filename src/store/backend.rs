@@ -97,7 +97,7 @@ pub struct Rejected {
 /// the same keyset walk (`seq` descending), so a page's `next` stays correct whatever
 /// filters are combined: the next page is the same query with a lower `before_seq`.
 /// Equality filters are served by an index each (`events_by_source`,
-/// `events_by_kind`, `events_by_dedupe`, `events_by_id`), so a page costs about its
+/// `events_by_kind`, `events_by_delivery`, `events_by_id`), so a page costs about its
 /// length even in a table of millions of events. The time bounds cannot ride the
 /// keyset walk (received time and `seq` are close but not strictly in the same order,
 /// so neither can stand in for the other exactly): alone, they filter the
@@ -119,13 +119,39 @@ pub struct EventQuery {
     pub event_id: Option<String>,
     /// Only events of this kind.
     pub kind: Option<String>,
-    /// Only events with this delivery id (dedupe key) as stored: the operator's
-    /// "find the delivery GitHub says it sent".
+    /// Only events with this delivery id: the dedupe key as stored, or the part of it
+    /// after its first `:` (a GitHub key is `{hook id}:{delivery GUID}`, and the GUID
+    /// is what GitHub shows): the operator's "find the delivery GitHub says it sent".
     pub dedupe_key: Option<String>,
     /// Only events received at or after this instant (unix ms).
     pub since_ms: Option<i64>,
     /// Only events received before this instant (unix ms).
     pub until_ms: Option<i64>,
+}
+
+/// The part of a dedupe key after its first `:`, or the whole key when it has none:
+/// the provider's own delivery id in a key that prefixes it with a qualifier (GitHub's
+/// hook id). The stores index it (`events_by_delivery`) so that a search by either
+/// form is one index lookup.
+pub(crate) fn delivery_tail(key: &str) -> &str {
+    key.split_once(':').map_or(key, |(_, tail)| tail)
+}
+
+/// The condition of a search by delivery id `id`, over `tail` (the backend's spelling
+/// of [`delivery_tail`] of the `dedupe_key` column, exactly as its index has it, so the
+/// index serves it) with `mark` as each parameter's placeholder, and the parameters in
+/// order: the events whose key's tail is `id`, or whose key is `id` itself (then its
+/// tail is `id`'s tail, so both branches are lookups of that one index).
+pub(crate) fn delivery_condition(id: &str, tail: &str, mark: char) -> (String, Vec<String>) {
+    let id_tail = delivery_tail(id);
+    if id_tail == id {
+        (format!("{tail} = {mark}"), vec![id.to_owned()])
+    } else {
+        (
+            format!("({tail} = {mark} OR ({tail} = {mark} AND dedupe_key = {mark}))"),
+            vec![id.to_owned(), id_tail.to_owned(), id.to_owned()],
+        )
+    }
 }
 
 /// A stored event with its sequence number (the paging cursor).

@@ -3,7 +3,7 @@
 //! console's HTML handlers both call, so the page and the API cannot disagree and the
 //! console never calls its own HTTP API.
 //!
-//! Filters: `source=`, `kind=`, `delivery_id=` (the event's dedupe key as stored:
+//! Filters: `source=`, `kind=`, `delivery_id=` (the event's dedupe key as stored, or
 //! for GitHub the `X-GitHub-Delivery` id), `since=` / `until=` (received time, unix
 //! ms, `since` inclusive, `until` exclusive), `limit=` (1 to [`MAX_PAGE`], default
 //! [`DEFAULT_PAGE`]) and `after=` (the previous page's `next`). Every page is one

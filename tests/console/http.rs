@@ -322,3 +322,26 @@ async fn a_live_stream_ends_when_its_session_signs_out() {
     .await
     .expect("the stream ended after sign-out");
 }
+
+#[tokio::test]
+async fn sign_in_returns_to_the_page_asked_for_even_by_its_short_name() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let base = gw.http_url();
+    for (next, to) in [
+        (
+            "/console/registrations?status=active",
+            "/console/registrations?status=active",
+        ),
+        ("/registrations", "/console/registrations"),
+        ("//evil.example/console", "/console"),
+    ] {
+        let resp = client()
+            .post(format!("{base}/console/login"))
+            .form(&[("token", TOKEN), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{next}");
+        assert_eq!(resp.headers()[header::LOCATION], to, "{next}");
+    }
+}

@@ -15,7 +15,8 @@ use super::{pg_err, PostgresBackend};
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
 use crate::store::backend::{
-    Appended, Backend, EventQuery, Rejected, StateWrite, StoredEvent, Swept, Write,
+    delivery_condition, Appended, Backend, EventQuery, Rejected, StateWrite, StoredEvent, Swept,
+    Write,
 };
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
@@ -90,12 +91,15 @@ const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, 
 const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES ($1, $2, $3)
     ON CONFLICT (source, key) DO UPDATE SET value = EXCLUDED.value";
 const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = $1 AND key = $2";
+/// [`crate::store::backend::delivery_tail`] in SQL, exactly as `events_by_delivery`
+/// (migration 9) indexes it, so the planner matches the index.
+const DELIVERY_TAIL: &str = "substr(dedupe_key, strpos(dedupe_key, ':') + 1)";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, body, signature FROM events";
 
 /// The events page's SQL with only the filters `q` sets, and its parameters: plain
 /// equalities the planner matches to `events_by_source`, `events_by_kind` or
-/// `events_by_dedupe` whatever the parameter values (a generic plan of
+/// `events_by_delivery` whatever the parameter values (a generic plan of
 /// `($1 IS NULL OR source = $1)` terms could not use them).
 fn events_sql(
     q: &EventQuery,
@@ -105,32 +109,39 @@ fn events_sql(
 ) {
     let mut sql = String::from(SELECT_EVENTS);
     let mut args: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = Vec::new();
-    let mut term =
-        |sql: &mut String, cond: &str, v: Box<dyn tokio_postgres::types::ToSql + Sync + Send>| {
+    type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+    // Each `$` of `cond` takes the next of `values`, numbered.
+    let mut terms = |sql: &mut String, cond: &str, values: Vec<Param>| {
+        sql.push_str(if args.is_empty() { " WHERE " } else { " AND " });
+        let mut parts = cond.split('$');
+        sql.push_str(parts.next().unwrap_or_default());
+        for (part, v) in parts.zip(values) {
             args.push(v);
-            sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
-            sql.push_str(&cond.replace('$', &format!("${}", args.len())));
-        };
+            sql.push_str(&format!("${}{part}", args.len()));
+        }
+    };
     if let Some(s) = &q.source {
-        term(&mut sql, "source = $", Box::new(s.clone()));
+        terms(&mut sql, "source = $", vec![Box::new(s.clone())]);
     }
     if let Some(k) = &q.kind {
-        term(&mut sql, "kind = $", Box::new(k.clone()));
+        terms(&mut sql, "kind = $", vec![Box::new(k.clone())]);
     }
     if let Some(d) = &q.dedupe_key {
-        term(&mut sql, "dedupe_key = $", Box::new(d.clone()));
+        let (cond, values) = delivery_condition(d, DELIVERY_TAIL, '$');
+        let values = values.into_iter().map(|v| Box::new(v) as Param).collect();
+        terms(&mut sql, &cond, values);
     }
     if let Some(id) = &q.event_id {
-        term(&mut sql, "id = $", Box::new(id.clone()));
+        terms(&mut sql, "id = $", vec![Box::new(id.clone())]);
     }
     if let Some(b) = q.before_seq {
-        term(&mut sql, "seq < $", Box::new(b));
+        terms(&mut sql, "seq < $", vec![Box::new(b)]);
     }
     if let Some(t) = q.since_ms {
-        term(&mut sql, "received_at >= $", Box::new(t));
+        terms(&mut sql, "received_at >= $", vec![Box::new(t)]);
     }
     if let Some(t) = q.until_ms {
-        term(&mut sql, "received_at < $", Box::new(t));
+        terms(&mut sql, "received_at < $", vec![Box::new(t)]);
     }
     args.push(Box::new(q.limit as i64));
     sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", args.len()));

@@ -22,7 +22,8 @@
 //!
 //! Migration 6 ([`CONSOLE`]) adds the console's indexes, as on SQLite:
 //! `events_by_kind (kind, seq)`, `events_by_dedupe (dedupe_key, seq)` and
-//! `trigger_runs_by_event (event_id)`.
+//! `trigger_runs_by_event (event_id)`; migration 9 replaces `events_by_dedupe` with
+//! `events_by_delivery` (the key's part after its first `:`, then `seq`).
 //!
 //! Migration 7 ([`HOLDER`]) adds `outbox.lease_holder`, the identity of the process
 //! whose claim leased the row, as on SQLite (whose schema module says what it is for).
@@ -88,6 +89,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, CONSOLE),
     (7, HOLDER),
     (8, CLAIM_BY_BINDING),
+    (9, DELIVERY_SEARCH),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -275,6 +277,14 @@ const CLAIM_BY_BINDING: &str =
     WHERE o.ordering_key IS NOT NULL AND o.lease_token IS NULL
         AND EXISTS (SELECT 1 FROM outbox p WHERE p.binding_id = o.binding_id
             AND p.ordering_key = o.ordering_key AND p.id < o.id);";
+
+/// Migration 9: the search by delivery id finds an event by the id its provider shows
+/// (a GitHub delivery's GUID) as well as by its key as stored, as on SQLite, whose
+/// schema module says why. The index keeps `seq` after the key's tail, so a search
+/// reads its page newest first.
+const DELIVERY_SEARCH: &str = "CREATE INDEX events_by_delivery ON events
+        ((substr(dedupe_key, strpos(dedupe_key, ':') + 1)), seq);
+    DROP INDEX events_by_dedupe;";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

@@ -8,7 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use super::enqueue::Enqueuer;
 use super::{sql_err, SqliteBackend};
 use crate::error::Result;
-use crate::store::backend::{Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write};
+use crate::store::backend::{
+    delivery_condition, Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write,
+};
 use crate::store::body_codec::BodyCompression;
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
@@ -26,6 +28,10 @@ const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, 
 const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
     ON CONFLICT (source, key) DO UPDATE SET value = excluded.value";
 const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = ?1 AND key = ?2";
+/// [`crate::store::backend::delivery_tail`] in SQL, exactly as `events_by_delivery`
+/// (migration 9) indexes it: SQLite uses an expression index only for the same
+/// expression.
+const DELIVERY_TAIL: &str = "substr(dedupe_key, instr(dedupe_key, ':') + 1)";
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events";
 
@@ -37,7 +43,7 @@ const SMALL_WINDOW: i64 = 1_000;
 /// The events page's SQL with only the filters `q` sets, and its parameters. Built per
 /// query rather than one statement with `(?1 IS NULL OR source = ?1)` terms: SQLite
 /// plans a statement once, before it sees the parameters, so such a term would keep
-/// it off `events_by_source` / `events_by_kind` / `events_by_dedupe` and walk the whole
+/// it off `events_by_source` / `events_by_kind` / `events_by_delivery` and walk the whole
 /// table; with plain equalities each filter is served by its index. `by_received`
 /// reads the rows through `events_by_received` (`INDEXED BY`): the same rows, another
 /// plan ([`window_is_small`] says when).
@@ -48,31 +54,37 @@ fn events_sql(q: &EventQuery, by_received: bool) -> (String, Vec<rusqlite::types
         sql.push_str(" INDEXED BY events_by_received");
     }
     let mut args: Vec<V> = Vec::new();
-    let mut term = |sql: &mut String, cond: &str, v: V| {
-        args.push(v);
-        sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
-        sql.push_str(&cond.replace('?', &format!("?{}", args.len())));
+    // Each `?` of `cond` takes the next of `values`, numbered.
+    let mut terms = |sql: &mut String, cond: &str, values: Vec<V>| {
+        sql.push_str(if args.is_empty() { " WHERE " } else { " AND " });
+        let mut parts = cond.split('?');
+        sql.push_str(parts.next().unwrap_or_default());
+        for (part, v) in parts.zip(values) {
+            args.push(v);
+            sql.push_str(&format!("?{}{part}", args.len()));
+        }
     };
     if let Some(s) = &q.source {
-        term(&mut sql, "source = ?", V::Text(s.clone()));
+        terms(&mut sql, "source = ?", vec![V::Text(s.clone())]);
     }
     if let Some(k) = &q.kind {
-        term(&mut sql, "kind = ?", V::Text(k.clone()));
+        terms(&mut sql, "kind = ?", vec![V::Text(k.clone())]);
     }
     if let Some(d) = &q.dedupe_key {
-        term(&mut sql, "dedupe_key = ?", V::Text(d.clone()));
+        let (cond, values) = delivery_condition(d, DELIVERY_TAIL, '?');
+        terms(&mut sql, &cond, values.into_iter().map(V::Text).collect());
     }
     if let Some(id) = &q.event_id {
-        term(&mut sql, "id = ?", V::Text(id.clone()));
+        terms(&mut sql, "id = ?", vec![V::Text(id.clone())]);
     }
     if let Some(b) = q.before_seq {
-        term(&mut sql, "seq < ?", V::Integer(b));
+        terms(&mut sql, "seq < ?", vec![V::Integer(b)]);
     }
     if let Some(t) = q.since_ms {
-        term(&mut sql, "received_at >= ?", V::Integer(t));
+        terms(&mut sql, "received_at >= ?", vec![V::Integer(t)]);
     }
     if let Some(t) = q.until_ms {
-        term(&mut sql, "received_at < ?", V::Integer(t));
+        terms(&mut sql, "received_at < ?", vec![V::Integer(t)]);
     }
     args.push(V::Integer(q.limit as i64));
     sql.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", args.len()));
@@ -462,7 +474,14 @@ mod tests {
         let by_kind = q(&|q| q.kind = Some("issues.opened".into()));
         assert!(by_kind.contains("events_by_kind"), "{by_kind}");
         let by_delivery = q(&|q| q.dedupe_key = Some("d-1".into()));
-        assert!(by_delivery.contains("events_by_dedupe"), "{by_delivery}");
+        assert!(by_delivery.contains("events_by_delivery"), "{by_delivery}");
+        // A full GitHub key (`{hook}:{guid}`): both branches of the OR are lookups of
+        // the same index, none a scan.
+        let by_full_key = q(&|q| q.dedupe_key = Some("9:d-1".into()));
+        assert!(
+            by_full_key.contains("events_by_delivery") && !by_full_key.contains("SCAN events"),
+            "{by_full_key}"
+        );
         let by_id = q(&|q| q.event_id = Some("evt_1".into()));
         assert!(by_id.contains("events_by_id"), "{by_id}");
         // Unfiltered and time-bounded pages walk the primary key newest first: no

@@ -71,7 +71,8 @@
 //! - `events_by_kind (kind, seq)`: `?kind=` pages walk it newest first, as
 //!   `events_by_source` serves `?source=`;
 //! - `events_by_dedupe (dedupe_key)` (SQLite appends `seq`, the rowid): the search by
-//!   a provider's delivery id;
+//!   a provider's delivery id (replaced by migration 9's `events_by_delivery`, on the
+//!   key's part after its first `:`, so a GitHub GUID finds its event);
 //! - `trigger_runs_by_event (event_id)`: an event's run records for its detail (its
 //!   outbox rows, queue messages and dead letters have such an index since
 //!   migration 2).
@@ -148,6 +149,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (6, CONSOLE),
     (7, HOLDER),
     (8, CLAIM_BY_BINDING),
+    (9, DELIVERY_SEARCH),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -312,6 +314,17 @@ const CLAIM_BY_BINDING: &str =
     WHERE ordering_key IS NOT NULL AND lease_token IS NULL
         AND EXISTS (SELECT 1 FROM outbox p WHERE p.binding_id = outbox.binding_id
             AND p.ordering_key = outbox.ordering_key AND p.id < outbox.id);";
+
+/// Migration 9: the search by delivery id finds an event by the id its provider shows
+/// as well as by the key as stored. A GitHub event's key is `{hook id}:{delivery
+/// GUID}` (two hooks' copies of one delivery must not dedupe each other), but GitHub's
+/// UI and an operator's logs show the GUID alone, which matched nothing. The index on
+/// the key is replaced by one on the key's part after its first `:` (the whole key
+/// when it has none, [`crate::store::sqlite::events`]'s `DELIVERY_TAIL`), which serves
+/// both searches: an event ingest writes still pays one index.
+const DELIVERY_SEARCH: &str =
+    "CREATE INDEX events_by_delivery ON events (substr(dedupe_key, instr(dedupe_key, ':') + 1));
+    DROP INDEX events_by_dedupe;";
 
 /// Applies the migrations this database lacks, all in ONE `IMMEDIATE` transaction:
 /// the version is read under the write lock, so of several processes (or several
