@@ -363,10 +363,15 @@ impl BaseConnector for Described {
     fn connector_type(&self) -> &str {
         "described"
     }
+    fn version(&self) -> &str {
+        "2.4.1"
+    }
     fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
         vec![switchboard::Capability::new("create_issue")
             .name("Create issue")
             .description("Opens an issue")
+            .category("ticketing")
+            .icon("ticket")
             .input_schema(json!({"type": "object", "required": ["title"]}))
             .output_schema(json!({"type": "object"}))
             .build()]
@@ -377,11 +382,18 @@ impl BaseConnector for Described {
 }
 
 #[tokio::test]
-async fn one_registration_shows_its_capabilities_schemas_and_an_unknown_arn_is_a_404() {
+async fn one_registration_shows_what_its_connector_sent_and_an_unknown_arn_is_a_404() {
     let gw = gateway().await;
     let base = gw.http_url();
     let cfg = ConnectorConfig::builder(gw.ws_url(), "acme")
         .instance_id("d")
+        .display_name("Tickets (EU)")
+        .tags(["eu", "tickets"])
+        .metadata("region", "eu-west-1")
+        .metadata(
+            "blob",
+            "x".repeat(switchboard::gateway::MAX_LISTED_METADATA_BYTES + 1),
+        )
         .build()
         .unwrap();
     let (runner, join) = start(
@@ -393,9 +405,22 @@ async fn one_registration_shows_its_capabilities_schemas_and_an_unknown_arn_is_a
     let v = get_ok(&base, &format!("/api/v1/registrations/{arn}")).await;
     assert_eq!(v["arn"], arn.as_str());
     assert_eq!(v["capabilities"], json!(["create_issue"]));
+    // What the connector sent about itself, as it sent it.
+    assert_eq!(v["display_name"], "Tickets (EU)");
+    assert_eq!(v["version"], "2.4.1");
+    assert_eq!(v["tags"], json!(["eu", "tickets"]));
+    let instance = &v["instance_metadata"];
+    assert_eq!(instance["region"], "eu-west-1");
+    assert_eq!(instance["sdk.name"], "switchboard", "the SDK's own entries");
+    assert!(
+        instance.get("blob").is_none(),
+        "values over the listing limit are left out: {instance}"
+    );
     let schema = &v["capability_schemas"][0];
     assert_eq!(schema["name"], "Create issue");
     assert_eq!(schema["description"], "Opens an issue");
+    assert_eq!(schema["category"], "ticketing");
+    assert_eq!(schema["icon"], "ticket");
     let input: Value = serde_json::from_str(schema["input_schema"].as_str().unwrap()).unwrap();
     assert_eq!(input["required"], json!(["title"]));
     let (code, body) = get(&base, "/api/v1/registrations/arn:nope").await;

@@ -9,7 +9,9 @@
 //! Pages: `/console` (counters, invokes by outcome, the live charts of round trips,
 //! errors and latency, tenants, pending approvals), `/console/connections` (paged),
 //! `/console/registrations` (paged, filtered by tenant, status, transport and text),
-//! `/console/registrations/{arn}` (capabilities, metadata, last metrics report).
+//! `/console/registrations/{arn}` (what the connector sent: display name, version,
+//! tags, capabilities with their category, icon and schemas, capability and instance
+//! metadata; and its last metrics report).
 
 use std::sync::Arc;
 
@@ -370,7 +372,8 @@ async fn registrations(
                             @let r = &item.info;
                             tr data-arn=(r.arn) {
                                 td { a href=(arn_href(&r.arn)) { code { (r.arn) } } }
-                                td { (r.tenant_id) } td { (r.connector_type) } td { (r.instance_id) }
+                                td { (r.tenant_id) } td { (r.connector_type) }
+                                td { (r.instance_id) @if !r.display_name.is_empty() { br; span.muted { (r.display_name) } } }
                                 td { (status_pill(&r.status)) } td { (r.transport) }
                                 td.num { (r.capabilities.len()) }
                                 td.num.executes { (count(item.figures.executes)) }
@@ -429,6 +432,11 @@ async fn registration(
                 tr { th { "tenant" } td { (r.tenant_id) } }
                 tr { th { "type" } td { (r.connector_type) } }
                 tr { th { "instance" } td { (r.instance_id) } }
+                @if !r.display_name.is_empty() { tr { th { "display name" } td #reg-display-name { (r.display_name) } } }
+                @if !r.version.is_empty() { tr { th { "version" } td #reg-version { code { (r.version) } } } }
+                @if !r.tags.is_empty() {
+                    tr { th { "tags" } td #reg-tags { @for t in &r.tags { span.pill { (t) } " " } } }
+                }
                 tr { th { "transport" } td { (r.transport) " (link " (r.socket_id) ")" } }
                 tr { th { "scope" } td { (r.scope) } }
                 tr { th { "registered" } td { (time(since)) } }
@@ -444,10 +452,14 @@ async fn registration(
             @match &item.capability_schemas {
                 Some(schemas) => {
                     table #capabilities {
-                        tr { th { "capability" } th { "description" } th { "input schema" } th { "output schema" } }
+                        tr { th { "capability" } th { "category" } th { "description" } th { "input schema" } th { "output schema" } }
                         @for c in schemas {
                             tr {
-                                td { code { (c.id) } @if !c.name.is_empty() && c.name != c.id { br; span.muted { (c.name) } } }
+                                td {
+                                    @if !c.icon.is_empty() { span.icon title="icon" { (c.icon) } " " }
+                                    code { (c.id) } @if !c.name.is_empty() && c.name != c.id { br; span.muted { (c.name) } }
+                                }
+                                td { (c.category) }
                                 td { (c.description) }
                                 td { @if !c.input_schema.is_empty() { pre { (pretty_json(&c.input_schema)) } } }
                                 td { @if !c.output_schema.is_empty() { pre { (pretty_json(&c.output_schema)) } } }
@@ -458,7 +470,11 @@ async fn registration(
                 None => ul #capabilities { @for c in &r.capabilities { li { code { (c) } } } },
             }
             h2 { "Metadata" }
-            table { @for (k, v) in &r.metadata { tr { th { (k) } td { code { (v) } } } } }
+            table #capability-metadata { @for (k, v) in &r.metadata { tr { th { (k) } td { code { (v) } } } } }
+            @if !r.instance_metadata.is_empty() {
+                h2 { "Instance metadata" }
+                table #instance-metadata { @for (k, v) in &r.instance_metadata { tr { th { (k) } td { code { (v) } } } } }
+            }
             h2 { "Last metrics report" }
             @match &r.metrics {
                 None => p.muted { "None received yet." },

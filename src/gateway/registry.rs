@@ -57,6 +57,29 @@ pub struct RegistrationInfo {
     /// less values over [`MAX_LISTED_METADATA_BYTES`] (tool schemas, event schemas),
     /// so a registration's footprint here stays small.
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// The version its capabilities declare (`ConnectorCapabilities.version`); empty
+    /// when it sent none.
+    pub version: String,
+    /// The name a person knows this instance by (`InstanceMetadata.display_name`);
+    /// empty when it sent none. Shown beside the ARN, which stays the identity.
+    pub display_name: String,
+    /// Its instance's tags (`InstanceMetadata.tags`), in its order.
+    pub tags: Vec<String>,
+    /// Its instance's own metadata (`InstanceMetadata.metadata`, as opposed to the
+    /// capabilities' [`RegistrationInfo::metadata`]), less values over
+    /// [`MAX_LISTED_METADATA_BYTES`].
+    pub instance_metadata: std::collections::BTreeMap<String, String>,
+}
+
+/// `map`'s entries whose value is at most [`MAX_LISTED_METADATA_BYTES`] long: what a
+/// listing keeps of a metadata map.
+fn listed(
+    map: &std::collections::HashMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    map.iter()
+        .filter(|(_, v)| v.len() <= MAX_LISTED_METADATA_BYTES)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// A registration found by [`Registry::resolve`]: what an invoke needs to route to it
@@ -257,6 +280,7 @@ impl<S: Clone> Registry<S> {
             .entry(socket_id)
             .or_default()
             .insert(arn.clone());
+        let instance = req.instance_metadata.as_ref();
         let info = RegistrationInfo {
             arn: arn.clone(),
             tenant_id: key.tenant().to_owned(),
@@ -280,14 +304,16 @@ impl<S: Clone> Registry<S> {
             metadata: req
                 .capabilities
                 .as_ref()
-                .map(|c| {
-                    c.metadata
-                        .iter()
-                        .filter(|(_, v)| v.len() <= MAX_LISTED_METADATA_BYTES)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                })
+                .map(|c| listed(&c.metadata))
                 .unwrap_or_default(),
+            version: req
+                .capabilities
+                .as_ref()
+                .map(|c| c.version.clone())
+                .unwrap_or_default(),
+            display_name: instance.map(|i| i.display_name.clone()).unwrap_or_default(),
+            tags: instance.map(|i| i.tags.clone()).unwrap_or_default(),
+            instance_metadata: instance.map(|i| listed(&i.metadata)).unwrap_or_default(),
         };
         let entry = Entry {
             info,

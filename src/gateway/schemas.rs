@@ -33,6 +33,11 @@ pub(crate) struct CapabilitySchema {
     pub(crate) input_schema: String,
     /// JSON Schema text of the output, as sent; empty when none.
     pub(crate) output_schema: String,
+    /// The category it declares (free text, e.g. `ticketing`); empty when none.
+    pub(crate) category: String,
+    /// The icon it declares, as sent (a name, an emoji or a URL: shown as text, never
+    /// fetched); empty when none.
+    pub(crate) icon: String,
 }
 
 /// The capability schemas a register request carried and their size, or `None` when
@@ -47,6 +52,8 @@ pub(crate) fn schemas_of(req: &RegisterConnectorRequest) -> Option<(Vec<Capabili
                 + t.description.len()
                 + t.input_schema_json.len()
                 + t.output_schema_json.len()
+                + t.category.len()
+                + t.icon.len()
         })
         .sum();
     if types.is_empty() || bytes > MAX_KEPT_SCHEMA_BYTES {
@@ -60,6 +67,8 @@ pub(crate) fn schemas_of(req: &RegisterConnectorRequest) -> Option<(Vec<Capabili
             description: t.description.clone(),
             input_schema: t.input_schema_json.clone(),
             output_schema: t.output_schema_json.clone(),
+            category: t.category.clone(),
+            icon: t.icon.clone(),
         })
         .collect();
     Some((list, bytes))
@@ -121,6 +130,8 @@ mod tests {
             description: "x".repeat(bytes - tag.len()),
             input_schema: String::new(),
             output_schema: String::new(),
+            category: String::new(),
+            icon: String::new(),
         };
         (vec![c], bytes)
     }

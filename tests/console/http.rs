@@ -345,3 +345,81 @@ async fn sign_in_returns_to_the_page_asked_for_even_by_its_short_name() {
         assert_eq!(resp.headers()[header::LOCATION], to, "{next}");
     }
 }
+
+/// A connector that says everything about itself the protocol lets it say.
+struct Described;
+
+#[async_trait::async_trait]
+impl switchboard::BaseConnector for Described {
+    fn connector_type(&self) -> &str {
+        "described"
+    }
+    fn version(&self) -> &str {
+        "2.4.1"
+    }
+    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
+        vec![switchboard::Capability::new("create_issue")
+            .category("ticketing")
+            .icon("ticket-icon")
+            .build()]
+    }
+    async fn execute(
+        &self,
+        p: switchboard::Payload,
+        _: Option<&str>,
+    ) -> switchboard::Result<switchboard::Payload> {
+        Ok(p)
+    }
+}
+
+#[tokio::test]
+async fn a_registrations_page_shows_what_its_connector_sent_about_itself() {
+    let gw = gateway(ApprovalMode::Auto).await;
+    let base = gw.http_url();
+    let cfg = switchboard::ConnectorConfig::builder(gw.ws_url(), "acme")
+        .instance_id("d")
+        .display_name("Tickets EU")
+        .tags(["eu-tag", "tickets-tag"])
+        .metadata("region", "eu-west-1")
+        .build()
+        .unwrap();
+    let (runner, join) = common::start(
+        switchboard::RunnerOptions::default(),
+        vec![switchboard::Registration::new(cfg, Described)],
+    )
+    .await;
+    let (cookie, _) = session(&base).await;
+    let arn = gw.registrations()[0].arn.clone();
+    let page = |path: String| {
+        let cookie = cookie.clone();
+        async move {
+            let resp = client()
+                .get(path)
+                .header(header::COOKIE, cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.text().await.unwrap()
+        }
+    };
+    let list = page(format!("{base}/console/registrations")).await;
+    assert!(list.contains("Tickets EU"), "the list names it too: {list}");
+    let href = attribute_after(&list, "<a href=\"/console/registrations/")
+        .expect("a link to the registration");
+    let detail = page(format!("{base}/console/registrations/{href}")).await;
+    assert!(detail.contains(&arn), "{detail}");
+    for sent in [
+        "Tickets EU",
+        "2.4.1",
+        "eu-tag",
+        "tickets-tag",
+        "region",
+        "eu-west-1",
+        "ticketing",
+        "ticket-icon",
+    ] {
+        assert!(detail.contains(sent), "{sent:?} missing from {detail}");
+    }
+    super::stop(&runner, join).await;
+}
