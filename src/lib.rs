@@ -104,14 +104,7 @@ pub(crate) mod triggers;
 #[cfg(feature = "runtime")]
 pub(crate) mod webhooks;
 
-pub mod proto {
-    //! Messages generated from `proto/connector.proto` (package `matrix.connectors.v1`).
-    //!
-    //! Public because a gateway integrator (or a test acting as one) speaks these
-    //! messages directly; a connector author never needs them.
-    #![allow(missing_docs, unreachable_pub, clippy::all)]
-    include!(concat!(env!("OUT_DIR"), "/matrix.connectors.v1.rs"));
-}
+pub mod proto;
 
 #[doc(hidden)]
 pub mod __private;
