@@ -44,7 +44,7 @@ use tokio_util::task::TaskTracker;
 
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
-pub(crate) use super::options::*;
+use super::options::{DispatcherOptions, MAX_FINISH_BATCH};
 use super::permits::{claim_now, commit_finishes_now, Permits, LINGER};
 use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};

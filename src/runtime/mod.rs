@@ -41,8 +41,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::connector::BaseConnector;
 use crate::dispatch::deliver::{Deliver, Handlers};
-use crate::dispatch::dispatcher::{Dispatcher, DispatcherOptions};
+use crate::dispatch::dispatcher::Dispatcher;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::options::DispatcherOptions;
 use crate::dispatch::permits::Permits;
 use crate::error::{Error, Result};
 use crate::inbound::InboundConnector;

@@ -34,7 +34,7 @@ pub(crate) const DEFAULT_CONNECTOR_TYPE: &str = "switchboard";
 pub(crate) const DEFAULT_INSTANCE_ID: &str = "switchboard";
 
 // The dispatcher's defaults are the config's defaults: one definition each.
-pub(crate) use crate::dispatch::dispatcher::{
+pub(crate) use crate::dispatch::options::{
     DEFAULT_BATCH, DEFAULT_LEASE, DEFAULT_MAX_IN_FLIGHT, DEFAULT_POLL_INTERVAL,
     DEFAULT_SHUTDOWN_GRACE,
 };
