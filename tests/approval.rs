@@ -230,7 +230,7 @@ async fn restarts_need_no_second_approval(over: Over) {
     eventually("re-registered after the gateway restart", || async {
         gw.registrations()
             .iter()
-            .any(|i| i.arn == arn && i.status == "approved")
+            .any(|i| i.arn == arn && i.status == switchboard::gateway::RegistrationState::Approved)
     })
     .await;
     h.wait_registered(DEADLINE).await.unwrap();

@@ -232,7 +232,10 @@ async fn a_bare_register_is_pending_listed_and_not_executable() {
         (before..=after).contains(&requested),
         "stamped when the register came, in ms: {requested} not in {before}..={after}"
     );
-    assert_eq!(gw.registrations()[0].status, "pending");
+    assert_eq!(
+        gw.registrations()[0].status,
+        switchboard::gateway::RegistrationState::Pending
+    );
     let r = http()
         .post(format!(
             "{}/api/v1/connectors/{}/execute",
@@ -254,7 +257,10 @@ async fn approval_leads_to_a_key_a_jwt_and_an_approved_register() {
     let mut ws = pending(&gw, "a").await;
     let k = client_key(1);
     let ott = approve(&gw, &mut ws, "a").await;
-    assert_eq!(gw.registrations()[0].status, "approved");
+    assert_eq!(
+        gw.registrations()[0].status,
+        switchboard::gateway::RegistrationState::Approved
+    );
 
     let (status, body) = register_key(&gw, &ott, "b", &k).await;
     assert_eq!(

@@ -165,7 +165,10 @@ async fn a_jwt_of_a_trusted_issuer_registers_approved_and_a_foreign_key_does_not
     assert_eq!(ok.status, RegistrationStatus::Approved as i32);
     assert_eq!(ok.connector_arn, format!("matrix:{TENANT}:{TYPE}:a"));
     assert!(!ok.session_token.is_empty());
-    assert_eq!(gw.registrations()[0].status, "approved");
+    assert_eq!(
+        gw.registrations()[0].status,
+        switchboard::gateway::RegistrationState::Approved
+    );
     let again = register(&mut ws, "a", &ok.session_token, "").await;
     assert_eq!(
         again.status,

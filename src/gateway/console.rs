@@ -25,6 +25,7 @@ use serde::Deserialize;
 
 use super::operator;
 use super::rates::Rates;
+use super::registry::RegistrationState;
 use super::state::GatewayState;
 use super::views::{ConnectionsQuery, RegistrationsQuery};
 use crate::console::chart::{self, Series};
@@ -108,13 +109,12 @@ fn arn_href(arn: &str) -> String {
     format!("/console/registrations/{}", encode_component(arn))
 }
 
-fn status_pill(status: &str) -> Markup {
-    let class = if status == "approved" {
-        "pill ok"
-    } else {
-        "pill warn"
+fn status_pill(status: RegistrationState) -> Markup {
+    let class = match status {
+        RegistrationState::Approved => "pill ok",
+        RegistrationState::Pending => "pill warn",
     };
-    html! { span class=(class) { (status) } }
+    html! { span class=(class) { (status.as_str()) } }
 }
 
 /// An approve and a reject button for a pending registration, returning to `back`.
@@ -374,14 +374,14 @@ async fn registrations(
                                 td { a href=(arn_href(&r.arn)) { code { (r.arn) } } }
                                 td { (r.tenant_id) } td { (r.connector_type) }
                                 td { (r.instance_id) @if !r.display_name.is_empty() { br; span.muted { (r.display_name) } } }
-                                td { (status_pill(&r.status)) } td { (r.transport) }
+                                td { (status_pill(r.status)) } td { (r.transport) }
                                 td.num { (r.capabilities.len()) }
                                 td.num.executes { (count(item.figures.executes)) }
                                 td.num { (rate(*xs)) } td.num { (rate(*is)) }
                                 td.num { (count(item.figures.execute_errors)) }
                                 td.num { (count(item.figures.in_flight)) }
                                 td { (time(item.since_ms as i64)) }
-                                td { @if r.status == "pending" { (approval_buttons(&r.arn, csrf, &back)) } }
+                                td { @if r.status == RegistrationState::Pending { (approval_buttons(&r.arn, csrf, &back)) } }
                             }
                         }
                     }
@@ -426,8 +426,8 @@ async fn registration(
             )
         };
         let body = html! {
-            h1 { code { (r.arn) } " " (status_pill(&r.status)) }
-            @if r.status == "pending" { p { (approval_buttons(&r.arn, csrf, &arn_href(&r.arn))) } }
+            h1 { code { (r.arn) } " " (status_pill(r.status)) }
+            @if r.status == RegistrationState::Pending { p { (approval_buttons(&r.arn, csrf, &arn_href(&r.arn))) } }
             table.kv {
                 tr { th { "tenant" } td { (r.tenant_id) } }
                 tr { th { "type" } td { (r.connector_type) } }

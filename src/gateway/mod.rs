@@ -99,7 +99,7 @@ mod views;
 pub use config::{ApprovalMode, GatewayConfig, TrustedIssuer};
 pub use execute::ExecuteOutcome;
 pub use hooks::LobbyEvent;
-pub use registry::{RegistrationInfo, MAX_LISTED_METADATA_BYTES};
+pub use registry::{RegistrationInfo, RegistrationState, MAX_LISTED_METADATA_BYTES};
 pub use report::ReportedMetrics;
 pub use server::Gateway;
 pub use stats::GatewayStats;

@@ -37,9 +37,9 @@ pub struct RegistrationInfo {
     pub connector_type: String,
     /// Sanitised instance id.
     pub instance_id: String,
-    /// `approved`, or `pending` while it awaits an operator's approval (manual
-    /// approval mode).
-    pub status: String,
+    /// Approved, or pending while it awaits an operator's approval (manual approval
+    /// mode).
+    pub status: RegistrationState,
     /// `websocket` or `grpc`.
     pub transport: String,
     /// The socket carrying it.
@@ -107,22 +107,30 @@ pub(crate) struct EntryView<'a> {
     pub(crate) since_ms: u64,
 }
 
-/// Whether a registration may be executed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
+/// Whether a registration may be executed: [`RegistrationInfo::status`]. Serialised
+/// (and shown) as `approved` / `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistrationState {
     /// Executable.
     Approved,
-    /// Awaiting the operator.
+    /// Awaiting the operator's approval (manual approval mode).
     Pending,
 }
 
-impl Status {
-    /// The label in [`RegistrationInfo::status`].
-    pub(crate) fn label(self) -> &'static str {
+impl RegistrationState {
+    /// The label the HTTP API and the console show: `approved` or `pending`.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Status::Approved => "approved",
-            Status::Pending => "pending",
+            RegistrationState::Approved => "approved",
+            RegistrationState::Pending => "pending",
         }
+    }
+}
+
+impl std::fmt::Display for RegistrationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -193,7 +201,14 @@ impl<S: Clone> Registry<S> {
         req: &RegisterConnectorRequest,
         socket: S,
     ) -> RegisterOutcome {
-        self.register_as(socket_id, transport, req, socket, Status::Approved, 0)
+        self.register_as(
+            socket_id,
+            transport,
+            req,
+            socket,
+            RegistrationState::Approved,
+            0,
+        )
     }
 
     /// Why `req` cannot be registered on `socket_id` at all, whatever its
@@ -225,7 +240,7 @@ impl<S: Clone> Registry<S> {
         transport: &str,
         req: &RegisterConnectorRequest,
         socket: S,
-        status: Status,
+        status: RegistrationState,
         now_ms: u64,
     ) -> RegisterOutcome {
         let key = RegistrationKey::new(&req.tenant_id, &req.connector_type, &req.instance_id);
@@ -238,9 +253,10 @@ impl<S: Clone> Registry<S> {
         // with credentials): it would make the real connector unexecutable, and an
         // operator approving the "reconnect" would hand the intruder a one-time token.
         // Once that connection closes, its entry goes and a bare register pends.
-        if status == Status::Pending {
+        if status == RegistrationState::Pending {
             if let Some(old) = self.by_arn.get(&arn) {
-                if old.info.status == Status::Approved.label() && old.info.socket_id != socket_id {
+                if old.info.status == RegistrationState::Approved && old.info.socket_id != socket_id
+                {
                     return RegisterOutcome::Refused {
                         arn,
                         reason: format!(
@@ -259,7 +275,7 @@ impl<S: Clone> Registry<S> {
         let mut metrics = None;
         let (mut since_ms, mut figures) = (now_ms, Arc::default());
         if let Some(old) = self.by_arn.remove(&arn) {
-            if old.info.status == Status::Pending.label() {
+            if old.info.status == RegistrationState::Pending {
                 requested_at_ms = old.requested_at_ms;
             }
             if old.info.socket_id == socket_id {
@@ -286,7 +302,7 @@ impl<S: Clone> Registry<S> {
             tenant_id: key.tenant().to_owned(),
             connector_type: key.connector_type().to_owned(),
             instance_id: key.instance_id().to_owned(),
-            status: status.label().into(),
+            status,
             transport: transport.to_owned(),
             socket_id,
             scope: scope.to_owned(),
@@ -341,7 +357,7 @@ impl<S: Clone> Registry<S> {
         for e in self
             .by_arn
             .values()
-            .filter(|e| e.info.status == Status::Pending.label())
+            .filter(|e| e.info.status == RegistrationState::Pending)
         {
             total += 1;
             if first.len() < limit {
@@ -364,15 +380,15 @@ impl<S: Clone> Registry<S> {
         let e = self
             .by_arn
             .get_mut(arn)
-            .filter(|e| e.info.status == Status::Pending.label())?;
-        e.info.status = Status::Approved.label().into();
+            .filter(|e| e.info.status == RegistrationState::Pending)?;
+        e.info.status = RegistrationState::Approved;
         Some((key_of(&e.info), e.socket.clone()))
     }
 
     /// Removes the pending registration `arn` (the operator rejected it); returns its
     /// identity and socket, or `None` when no registration with that ARN is pending.
     pub(crate) fn remove_pending(&mut self, arn: &str) -> Option<(RegistrationKey, S)> {
-        if self.by_arn.get(arn)?.info.status != Status::Pending.label() {
+        if self.by_arn.get(arn)?.info.status != RegistrationState::Pending {
             return None;
         }
         let e = self.by_arn.remove(arn)?;
@@ -419,7 +435,7 @@ impl<S: Clone> Registry<S> {
     ) -> crate::Result<(S, Arc<RegistrationFigures>)> {
         match self.by_arn.get(arn) {
             None => Err(Error::NotFound(format!("no registration with ARN {arn}"))),
-            Some(e) if e.info.status == Status::Pending.label() => {
+            Some(e) if e.info.status == RegistrationState::Pending => {
                 Err(Error::PendingApproval(pending_message(arn)))
             }
             Some(e) => Ok((e.socket.clone(), e.figures.clone())),
@@ -437,7 +453,7 @@ impl<S: Clone> Registry<S> {
             arn,
             tenant: entry.info.tenant_id.clone(),
             global: entry.info.scope == SCOPE_GLOBAL,
-            pending: entry.info.status == Status::Pending.label(),
+            pending: entry.info.status == RegistrationState::Pending,
             socket: entry.socket.clone(),
             figures: entry.figures.clone(),
         })
@@ -450,7 +466,7 @@ impl<S: Clone> Registry<S> {
             arns.iter().any(|a| {
                 self.by_arn
                     .get(a)
-                    .is_some_and(|e| e.info.status == Status::Approved.label())
+                    .is_some_and(|e| e.info.status == RegistrationState::Approved)
             })
         })
     }
@@ -737,15 +753,29 @@ mod tests {
     #[test]
     fn a_pending_registration_is_listed_not_executable_until_approved() {
         let mut r = Registry::new();
-        r.register_as(1, "grpc", &req("a", "x"), 1u64, Status::Pending, 100);
-        r.register_as(1, "grpc", &req("a", "x"), 1u64, Status::Pending, 200);
+        r.register_as(
+            1,
+            "grpc",
+            &req("a", "x"),
+            1u64,
+            RegistrationState::Pending,
+            100,
+        );
+        r.register_as(
+            1,
+            "grpc",
+            &req("a", "x"),
+            1u64,
+            RegistrationState::Pending,
+            200,
+        );
         let p = r.pending();
         assert_eq!(p.len(), 1);
         assert_eq!(
             p[0].requested_at_ms, 100,
             "a re-register keeps its request time"
         );
-        assert_eq!(r.list()[0].status, "pending");
+        assert_eq!(r.list()[0].status, RegistrationState::Pending);
         assert!(matches!(
             r.lookup_executable("matrix:a:echo:x"),
             Err(Error::PendingApproval(_))
@@ -764,7 +794,14 @@ mod tests {
     fn a_bare_register_from_another_link_cannot_take_an_approved_registration() {
         let mut r = Registry::new();
         r.register(1, "websocket", &req("a", "x"), 1u64);
-        let intruder = r.register_as(2, "websocket", &req("a", "x"), 2u64, Status::Pending, 5);
+        let intruder = r.register_as(
+            2,
+            "websocket",
+            &req("a", "x"),
+            2u64,
+            RegistrationState::Pending,
+            5,
+        );
         assert!(
             matches!(&intruder, RegisterOutcome::Refused { reason, .. } if reason.contains("another live connection")),
             "{intruder:?}"
@@ -773,12 +810,26 @@ mod tests {
         assert!(r.pending().is_empty());
         // Its own link may pend it again (credentials lost, say), and once the
         // approved link is gone a bare register from elsewhere pends.
-        r.register_as(1, "websocket", &req("a", "x"), 1u64, Status::Pending, 6);
+        r.register_as(
+            1,
+            "websocket",
+            &req("a", "x"),
+            1u64,
+            RegistrationState::Pending,
+            6,
+        );
         assert_eq!(r.pending().len(), 1);
         r.register(1, "websocket", &req("a", "x"), 1u64);
         r.remove_socket(1);
         assert!(matches!(
-            r.register_as(2, "websocket", &req("a", "x"), 2u64, Status::Pending, 7),
+            r.register_as(
+                2,
+                "websocket",
+                &req("a", "x"),
+                2u64,
+                RegistrationState::Pending,
+                7
+            ),
             RegisterOutcome::Accepted { .. }
         ));
     }
@@ -786,7 +837,14 @@ mod tests {
     #[test]
     fn removing_a_pending_registration_spares_approved_ones() {
         let mut r = Registry::new();
-        r.register_as(1, "websocket", &req("a", "x"), (), Status::Pending, 1);
+        r.register_as(
+            1,
+            "websocket",
+            &req("a", "x"),
+            (),
+            RegistrationState::Pending,
+            1,
+        );
         r.register(1, "websocket", &req("a", "y"), ());
         assert!(r.remove_pending("matrix:a:echo:y").is_none());
         assert!(r.remove_pending("matrix:a:echo:x").is_some());

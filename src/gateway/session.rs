@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::approvals::{now_ms, Decision};
 use super::config::ApprovalMode;
 use super::link::ConnectorLink;
-use super::registry::{tenant_of, RegisterOutcome, Status};
+use super::registry::{tenant_of, RegisterOutcome, RegistrationState};
 use super::state::GatewayState;
 use crate::identity::{Arn, RegistrationKey};
 use crate::proto::{
@@ -91,7 +91,7 @@ enum Verdict {
     Refused(Box<RegisterConnectorResponse>),
     /// To be registered with this status (approved: with this session token).
     Admit {
-        status: Status,
+        status: RegistrationState,
         session_token: String,
     },
 }
@@ -136,11 +136,11 @@ async fn decide(
     };
     match decision {
         Decision::Approved { session_token } => Verdict::Admit {
-            status: Status::Approved,
+            status: RegistrationState::Approved,
             session_token,
         },
         Decision::Pending => Verdict::Admit {
-            status: Status::Pending,
+            status: RegistrationState::Pending,
             session_token: String::new(),
         },
         Decision::Invalid(error) => refuse(error, RegistrationStatus::Unspecified),
@@ -214,8 +214,8 @@ async fn answer_register(
         RegisterOutcome::Accepted { arn } => {
             tracing::debug!(link_id = link.id, %arn, ?status, "registered");
             let status = match status {
-                Status::Approved => RegistrationStatus::Approved,
-                Status::Pending => RegistrationStatus::Pending,
+                RegistrationState::Approved => RegistrationStatus::Approved,
+                RegistrationState::Pending => RegistrationStatus::Pending,
             };
             RegisterConnectorResponse {
                 success: true,

@@ -26,7 +26,7 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::figures::RegistrationFiguresView;
 use super::link::{TRANSPORT_GRPC, TRANSPORT_WEBSOCKET};
-use super::registry::{EntryView, RegistrationInfo, Status};
+use super::registry::{EntryView, RegistrationInfo, RegistrationState};
 use super::schemas::CapabilitySchema;
 use super::series::{Baseline, Point, SAMPLE_INTERVAL};
 use super::state::GatewayState;
@@ -154,7 +154,10 @@ impl RegistrationsQuery {
             status: one_of(
                 "status",
                 self.status,
-                &[Status::Approved.label(), Status::Pending.label()],
+                &[
+                    RegistrationState::Approved.as_str(),
+                    RegistrationState::Pending.as_str(),
+                ],
             )?,
             transport: one_of(
                 "transport",
@@ -179,7 +182,7 @@ impl RegistrationFilter {
 
     fn matches(&self, info: &RegistrationInfo) -> bool {
         self.tenant.as_ref().is_none_or(|t| *t == info.tenant_id)
-            && self.status.is_none_or(|s| s == info.status)
+            && self.status.is_none_or(|s| s == info.status.as_str())
             && self.transport.is_none_or(|t| t == info.transport)
             && self
                 .q
@@ -409,7 +412,7 @@ impl GatewayState {
         for e in registry.entries_after(None) {
             let t = by_tenant.entry(&e.info.tenant_id).or_default();
             t.registrations += 1;
-            if e.info.status == Status::Pending.label() {
+            if e.info.status == RegistrationState::Pending {
                 t.pending += 1;
             } else {
                 t.approved += 1;

@@ -10,7 +10,7 @@ use super::*;
 use crate::gateway::approvals::Approvals;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::link::{ConnectorLink, Outbound};
-use crate::gateway::registry::Status;
+use crate::gateway::registry::RegistrationState;
 use crate::proto::RegisterConnectorRequest;
 
 fn state() -> Arc<GatewayState> {
@@ -20,7 +20,13 @@ fn state() -> Arc<GatewayState> {
 }
 
 /// Registers `tenant.echo.instance` on a fresh gRPC-shaped link `id`.
-fn register(state: &GatewayState, id: u64, tenant: &str, instance: &str, status: Status) {
+fn register(
+    state: &GatewayState,
+    id: u64,
+    tenant: &str,
+    instance: &str,
+    status: RegistrationState,
+) {
     let (tx, _rx) = mpsc::channel(1);
     let link = Arc::new(ConnectorLink::new(
         id,
@@ -104,9 +110,9 @@ fn empty_parameters_mean_not_given() {
 fn pages_chain_by_arn_and_filters_count_every_match() {
     let s = state();
     for (id, instance) in [(1, "e"), (2, "a"), (3, "c"), (4, "b"), (5, "d")] {
-        register(&s, id, "acme", instance, Status::Approved);
+        register(&s, id, "acme", instance, RegistrationState::Approved);
     }
-    register(&s, 6, "other", "a", Status::Pending);
+    register(&s, 6, "other", "a", RegistrationState::Pending);
 
     let mut filter = RegistrationFilter {
         limit: 2,
@@ -174,9 +180,9 @@ fn pages_chain_by_arn_and_filters_count_every_match() {
 #[test]
 fn tenants_and_connections_are_counted_from_the_registry_and_links() {
     let s = state();
-    register(&s, 1, "acme", "a", Status::Approved);
-    register(&s, 2, "acme", "b", Status::Pending);
-    register(&s, 3, "zeta", "a", Status::Approved);
+    register(&s, 1, "acme", "a", RegistrationState::Approved);
+    register(&s, 2, "acme", "b", RegistrationState::Pending);
+    register(&s, 3, "zeta", "a", RegistrationState::Approved);
     let (tx, _rx) = mpsc::channel(1);
     s.add_link(Arc::new(ConnectorLink::new(
         9,
@@ -270,7 +276,14 @@ fn ten_thousand_registrations_page_through_exactly_once() {
                 instance_id: format!("n{i:05}"),
                 ..Default::default()
             };
-            registry.register_as(1, "grpc", &req, link.clone(), Status::Approved, 1);
+            registry.register_as(
+                1,
+                "grpc",
+                &req,
+                link.clone(),
+                RegistrationState::Approved,
+                1,
+            );
         }
     }
     for (q, expected) in [(None, 10_000), (Some("ODD:"), 5_000)] {
