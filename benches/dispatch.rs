@@ -290,7 +290,7 @@ async fn outbox_rows(backend: &dyn Backend) -> u64 {
         .stats(switchboard::__private::store::now_ms())
         .await
         .expect("stats");
-    s.due + s.leased + s.scheduled
+    s.total.due + s.total.leased + s.total.scheduled
 }
 
 /// Waits until `delivered` reaches `rows`, then until the outbox is empty.

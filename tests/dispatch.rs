@@ -715,7 +715,9 @@ handler = { local = "rec", capability = "x" }
     let mut rt = Rt::sqlite(config, &[("rec", rec.clone())]).await;
     rt.enqueue_direct("slow", json!({})).await;
     let ops = rt.rt().ops().clone();
-    let in_flight = || ops.triggers()["triggers"][0]["counts"]["in_flight"].clone();
+    let in_flight = || {
+        serde_json::to_value(ops.triggers()).unwrap()["triggers"][0]["counts"]["in_flight"].clone()
+    };
     eventually("the attempt to start", || async { in_flight() == 1 }).await;
     // Hold the handler for four lease lengths; the keeper extends the lease each third
     // of one. A lease that lapsed would be claimed again (the binding has permits to
@@ -727,7 +729,7 @@ handler = { local = "rec", capability = "x" }
     assert_eq!(rec.count(), 0, "still the first attempt, held");
     gate.add_permits(1);
     eventually("the attempt to finish", || async {
-        ops.triggers()["triggers"][0]["counts"]["dispatched"] == 1
+        serde_json::to_value(ops.triggers()).unwrap()["triggers"][0]["counts"]["dispatched"] == 1
     })
     .await;
     rt.stop().await;
@@ -754,7 +756,7 @@ max_concurrent = 1
     }
     let ops = rt.rt().ops().clone();
     eventually("one attempt to hold the binding's only permit", || async {
-        ops.triggers()["triggers"][0]["counts"]["in_flight"] == 1
+        serde_json::to_value(ops.triggers()).unwrap()["triggers"][0]["counts"]["in_flight"] == 1
     })
     .await;
     // The rows that got no permit are released after the attempt starts; wait for that.
@@ -765,7 +767,7 @@ max_concurrent = 1
             .stats(switchboard::__private::store::now_ms())
             .await
             .unwrap();
-        (stats.leased, stats.due) == (1, 3)
+        (stats.total.leased, stats.total.due) == (1, 3)
     })
     .await;
     let (dir, url) = (rt.dir.clone(), rt.store_url.clone());
@@ -776,7 +778,7 @@ max_concurrent = 1
         .await
         .unwrap();
     assert_eq!(
-        (stats.leased, stats.due),
+        (stats.total.leased, stats.total.due),
         (0, 4),
         "the stuck attempt's row was released: {stats:?}"
     );

@@ -234,7 +234,7 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
         .unwrap();
     let ops = runtime.ops().clone();
     eventually("the chain to stop at the maximum depth", || async {
-        ops.stats().await.unwrap()["depth_dropped"] == 1
+        ops.stats().await.unwrap().depth_dropped == 1
     })
     .await;
     let depths = looper.depths.lock().unwrap().clone();
@@ -245,8 +245,8 @@ async fn events_that_handlers_produce_carry_their_depth_and_past_the_maximum_are
     );
     let stats = ops.stats().await.unwrap();
     assert_eq!(
-        stats["dead_letters"], 0,
-        "dropped, not dead-lettered: {stats}"
+        stats.stats.total.dead_letters, 0,
+        "dropped, not dead-lettered: {stats:?}"
     );
     rt.stop().await;
 }

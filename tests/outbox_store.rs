@@ -66,7 +66,7 @@ async fn an_accepted_event_enqueues_one_row_per_binding_and_a_duplicate_enqueues
     assert_eq!(again, Appended::Duplicate(id.clone()));
 
     let stats = f.backend.stats(T).await.unwrap();
-    assert_eq!(stats.due, 2, "{stats:?}");
+    assert_eq!(stats.total.due, 2, "{stats:?}");
     assert_eq!(stats.by_binding["a"].due, 1);
     assert_eq!(stats.by_binding["b"].due, 1);
     assert_eq!(stats.queues["q"].due, 1);
@@ -271,7 +271,7 @@ async fn finishes_folded_into_a_claim_apply_first_and_free_the_next_head(kind: S
         .unwrap();
     assert_eq!((applied, none.len()), (1, 0));
     let stats = f.backend.stats(T).await.unwrap();
-    assert_eq!(stats.leased, 1, "only a-2 is left");
+    assert_eq!(stats.total.leased, 1, "only a-2 is left");
 }
 
 async fn release_gives_rows_back_due_now_with_the_attempt_restored(kind: StoreKind) {
@@ -315,7 +315,10 @@ async fn retry_keeps_the_error_and_schedules_the_next_attempt(kind: StoreKind) {
         Some(T + 5_000)
     );
     let stats = f.backend.stats(T).await.unwrap();
-    assert_eq!((stats.due, stats.leased, stats.scheduled), (0, 0, 1));
+    assert_eq!(
+        (stats.total.due, stats.total.leased, stats.total.scheduled),
+        (0, 0, 1)
+    );
     assert!(f.claim(T + 4_999, 2, 10).await.is_empty());
     let again = f.claim(T + 5_000, 3, 10).await;
     assert_eq!(again[0].attempt, 2);
@@ -410,7 +413,7 @@ async fn a_failed_dead_letter_handler_annotates_the_dead_letter(kind: StoreKind)
     assert_eq!(dl.annotations, vec!["dlh: handler: pager down".to_owned()]);
     assert!(f.claim_for(&["dlh"], T + LEASE * 2, 5, 10).await.is_empty());
     assert_eq!(
-        f.backend.stats(T).await.unwrap().dead_letters,
+        f.backend.stats(T).await.unwrap().total.dead_letters,
         1,
         "no second dead letter"
     );
@@ -644,17 +647,29 @@ async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKin
         (T - after..=T - before).contains(&oldest),
         "the age at T of the first row enqueued: {oldest}"
     );
-    assert_eq!((s.due, s.leased, s.scheduled, s.dead_letters), (2, 1, 1, 1));
+    assert_eq!(
+        (
+            s.total.due,
+            s.total.leased,
+            s.total.scheduled,
+            s.total.dead_letters
+        ),
+        (2, 1, 1, 1)
+    );
     assert_eq!(s.by_binding["b"].dead_letters, 1);
     assert_eq!((s.by_binding["b"].due, s.by_binding["b"].leased), (0, 0));
     let q = &s.queues["q"];
     assert_eq!((q.due, q.leased, q.scheduled), (1, 1, 0));
-    assert_eq!(s.oldest_age_ms, Some(oldest), "the oldest of every binding");
+    assert_eq!(
+        s.total.oldest_age_ms,
+        Some(oldest),
+        "the oldest of every binding"
+    );
     // The chart's cheap totals agree with the full stats.
     let d = f.backend.depth(T).await.unwrap();
     assert_eq!(
         (d.due, d.leased, d.dead_letters),
-        (s.due, s.leased, s.dead_letters)
+        (s.total.due, s.total.leased, s.total.dead_letters)
     );
     // One event's deliveries: the dead letter with its history; the queue messages,
     // one of them received.

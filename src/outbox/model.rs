@@ -358,35 +358,18 @@ pub struct QueuedMessage {
     pub received: bool,
 }
 
-/// Counts for one binding (or one queue).
+/// How deep a part of the outbox is: one binding's rows, one queue's, or all the
+/// bindings' together ([`OutboxStats::total`]). One struct for the three, so a figure
+/// added to one is added to all.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BindingDepth {
-    /// Rows due now and not leased.
+pub struct Depth {
+    /// Rows due now and not leased (a queue's: visible).
     pub due: u64,
-    /// Rows under a live lease (in flight somewhere).
+    /// Rows under a live lease, in flight somewhere (a queue's: received, not acked).
     pub leased: u64,
     /// Rows waiting for a later attempt (`next_attempt_at` in the future, no lease).
     pub scheduled: u64,
     /// Age of the oldest row (ms since it was enqueued), if any.
-    pub oldest_age_ms: Option<i64>,
-    /// Dead letters kept for it.
-    pub dead_letters: u64,
-    /// Its rows superseded by a later row of their debounce key (records kept for the
-    /// event retention).
-    #[serde(default)]
-    pub superseded: u64,
-}
-
-/// Outbox totals and per-binding counts, as `GET /api/v1/outbox/stats` shows them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxStats {
-    /// Rows due now and not leased, over all bindings.
-    pub due: u64,
-    /// Rows under a live lease.
-    pub leased: u64,
-    /// Rows waiting for a later attempt.
-    pub scheduled: u64,
-    /// Age of the oldest row (ms), if any.
     pub oldest_age_ms: Option<i64>,
     /// Dead letters kept.
     pub dead_letters: u64,
@@ -394,10 +377,20 @@ pub struct OutboxStats {
     /// event retention).
     #[serde(default)]
     pub superseded: u64,
+}
+
+/// Outbox totals and per-binding counts, as `GET /api/v1/outbox/stats` shows them
+/// (the totals' fields at the top level).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxStats {
+    /// Over all bindings (the queues have their own entries); `dead_letters` counts
+    /// every dead letter, a queue's included.
+    #[serde(flatten)]
+    pub total: Depth,
     /// Per binding id.
-    pub by_binding: BTreeMap<String, BindingDepth>,
+    pub by_binding: BTreeMap<String, Depth>,
     /// Per queue name: `due` = visible, `leased` = received and not yet acked.
-    pub queues: BTreeMap<String, BindingDepth>,
+    pub queues: BTreeMap<String, Depth>,
 }
 
 /// What a queue receive asks for.

@@ -117,7 +117,7 @@ async fn triggers(State(ops): Ops) -> Response {
     Json(ops.triggers()).into_response()
 }
 
-fn answer(status: StatusCode, r: Result<serde_json::Value, OpError>) -> Response {
+fn answer<T: serde::Serialize>(status: StatusCode, r: Result<T, OpError>) -> Response {
     match r {
         Ok(v) => (status, Json(v)).into_response(),
         Err(e) => error(e),

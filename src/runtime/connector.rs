@@ -249,7 +249,7 @@ impl BaseConnector for RuntimeConnector {
                 let i: ReplayInput = input(&payload, cap)?;
                 ok(op(ops.replay_dead_letter(i.id, i.version).await)?)
             }
-            "outbox.stats" => ok(op(ops.stats().await)?),
+            "outbox.stats" => ok(json!(op(ops.stats().await)?)),
             other => Err(Error::NotFound(format!(
                 "capability {other:?}; this runtime offers {}",
                 CAPABILITIES.join(", ")

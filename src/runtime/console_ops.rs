@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::ops::{DeliverOps, OpError};
+use super::outbox_series::SeriesView;
 use crate::outbox::model::{AttemptError, DeadLetterQuery};
 use crate::store::EventQuery;
 use crate::triggers::lifecycle::label;
@@ -261,8 +262,11 @@ impl DeliverOps {
 
     /// The outbox depth over the last minutes, one sample per interval, oldest first:
     /// `{"interval_ms", "points": [{"at_ms", "due", "leased", "dead_letters"}]}`.
-    pub(crate) fn outbox_series(&self) -> Value {
+    pub(crate) fn outbox_series(&self) -> SeriesView {
         let ring = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        json!({"interval_ms": ring.interval_ms(), "points": ring.points()})
+        SeriesView {
+            interval_ms: ring.interval_ms(),
+            points: ring.points(),
+        }
     }
 }

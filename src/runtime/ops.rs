@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::dispatch::deliver::{AttemptInput, Deliver};
 use crate::dispatch::metrics::DispatchMetrics;
@@ -17,7 +17,8 @@ use crate::dispatch::permits::{NoPermit, Permits};
 use crate::encoding::Payload;
 use crate::error::Error;
 use crate::outbox::model::{
-    DeadLetter, DeadLetterQuery, Destination, Enqueue, ReceiveRequest, Received, RunRecord,
+    DeadLetter, DeadLetterQuery, Destination, Enqueue, OutboxStats, ReceiveRequest, Received,
+    RunRecord,
 };
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::store::{now_ms, Appended, Store};
@@ -201,6 +202,19 @@ pub struct Enqueued {
     pub duplicate: bool,
     /// Past the maximum depth: dropped and counted, not stored.
     pub dropped: bool,
+}
+
+/// What [`DeliverOps::stats`] answers (`GET /api/v1/outbox/stats`, the
+/// `outbox.stats` capability, the console's outbox cards): the outbox's depth in
+/// total, per binding and per queue, and the events dropped for exceeding the
+/// handler-hop limit. Serialised with the [`OutboxStats`] fields at the top level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutboxReport {
+    /// The store's counts.
+    #[serde(flatten)]
+    pub stats: OutboxStats,
+    /// Events a handler produced one hop past `max_depth`, dropped since start.
+    pub depth_dropped: u64,
 }
 
 /// The operations, over one store, registry and set of handlers.
@@ -499,50 +513,116 @@ impl DeliverOps {
     }
 
     /// Outbox totals, per binding and queue, plus the depth drops.
-    pub async fn stats(&self) -> Result<Value, OpError> {
+    pub async fn stats(&self) -> Result<OutboxReport, OpError> {
         let stats = self.store.backend().stats(now_ms()).await?;
-        let mut v = serde_json::to_value(stats).unwrap_or(Value::Null);
-        v["depth_dropped"] = json!(self.metrics.depth_dropped_total());
-        Ok(v)
+        Ok(OutboxReport {
+            stats,
+            depth_dropped: self.metrics.depth_dropped_total(),
+        })
     }
 
     /// Every binding: its versions (number, state, fingerprint), whether it is paused,
     /// the active version's definition, whether this process delivers it, and its
-    /// counts.
-    pub fn triggers(&self) -> Value {
+    /// counts (`GET /api/v1/triggers`, the console's bindings pages).
+    pub fn triggers(&self) -> TriggersReport {
         let current = self.triggers.current();
-        let list: Vec<Value> = current
+        let triggers = current
             .view()
             .into_iter()
             .map(|view| {
-                let mut v = serde_json::to_value(&view).unwrap_or(Value::Null);
-                if let Some(active) = current.active(&view.id) {
-                    v["definition"] = serde_json::to_value(&**active).unwrap_or(Value::Null);
-                    v["served"] = json!(self.permits.serves(active));
-                }
+                let active = current.active(&view.id).cloned();
                 let draining = view
                     .versions
                     .iter()
                     .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
                 let breaker_open = self.breakers.as_ref().is_some_and(|b| b.is_open(&view.id));
-                v["state"] = json!(super::binding_metrics::state_word(
+                let state = super::binding_metrics::state_word(
                     view.paused,
                     breaker_open,
                     view.active.is_some(),
-                    draining
-                ));
-                let mut counts =
-                    serde_json::to_value(self.metrics.counts(&view.id)).unwrap_or(Value::Null);
-                if let Some(ingest) = &self.ingest {
+                    draining,
+                );
+                let ingest = self.ingest.as_ref().map(|ingest| {
                     let (received, matched, last) = ingest.binding_counts(&view.id);
-                    counts["received"] = json!(received);
-                    counts["matched"] = json!(matched);
-                    counts["last_received_ms"] = json!(last.map(|s| (s * 1000.0) as i64));
+                    IngestCounts {
+                        received,
+                        matched,
+                        last_received_ms: last.map(|s| (s * 1000.0) as i64),
+                    }
+                });
+                BindingReport {
+                    served: active.as_ref().map(|a| self.permits.serves(a)),
+                    definition: active,
+                    state,
+                    counts: BindingFigures {
+                        dispatch: self.metrics.counts(&view.id),
+                        ingest,
+                    },
+                    view,
                 }
-                v["counts"] = counts;
-                v
             })
             .collect();
-        json!({ "triggers": list })
+        TriggersReport { triggers }
     }
+}
+
+/// `GET /api/v1/triggers`: every binding, in configuration order.
+#[derive(Debug, Clone, Serialize)]
+pub struct TriggersReport {
+    pub(crate) triggers: Vec<BindingReport>,
+}
+
+impl TriggersReport {
+    /// The binding `id`, if known.
+    pub(crate) fn find(&self, id: &str) -> Option<&BindingReport> {
+        self.triggers.iter().find(|b| b.view.id == id)
+    }
+}
+
+/// One binding as an operator sees it: its versions and whether it is paused (the
+/// lifecycle's view, at the top level), the active version's definition and whether
+/// this process delivers it (absent without an active version), its state word and
+/// its counts.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BindingReport {
+    #[serde(flatten)]
+    pub(crate) view: crate::triggers::lifecycle::BindingView,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "active_definition"
+    )]
+    pub(crate) definition: Option<Arc<crate::triggers::binding::Binding>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) served: Option<bool>,
+    /// `active`, `paused`, `draining`, `breaker_open`, … (`binding_metrics::state_word`).
+    pub(crate) state: &'static str,
+    pub(crate) counts: BindingFigures,
+}
+
+/// Serialises the definition behind its `Arc` (serde's `rc` feature is not on).
+fn active_definition<S: serde::Serializer>(
+    definition: &Option<Arc<crate::triggers::binding::Binding>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    definition.as_deref().serialize(s)
+}
+
+/// A binding's counts: the dispatcher's, and the ingress's when this runtime ingests.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BindingFigures {
+    #[serde(flatten)]
+    pub(crate) dispatch: crate::dispatch::metrics::BindingCounts,
+    #[serde(flatten)]
+    pub(crate) ingest: Option<IngestCounts>,
+}
+
+/// Events the ingress routed to a binding.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct IngestCounts {
+    /// Events of its sources it saw.
+    pub(crate) received: u64,
+    /// Of those, events its filter took.
+    pub(crate) matched: u64,
+    /// When the last one arrived (unix ms).
+    pub(crate) last_received_ms: Option<i64>,
 }

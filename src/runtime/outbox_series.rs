@@ -47,6 +47,15 @@ pub(crate) struct Point {
     pub(crate) dead_letters: u64,
 }
 
+/// The series as `GET /api/v1/outbox/series` answers it and the overview charts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct SeriesView {
+    /// The time between samples (ms).
+    pub(crate) interval_ms: u64,
+    /// The samples, oldest first.
+    pub(crate) points: Vec<Point>,
+}
+
 /// The newest `capacity` samples, oldest first.
 #[derive(Debug, Clone)]
 pub(crate) struct SeriesRing {

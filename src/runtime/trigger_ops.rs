@@ -4,13 +4,13 @@
 //! entries it wrote, so the caller sees exactly what changed (nothing, for a reload
 //! that kept every binding).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ops::{DeliverOps, OpError};
 use crate::triggers::config::TriggerConfig;
 use crate::triggers::lifecycle::label;
-use crate::triggers::versions::LifecycleCommit;
+use crate::triggers::versions::{LifecycleCommit, LifecycleEntry};
 
 /// Most lifecycle log entries one history page holds.
 pub(crate) const MAX_HISTORY_PAGE: usize = 1000;
@@ -25,6 +25,17 @@ pub(crate) struct RegisterRequest {
     /// Replace a dynamic binding of the same id (a duplicate id is refused otherwise).
     #[serde(default)]
     pub(crate) replace: bool,
+}
+
+/// One page of a binding's lifecycle log (`GET /api/v1/triggers/{id}/history`).
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryPage {
+    /// The binding id.
+    pub(crate) binding: String,
+    /// Its entries, oldest first.
+    pub(crate) history: Vec<LifecycleEntry>,
+    /// The `after` of the next page; `null` on the last.
+    pub(crate) next: Option<i64>,
 }
 
 /// The answer to a change: the log entries it wrote.
@@ -76,7 +87,7 @@ impl DeliverOps {
         id: &str,
         after: Option<i64>,
         limit: Option<usize>,
-    ) -> Result<Value, OpError> {
+    ) -> Result<HistoryPage, OpError> {
         let limit = limit.unwrap_or(100).clamp(1, MAX_HISTORY_PAGE);
         let entries = self.control.history(id, after, limit).await?;
         if entries.is_empty()
@@ -90,6 +101,10 @@ impl DeliverOps {
         let next = (entries.len() == limit)
             .then(|| entries.last().map(|e| e.seq))
             .flatten();
-        Ok(json!({ "binding": id, "history": entries, "next": next }))
+        Ok(HistoryPage {
+            binding: id.to_owned(),
+            history: entries,
+            next,
+        })
     }
 }

@@ -7,7 +7,7 @@
 //! Plain functions of their inputs, no I/O, so they are tested here once.
 
 use crate::outbox::model::OutboxStats;
-use crate::outbox::model::{AttemptError, BindingDepth, DeadLetter, Destination, Enqueue};
+use crate::outbox::model::{AttemptError, DeadLetter, Depth, Destination, Enqueue};
 
 /// `next_attempt_at` of a parked row: one waiting behind an earlier row of its binding
 /// and ordering key (migration 8 in either backend's schema parks and unparks them).
@@ -163,7 +163,7 @@ pub(crate) fn assemble_stats(
     dead: Vec<(String, Option<String>, i64)>,
     superseded: Vec<(String, i64)>,
 ) -> OutboxStats {
-    let depth = |(_, due, leased, scheduled, oldest): &DepthRow| BindingDepth {
+    let depth = |(_, due, leased, scheduled, oldest): &DepthRow| Depth {
         due: due.max(&0).unsigned_abs(),
         leased: leased.max(&0).unsigned_abs(),
         scheduled: scheduled.max(&0).unsigned_abs(),
@@ -174,16 +174,16 @@ pub(crate) fn assemble_stats(
     let mut stats = OutboxStats::default();
     for row in &outbox {
         let d = depth(row);
-        stats.due += d.due;
-        stats.leased += d.leased;
-        stats.scheduled += d.scheduled;
-        stats.oldest_age_ms = stats.oldest_age_ms.max(d.oldest_age_ms);
+        stats.total.due += d.due;
+        stats.total.leased += d.leased;
+        stats.total.scheduled += d.scheduled;
+        stats.total.oldest_age_ms = stats.total.oldest_age_ms.max(d.oldest_age_ms);
         stats.by_binding.insert(row.0.clone(), d);
     }
     stats.queues = queues.iter().map(|r| (r.0.clone(), depth(r))).collect();
     for (binding, queue, n) in dead {
         let n = n.max(0).unsigned_abs();
-        stats.dead_letters += n;
+        stats.total.dead_letters += n;
         let entry = match queue {
             Some(q) => stats.queues.entry(q),
             None => stats.by_binding.entry(binding),
@@ -192,7 +192,7 @@ pub(crate) fn assemble_stats(
     }
     for (binding, n) in superseded {
         let n = n.max(0).unsigned_abs();
-        stats.superseded += n;
+        stats.total.superseded += n;
         stats.by_binding.entry(binding).or_default().superseded += n;
     }
     stats
@@ -257,14 +257,14 @@ mod tests {
             vec![("a".into(), None, 2), ("c".into(), Some("q".into()), 1)],
             vec![("b".into(), 4)],
         );
-        assert_eq!((s.due, s.leased, s.scheduled), (5, 2, 3));
-        assert_eq!(s.oldest_age_ms, Some(60));
-        assert_eq!(s.dead_letters, 3);
+        assert_eq!((s.total.due, s.total.leased, s.total.scheduled), (5, 2, 3));
+        assert_eq!(s.total.oldest_age_ms, Some(60));
+        assert_eq!(s.total.dead_letters, 3);
         assert_eq!(s.by_binding["a"].dead_letters, 2);
         assert_eq!(s.queues["q"].dead_letters, 1);
         assert_eq!(s.queues["q"].due, 5);
         assert!(!s.by_binding.contains_key("c"));
-        assert_eq!((s.superseded, s.by_binding["b"].superseded), (4, 4));
+        assert_eq!((s.total.superseded, s.by_binding["b"].superseded), (4, 4));
     }
 
     #[test]

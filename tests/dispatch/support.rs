@@ -294,7 +294,7 @@ impl Rt {
 
     /// A binding's dispatcher counts, read without HTTP (for paused-time tests).
     pub async fn get_direct_counts(&self, binding: &str) -> Counts {
-        let v = self.rt().ops().triggers();
+        let v = serde_json::to_value(self.rt().ops().triggers()).unwrap();
         let t = v["triggers"]
             .as_array()
             .unwrap()

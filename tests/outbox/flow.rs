@@ -146,7 +146,10 @@ async fn a_debounced_key_collapses_to_its_last_row_due_at_commit_plus_window(kin
     .await;
 
     let stats = f.backend.stats(t0 + 2_500).await.unwrap();
-    assert_eq!((stats.superseded, stats.by_binding[B].superseded), (2, 2));
+    assert_eq!(
+        (stats.total.superseded, stats.by_binding[B].superseded),
+        (2, 2)
+    );
     assert_eq!(stats.by_binding[B].scheduled, 2, "{stats:?}");
     assert_eq!(stats.by_binding["other"].scheduled, 1);
 
@@ -170,11 +173,14 @@ async fn a_debounced_key_collapses_to_its_last_row_due_at_commit_plus_window(kin
     assert_eq!(f.claim_for(&["m"], t1 + w, 3, 10).await.len(), 1);
     commit(&f, vec![m("m-2")], t1 + w + 1).await;
     let stats = f.backend.stats(t1 + w + 1).await.unwrap();
-    assert_eq!(stats.superseded, 2, "the leased row stays");
+    assert_eq!(stats.total.superseded, 2, "the leased row stays");
     assert_eq!(stats.by_binding["m"].leased, 1);
     commit(&f, vec![m("m-3")], t1 + w + LEASE + 1).await;
     let stats = f.backend.stats(t1 + w + LEASE + 1).await.unwrap();
-    assert_eq!(stats.superseded, 4, "the expired lease's row and m-2 go");
+    assert_eq!(
+        stats.total.superseded, 4,
+        "the expired lease's row and m-2 go"
+    );
     assert_eq!(stats.by_binding["m"].superseded, 2);
     assert_eq!(stats.by_binding["m"].scheduled, 1);
 
@@ -194,12 +200,12 @@ async fn a_debounced_key_collapses_to_its_last_row_due_at_commit_plus_window(kin
     assert_eq!(n.len(), 3, "N, and K and L again: their leases ran out");
     assert_eq!(n_rows.len(), 1);
     assert_eq!(n_rows[0].event_id, ids[1]);
-    assert_eq!(f.backend.stats(t2).await.unwrap().superseded, 5);
+    assert_eq!(f.backend.stats(t2).await.unwrap().total.superseded, 5);
 
     // The records go with the event retention.
     let expired = f.backend.expire(t2 + 1, 100).await.unwrap();
     assert_eq!(expired.superseded, 5);
-    assert_eq!(f.backend.stats(t2).await.unwrap().superseded, 0);
+    assert_eq!(f.backend.stats(t2).await.unwrap().total.superseded, 0);
 }
 
 async fn a_binding_dedupe_key_enqueues_nothing_within_its_retention_and_again_after(

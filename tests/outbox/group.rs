@@ -57,7 +57,7 @@ async fn a_group_commits_its_events_their_rows_and_the_cursor_together(kind: Sto
     );
     let stats = f.backend.stats(T).await.unwrap();
     assert_eq!(
-        stats.due, 2,
+        stats.total.due, 2,
         "one row per new event, none for the duplicate"
     );
 
@@ -73,7 +73,7 @@ async fn a_group_commits_its_events_their_rows_and_the_cursor_together(kind: Sto
         "{again:?}"
     );
     assert!(matches!(again[1], Appended::Duplicate(_)), "{again:?}");
-    assert_eq!(f.backend.stats(T).await.unwrap().due, 2);
+    assert_eq!(f.backend.stats(T).await.unwrap().total.due, 2);
 
     // A state write alone, and a deletion.
     assert!(f
@@ -138,7 +138,7 @@ async fn a_failed_group_stores_neither_events_nor_cursor(kind: StoreKind) {
         events.is_empty(),
         "no event of the group was kept: {events:?}"
     );
-    assert_eq!(f.backend.stats(T).await.unwrap().due, 0);
+    assert_eq!(f.backend.stats(T).await.unwrap().total.due, 0);
     // The keys were not claimed either: the page stores normally afterwards.
     let ok = f
         .store

@@ -32,7 +32,7 @@ async fn a_hot_keys_rows_run_one_at_a_time_in_order_and_count_as_due(kind: Store
     f.append("plain", vec![row(B)]).await;
     let stats = f.backend.stats(T).await.unwrap();
     assert_eq!(
-        (stats.due, stats.scheduled),
+        (stats.total.due, stats.total.scheduled),
         (31, 0),
         "rows held behind their key are due, not scheduled"
     );
@@ -70,7 +70,10 @@ async fn a_hot_keys_rows_run_one_at_a_time_in_order_and_count_as_due(kind: Store
     assert_eq!(order, keys, "every row of the key, in enqueue order");
     assert_eq!(plain, 1, "the unkeyed row is not held back by the key");
     let stats = f.backend.stats(T).await.unwrap();
-    assert_eq!((stats.due, stats.leased, stats.scheduled), (0, 0, 0));
+    assert_eq!(
+        (stats.total.due, stats.total.leased, stats.total.scheduled),
+        (0, 0, 0)
+    );
 }
 
 async fn a_dead_lettered_head_frees_the_next_row_of_its_key(kind: StoreKind) {

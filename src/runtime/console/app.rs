@@ -7,9 +7,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use crate::console::{page, ConsoleKit, Page, SessionInfo};
-use crate::runtime::ops::{DeliverOps, OpError};
+use crate::runtime::ops::{DeliverOps, OpError, OutboxReport};
 use crate::webhooks::state::Ingress;
-use serde_json::Value;
 
 /// How long the outbox totals are reused across live pages: they are several
 /// grouped counts over the outbox, and every open overview would otherwise run them
@@ -22,7 +21,7 @@ pub(crate) struct RuntimeConsole {
     pub(crate) ops: Arc<DeliverOps>,
     pub(crate) ingress: Arc<Ingress>,
     /// The last outbox totals and when they were read ([`RuntimeConsole::stats`]).
-    stats: Mutex<Option<(Instant, Value)>>,
+    stats: Mutex<Option<(Instant, OutboxReport)>>,
 }
 
 impl RuntimeConsole {
@@ -39,7 +38,7 @@ impl RuntimeConsole {
     /// The outbox totals (`GET /api/v1/outbox/stats`), read at most once per
     /// [`STATS_TTL`] however many pages show them (two readers racing both read;
     /// the lock is never held across the read).
-    pub(crate) async fn stats(&self) -> Result<Value, OpError> {
+    pub(crate) async fn stats(&self) -> Result<OutboxReport, OpError> {
         if let Some((at, v)) = &*self.stats.lock().expect("stats lock") {
             if at.elapsed() < STATS_TTL {
                 return Ok(v.clone());

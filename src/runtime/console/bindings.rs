@@ -8,13 +8,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use maud::{html, Markup};
-use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{button, confirm_button, done, failed, num, pretty, scalar, ActionForm};
+use super::widgets::{button, confirm_button, done, failed, pretty, ActionForm};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
+use crate::runtime::ops::{BindingFigures, TriggersReport};
+use crate::runtime::trigger_ops::HistoryPage;
 
 fn href(id: &str) -> String {
     format!("/console/bindings/{}", encode_component(id))
@@ -46,27 +47,28 @@ fn actions(id: &str, paused: bool, csrf: &str, back: &str) -> Markup {
 
 /// The bindings table of a `GET /api/v1/triggers` answer; with `csrf`, each row has
 /// its buttons.
-pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
-    let list = triggers["triggers"].as_array().cloned().unwrap_or_default();
+pub(crate) fn table(report: &TriggersReport, csrf: Option<&str>) -> Markup {
     html! {
-        @if list.is_empty() { p.muted { "No bindings." } }
+        @if report.triggers.is_empty() { p.muted { "No bindings." } }
         table #bindings {
             tr { th { "binding" } th { "version" } th { "state" } th.num { "received" } th.num { "matched" }
                  th.num { "dispatched" } th.num { "failed" } th.num { "dead" } th.num { "in flight" } th { "last event" }
                  @if csrf.is_some() { th {} } }
-            @for b in &list {
-                @let id = scalar(&b["id"]);
-                @let c = &b["counts"];
+            @for b in &report.triggers {
+                @let id = &b.view.id;
+                @let c = &b.counts.dispatch;
+                @let ingest = b.counts.ingest;
                 tr data-binding=(id) {
-                    td { a href=(href(&id)) { strong { (id) } } }
-                    td { @if let Some(v) = b["active"].as_u64() { "v" (v) } @else { "—" } }
-                    td.state { (state_pill(b["state"].as_str().unwrap_or("?"))) }
-                    td.num { (count(num(c, "received"))) } td.num { (count(num(c, "matched"))) }
-                    td.num.dispatched { (count(num(c, "dispatched"))) } td.num { (count(num(c, "failed"))) }
-                    td.num { (count(num(c, "dead_lettered"))) } td.num { (c["in_flight"].as_i64().unwrap_or(0)) }
-                    td { (time(c["last_received_ms"].as_i64().unwrap_or(0))) }
+                    td { a href=(href(id)) { strong { (id) } } }
+                    td { @if let Some(v) = b.view.active { "v" (v) } @else { "—" } }
+                    td.state { (state_pill(b.state)) }
+                    td.num { (count(ingest.map_or(0, |i| i.received))) }
+                    td.num { (count(ingest.map_or(0, |i| i.matched))) }
+                    td.num.dispatched { (count(c.dispatched)) } td.num { (count(c.failed)) }
+                    td.num { (count(c.dead_lettered)) } td.num { (c.in_flight) }
+                    td { (time(ingest.and_then(|i| i.last_received_ms).unwrap_or(0))) }
                     @if let Some(csrf) = csrf {
-                        td { (actions(&id, b["paused"].as_bool().unwrap_or(false), csrf, "/console/bindings")) }
+                        td { (actions(id, b.view.paused, csrf, "/console/bindings")) }
                     }
                 }
             }
@@ -74,14 +76,33 @@ pub(crate) fn table(triggers: &Value, csrf: Option<&str>) -> Markup {
     }
 }
 
+/// A binding's counts, as a key/value table.
+fn counts_table(figures: &BindingFigures) -> Markup {
+    let c = &figures.dispatch;
+    html! {
+        table.kv #counts {
+            @if let Some(i) = figures.ingest {
+                tr { th { "received" } td { (count(i.received)) } }
+                tr { th { "matched" } td { (count(i.matched)) } }
+                tr { th { "last event" } td { (time(i.last_received_ms.unwrap_or(0))) } }
+            }
+            tr { th { "dispatched" } td { (count(c.dispatched)) } }
+            tr { th { "failed" } td { (count(c.failed)) } }
+            tr { th { "retried" } td { (count(c.retried)) } }
+            tr { th { "dead-lettered" } td { (count(c.dead_lettered)) } }
+            tr { th { "in flight" } td { (c.in_flight) } }
+        }
+    }
+}
+
 /// A binding's lifecycle log (`GET /api/v1/triggers/{id}/history`), oldest first.
-fn history_table(history: &Value) -> Markup {
+fn history_table(page: &HistoryPage) -> Markup {
     html! {
         table #history {
             tr { th { "when" } th { "version" } th { "event" } th { "reason" } th { "process" } }
-            @for e in history["history"].as_array().into_iter().flatten() {
-                tr { td { (time(e["at_ms"].as_i64().unwrap_or(0))) } td { "v" (scalar(&e["version"])) }
-                     td { (scalar(&e["event"])) } td { (scalar(&e["reason"])) } td { code { (scalar(&e["process"])) } } }
+            @for e in &page.history {
+                tr { td { (time(e.at_ms)) } td { "v" (e.version) }
+                     td { (e.event.as_str()) } td { (e.reason) } td { code { (e.process) } } }
             }
         }
     }
@@ -109,33 +130,31 @@ pub(crate) async fn detail(
         let id = id.clone();
         async move {
             let all = app.ops.triggers();
-            let found = all["triggers"]
-                .as_array()
-                .and_then(|l| l.iter().find(|b| b["id"] == id.as_str()))
-                .cloned();
-            let Some(b) = found else {
+            let Some(b) = all.find(&id) else {
                 return Page::missing("rt-binding", &format!("No binding {id} is known."));
             };
             let history = match app.ops.history(&id, None, Some(100)).await {
                 Ok(h) => html! { (history_table(&h)) },
                 Err(e) => super::widgets::unavailable(&e),
             };
-            let paused = b["paused"].as_bool().unwrap_or(false);
             let body = html! {
-                h1 { (id) " " (state_pill(b["state"].as_str().unwrap_or("?"))) }
-                p { (actions(&id, paused, &csrf, &href(&id))) }
+                h1 { (id) " " (state_pill(b.state)) }
+                p { (actions(&id, b.view.paused, &csrf, &href(&id))) }
                 h2 { "Counts" }
-                (super::widgets::fields(&b["counts"]))
+                (counts_table(&b.counts))
                 h2 { "Versions" }
                 table #versions {
                     tr { th { "version" } th { "state" } th { "fingerprint" } th { "pinned" } }
-                    @for v in b["versions"].as_array().into_iter().flatten() {
-                        tr { td { (scalar(&v["label"])) } td { (scalar(&v["state"])) }
-                             td { code { (scalar(&v["fingerprint"])) } } td { (scalar(&v["pinned"])) } }
+                    @for v in &b.view.versions {
+                        tr { td { (v.label) } td { (v.state.as_str()) }
+                             td { code { (v.fingerprint) } } td { (v.pinned) } }
                     }
                 }
                 h2 { "Definition (active version)" }
-                (pretty(&b["definition"]))
+                @match &b.definition {
+                    Some(d) => (pretty(&serde_json::to_value(&**d).unwrap_or_default())),
+                    None => p.muted { "No active version." },
+                }
                 h2 { "Lifecycle history" }
                 (history)
             };

@@ -12,6 +12,9 @@ use super::widgets::{fields, num, scalar, unavailable};
 use crate::console::chart::{self, Series};
 use crate::console::format::{count, time};
 use crate::console::{Page, Region, SessionInfo};
+use crate::outbox::model::Depth;
+use crate::runtime::ops::OutboxReport;
+use crate::runtime::outbox_series::Point;
 use crate::webhooks::admin::list_sources_value;
 
 fn age(ms: Option<i64>) -> String {
@@ -22,27 +25,33 @@ fn age(ms: Option<i64>) -> String {
     }
 }
 
+/// One depth's cells: due, leased, scheduled, oldest, dead letters.
+fn depth_cells(d: &Depth) -> maud::Markup {
+    html! {
+        td.num { (count(d.due)) } td.num { (count(d.leased)) }
+        td.num { (count(d.scheduled)) } td.num { (age(d.oldest_age_ms)) }
+        td.num { (count(d.dead_letters)) }
+    }
+}
+
 /// The outbox's cards and its per-binding table, from `GET /api/v1/outbox/stats`.
-fn outbox(stats: &Value) -> maud::Markup {
+fn outbox(report: &OutboxReport) -> maud::Markup {
+    let total = &report.stats.total;
     html! {
         div.cards {
-            div.card.stat { small { "due" } b #outbox-due { (count(num(stats, "due"))) } }
-            div.card.stat { small { "leased" } b #outbox-leased { (count(num(stats, "leased"))) } }
-            div.card.stat { small { "scheduled" } b { (count(num(stats, "scheduled"))) } }
-            div.card.stat { small { "oldest row" } b { (age(stats["oldest_age_ms"].as_i64())) } }
-            div.card.stat { small { "dead letters" } b #outbox-dead { (count(num(stats, "dead_letters"))) } }
+            div.card.stat { small { "due" } b #outbox-due { (count(total.due)) } }
+            div.card.stat { small { "leased" } b #outbox-leased { (count(total.leased)) } }
+            div.card.stat { small { "scheduled" } b { (count(total.scheduled)) } }
+            div.card.stat { small { "oldest row" } b { (age(total.oldest_age_ms)) } }
+            div.card.stat { small { "dead letters" } b #outbox-dead { (count(total.dead_letters)) } }
         }
         h2 { "By binding" }
         table #outbox-bindings {
             tr { th { "binding" } th.num { "due" } th.num { "leased" } th.num { "scheduled" } th.num { "oldest" } th.num { "dead letters" } }
-            @if let Some(map) = stats["by_binding"].as_object() {
-                @for (id, d) in map {
-                    tr {
-                        td { a href=(format!("/console/bindings/{}", crate::console::guard::encode_component(id))) { (id) } }
-                        td.num { (count(num(d, "due"))) } td.num { (count(num(d, "leased"))) }
-                        td.num { (count(num(d, "scheduled"))) } td.num { (age(d["oldest_age_ms"].as_i64())) }
-                        td.num { (count(num(d, "dead_letters"))) }
-                    }
+            @for (id, d) in &report.stats.by_binding {
+                tr {
+                    td { a href=(format!("/console/bindings/{}", crate::console::guard::encode_component(id))) { (id) } }
+                    (depth_cells(d))
                 }
             }
         }
@@ -59,28 +68,23 @@ pub(crate) async fn overview(
             Ok(s) => outbox(&s),
             Err(e) => unavailable(&e),
         };
-        let series = app.ops.outbox_series();
-        let points = series["points"].as_array().cloned().unwrap_or_default();
-        let pick = |k: &str| {
-            points
-                .iter()
-                .map(|p| p[k].as_f64().unwrap_or(0.0))
-                .collect::<Vec<_>>()
-        };
+        let points = app.ops.outbox_series().points;
+        let pick =
+            |figure: fn(&Point) -> u64| points.iter().map(|p| figure(p) as f64).collect::<Vec<_>>();
         let depth = chart::line(
             "outbox depth, last five minutes",
             &[
                 Series {
                     label: "due",
-                    values: pick("due"),
+                    values: pick(|p| p.due),
                 },
                 Series {
                     label: "leased",
-                    values: pick("leased"),
+                    values: pick(|p| p.leased),
                 },
                 Series {
                     label: "dead letters",
-                    values: pick("dead_letters"),
+                    values: pick(|p| p.dead_letters),
                 },
             ],
             crate::runtime::outbox_series::CAPACITY,
@@ -165,15 +169,13 @@ pub(crate) async fn queues(
     serve(app, session, &headers, |app, _csrf| async move {
         let body = match app.stats().await {
             Err(e) => unavailable(&e),
-            Ok(stats) => html! {
-                @let queues = stats["queues"].as_object().cloned().unwrap_or_default();
+            Ok(report) => html! {
+                @let queues = &report.stats.queues;
                 @if queues.is_empty() { p.muted { "No queues are configured." } }
                 table #queues {
                     tr { th { "queue" } th.num { "visible" } th.num { "received, not acked" } th.num { "scheduled" } th.num { "oldest" } th.num { "dead letters" } }
-                    @for (name, d) in &queues {
-                        tr { td { (name) } td.num { (count(num(d, "due"))) } td.num { (count(num(d, "leased"))) }
-                             td.num { (count(num(d, "scheduled"))) } td.num { (age(d["oldest_age_ms"].as_i64())) }
-                             td.num { (count(num(d, "dead_letters"))) } }
+                    @for (name, d) in queues {
+                        tr { td { (name) } (depth_cells(d)) }
                     }
                 }
             },
