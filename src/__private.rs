@@ -122,7 +122,8 @@ pub mod webhooks {
                 limit: q.limit,
                 after: q.before_seq,
             };
-            crate::webhooks::event_search::list_events(store, &f).await
+            let page = crate::webhooks::event_search::list_events(store, &f).await?;
+            Ok(serde_json::to_value(page).unwrap_or_default())
         }
     }
     /// Cron expressions, for the `cron_expression` fuzz target.

@@ -5,6 +5,8 @@
 //! exactly what these return, and the console's HTML handlers call them directly, so
 //! the two views cannot drift and the console never calls its own HTTP API.
 
+use std::collections::BTreeMap;
+
 use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -14,7 +16,7 @@ use super::outbox_series::SeriesView;
 use crate::outbox::model::{AttemptError, DeadLetterQuery};
 use crate::store::EventQuery;
 use crate::triggers::lifecycle::label;
-use crate::triggers::TriggerEvent;
+use crate::triggers::{SignatureStatus, TriggerEvent};
 
 /// Most dead letters one bulk replay call replays; a larger selection is replayed in
 /// several calls, each resuming at the previous answer's `next`, so one request never
@@ -61,26 +63,58 @@ fn last_error(errors: &[AttemptError]) -> Value {
     errors.last().map_or(Value::Null, |e| json!(e))
 }
 
+/// One event in full, with what became of it ([`DeliverOps::event_detail`],
+/// `GET /api/v1/events/{id}`, the console's event page).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EventDetail {
+    pub(crate) event: EventView,
+    pub(crate) deliveries: Vec<Delivery>,
+}
+
+/// The event of an [`EventDetail`]: its facts, its stored (already redacted) headers
+/// and its body decoded ([`decoded_body`]).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EventView {
+    pub(crate) id: String,
+    pub(crate) seq: i64,
+    pub(crate) source: String,
+    pub(crate) provider: String,
+    pub(crate) kind: String,
+    /// The dedupe key as stored.
+    pub(crate) delivery_id: String,
+    pub(crate) received_at_ms: i64,
+    pub(crate) occurred_at_ms: Option<i64>,
+    pub(crate) tenant: String,
+    pub(crate) trace_id: String,
+    pub(crate) signature: SignatureStatus,
+    pub(crate) headers: BTreeMap<String, String>,
+    /// `json`, `text` or `base64`: how `payload` holds the body.
+    pub(crate) encoding: &'static str,
+    pub(crate) payload: Value,
+}
+
 /// One delivery of the event detail, whatever table it came from.
-#[derive(Serialize)]
-struct Delivery {
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Delivery {
     /// `outbox`, `queue`, `dead_letter` or `run`.
-    record: &'static str,
+    pub(crate) record: &'static str,
     /// The record's id in its table (`null` for a run).
-    id: Option<i64>,
-    binding_id: String,
-    fingerprint: String,
+    pub(crate) id: Option<i64>,
+    pub(crate) binding_id: String,
+    pub(crate) fingerprint: String,
     /// `id@vN` when the version is known to this process.
-    version: Option<String>,
+    pub(crate) version: Option<String>,
     /// `due`, `scheduled`, `leased`, `queued`, `received`, `dead`, or a run's status.
-    state: String,
-    attempts: u32,
-    last_error: Value,
-    next_attempt_at_ms: Option<i64>,
-    errors: Vec<AttemptError>,
+    pub(crate) state: String,
+    pub(crate) attempts: u32,
+    /// The newest error, as `{"kind", "message", "at_ms"}` (a run's: its status as
+    /// the kind); `null` when none.
+    pub(crate) last_error: Value,
+    pub(crate) next_attempt_at_ms: Option<i64>,
+    pub(crate) errors: Vec<AttemptError>,
     /// Extra facts of the record's kind (a queue's name, a dead letter's replays, …).
     #[serde(flatten)]
-    more: serde_json::Map<String, Value>,
+    pub(crate) more: serde_json::Map<String, Value>,
 }
 
 impl DeliverOps {
@@ -91,7 +125,7 @@ impl DeliverOps {
     /// a pending outbox row, a queue message, a dead letter or a run record, with its
     /// binding, version, state, attempts, last error, next attempt and error history.
     /// `NotFound` for an id the store does not hold.
-    pub(crate) async fn event_detail(&self, event_id: &str) -> Result<Value, OpError> {
+    pub(crate) async fn event_detail(&self, event_id: &str) -> Result<EventDetail, OpError> {
         let backend = self.store.backend();
         let found = backend
             .events(&EventQuery {
@@ -194,25 +228,25 @@ impl DeliverOps {
             });
         }
         let (encoding, payload) = decoded_body(&e);
-        Ok(json!({
-            "event": {
-                "id": e.id,
-                "seq": stored.seq,
-                "source": e.source,
-                "provider": e.provider,
-                "kind": e.kind,
-                "delivery_id": e.dedupe_key,
-                "received_at_ms": e.received_at_ms,
-                "occurred_at_ms": e.occurred_at_ms,
-                "tenant": e.tenant,
-                "trace_id": e.trace_id,
-                "signature": e.signature,
-                "headers": e.headers,
-                "encoding": encoding,
-                "payload": payload,
+        Ok(EventDetail {
+            event: EventView {
+                id: e.id,
+                seq: stored.seq,
+                source: e.source,
+                provider: e.provider,
+                kind: e.kind,
+                delivery_id: e.dedupe_key,
+                received_at_ms: e.received_at_ms,
+                occurred_at_ms: e.occurred_at_ms,
+                tenant: e.tenant,
+                trace_id: e.trace_id,
+                signature: e.signature,
+                headers: e.headers,
+                encoding,
+                payload,
             },
-            "deliveries": deliveries,
-        }))
+            deliveries,
+        })
     }
 
     /// Replays the dead letters `sel` selects, newest first, each through the single

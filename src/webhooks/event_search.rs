@@ -13,9 +13,10 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::store::{EventQuery, Store};
+use crate::triggers::TriggerEvent;
 
 /// Largest page of events or rejections.
 pub(crate) const MAX_PAGE: usize = 500;
@@ -107,9 +108,19 @@ impl EventFilter {
     }
 }
 
+/// One page of events, newest first, as `GET /api/v1/events` answers it and the
+/// console lists it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EventsPage {
+    /// The events, newest first.
+    pub(crate) events: Vec<TriggerEvent>,
+    /// Set when the page is full (more may match): pass it as `after`.
+    pub(crate) next: Option<String>,
+}
+
 /// One page of events, newest first: `{"events": [...], "next": cursor or null}`.
 /// `next` is set when the page is full (more may match); pass it as `after`.
-pub(crate) async fn list_events(store: &Store, f: &EventFilter) -> crate::Result<Value> {
+pub(crate) async fn list_events(store: &Store, f: &EventFilter) -> crate::Result<EventsPage> {
     let limit = f.limit.clamp(1, MAX_PAGE);
     let q = EventQuery {
         source: f.source.clone(),
@@ -127,8 +138,8 @@ pub(crate) async fn list_events(store: &Store, f: &EventFilter) -> crate::Result
     } else {
         None
     };
-    let events: Vec<&crate::triggers::TriggerEvent> = rows.iter().map(|r| &r.event).collect();
-    Ok(json!({"events": events, "next": next}))
+    let events = rows.into_iter().map(|r| r.event).collect();
+    Ok(EventsPage { events, next })
 }
 
 #[cfg(test)]

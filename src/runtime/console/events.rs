@@ -13,12 +13,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{button, done, failed, scalar, unavailable, ActionForm};
+use super::widgets::{button, done, failed, unavailable, ActionForm};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
+use crate::runtime::console_ops::Delivery;
 use crate::runtime::ops::OpError;
-use crate::webhooks::event_search::{list_events, EventFilter};
+use crate::webhooks::event_search::{list_events, EventFilter, EventsPage};
 
 /// Rows on one page of events.
 const PAGE_ROWS: usize = 50;
@@ -105,19 +106,18 @@ fn filters(f: &EventFilters, sources: &[String]) -> Markup {
     }
 }
 
-fn rows(page: &Value, f: &EventFilters) -> Markup {
-    let events = page["events"].as_array().cloned().unwrap_or_default();
-    let next = page["next"].as_str();
+fn rows(page: &EventsPage, f: &EventFilters) -> Markup {
+    let events = &page.events;
+    let next = page.next.as_deref();
     html! {
         table #events {
             tr { th { "received" } th { "source" } th { "kind" } th { "delivery id" } th { "event" } th { "signature" } }
-            @for e in &events {
-                @let id = scalar(&e["id"]);
-                tr data-event=(id) {
-                    td { (time(e["received_at_ms"].as_i64().unwrap_or(0))) } td { (scalar(&e["source"])) }
-                    td { (scalar(&e["kind"])) } td { code { (scalar(&e["dedupe_key"])) } }
-                    td { a href=(href(&id)) { code { (id) } } }
-                    td { (scalar(&e["signature"])) }
+            @for e in events {
+                tr data-event=(e.id) {
+                    td { (time(e.received_at_ms)) } td { (e.source) }
+                    td { (e.kind) } td { code { (e.dedupe_key) } }
+                    td { a href=(href(&e.id)) { code { (e.id) } } }
+                    td { (e.signature.as_str()) }
                 }
             }
         }
@@ -168,19 +168,19 @@ pub(crate) async fn list(
 
 /// Each delivery of an event (rows, queue messages, dead letters, runs) with its
 /// attempts' errors.
-fn deliveries(list: &[Value]) -> Markup {
+fn deliveries(list: &[Delivery]) -> Markup {
     html! {
         @if list.is_empty() { p.muted { "No binding took it." } }
         table #deliveries {
             tr { th { "binding" } th { "version" } th { "record" } th { "state" } th.num { "attempts" } th { "errors" } }
             @for d in list {
-                tr data-binding=(scalar(&d["binding_id"])) {
-                    td { a href=(format!("/console/bindings/{}", encode_component(&scalar(&d["binding_id"])))) { (scalar(&d["binding_id"])) } }
-                    td { (scalar(&d["version"])) } td { (scalar(&d["record"])) }
-                    td.state { (scalar(&d["state"])) } td.num { (scalar(&d["attempts"])) }
+                tr data-binding=(d.binding_id) {
+                    td { a href=(format!("/console/bindings/{}", encode_component(&d.binding_id))) { (d.binding_id) } }
+                    td { (d.version.as_deref().unwrap_or("—")) } td { (d.record) }
+                    td.state { (d.state) } td.num { (d.attempts) }
                     td {
-                        @for e in d["errors"].as_array().into_iter().flatten() {
-                            div { "#" (scalar(&e["attempt"])) " " span.pill.bad { (scalar(&e["kind"])) } " " (scalar(&e["message"])) }
+                        @for e in &d.errors {
+                            div { "#" (e.attempt) " " span.pill.bad { (e.kind) } " " (e.message) }
                         }
                     }
                 }
@@ -228,32 +228,29 @@ pub(crate) async fn detail(
                 Err(OpError::NotFound(_)) => return Page::missing("rt-event", &format!("No stored event {id}.")),
                 Err(e) => return Page::new("Event", vec![Region::new("rt-event", unavailable(&e))]),
             };
-            let e = &found["event"];
+            let e = &found.event;
             let facts = [
-                ("source", scalar(&e["source"])),
-                ("provider", scalar(&e["provider"])),
-                ("kind", scalar(&e["kind"])),
-                ("received", time(e["received_at_ms"].as_i64().unwrap_or(0))),
-                ("delivery id", scalar(&e["delivery_id"])),
-                ("trace id", scalar(&e["trace_id"])),
-                ("tenant", scalar(&e["tenant"])),
-                ("signature", scalar(&e["signature"])),
+                ("source", e.source.clone()),
+                ("provider", e.provider.clone()),
+                ("kind", e.kind.clone()),
+                ("received", time(e.received_at_ms)),
+                ("delivery id", e.delivery_id.clone()),
+                ("trace id", e.trace_id.clone()),
+                ("tenant", e.tenant.clone()),
+                ("signature", e.signature.as_str().to_owned()),
             ];
-            let list = found["deliveries"].as_array().cloned().unwrap_or_default();
             let body = html! {
                 h1 { "Event " code { (id) } }
                 p { (button(&format!("{}/replay", href(&id)), "Replay", &csrf, &href(&id), "secondary")) }
                 (super::widgets::pairs(&facts))
                 h2 { "Bindings and attempts" }
-                (deliveries(&list))
+                (deliveries(&found.deliveries))
                 h2 { "Headers (as stored: secrets redacted)" }
                 table.kv #event-headers {
-                    @if let Some(h) = e["headers"].as_object() {
-                        @for (k, v) in h { tr { th { (k) } td { code { (scalar(v)) } } } }
-                    }
+                    @for (k, v) in &e.headers { tr { th { (k) } td { code { (v) } } } }
                 }
-                h2 { "Payload (" (scalar(&e["encoding"])) ")" }
-                div #event-payload { (payload(&e["payload"], &id)) }
+                h2 { "Payload (" (e.encoding) ")" }
+                div #event-payload { (payload(&e.payload, &id)) }
             };
             Page::new(
                 format!("Event {id}"),
