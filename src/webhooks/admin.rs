@@ -35,11 +35,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::event_search::{list_events, parse_limit, BadFilter, EventFilter};
 use super::hosted::{HostedSource, CURSOR_KEY};
+use super::metrics::SourceTally;
 use super::state::Ingress;
 use crate::inbound::SourceKind;
 
@@ -130,71 +131,143 @@ fn find<'a>(app: &'a Ingress, id: &str) -> Result<&'a HostedSource, ApiError> {
     })
 }
 
-/// The runtime's view of a source, with what its connector adds (`describe`).
-pub(crate) async fn describe(src: &HostedSource, full: bool) -> Value {
-    let s = &src.spec;
-    let webhook = src.kind == SourceKind::Webhook;
-    let mut v = json!({
-        "id": s.id,
-        "provider": src.provider,
-        "kind": src.kind.as_str(),
-        "kinds": src.connector.kinds().iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-        "tenant": s.tenant,
-        "secrets_configured": src.ctx.secrets().len(),
-        "max_body_bytes": s.max_body_bytes,
-        "dedupe_retention_secs": s.retention_ms / 1000,
-        "rate_limit": s.rate_limit.map(|r| json!({"per_second": r.per_second, "burst": r.burst})),
-        "ingress_path": webhook.then(|| format!("/hooks/{}", s.id)),
-    });
-    if let Value::Object(own) = src.source.describe(full).await {
-        for (k, val) in own {
-            v.as_object_mut()
-                .expect("an object")
-                .entry(k)
-                .or_insert(val);
-        }
-    }
-    v
+/// Keys of a [`SourceReport`] a source's own description cannot take (its entries under
+/// them are dropped: the runtime's facts win).
+const REPORT_KEYS: [&str; 12] = [
+    "id",
+    "provider",
+    "kind",
+    "kinds",
+    "tenant",
+    "secrets_configured",
+    "max_body_bytes",
+    "dedupe_retention_secs",
+    "rate_limit",
+    "ingress_path",
+    "counts",
+    "cursor",
+];
+
+/// One source as `GET /api/v1/sources` lists it and the console's sources page shows
+/// it: the runtime's facts, what its connector adds (`InboundConnector::describe`, at
+/// the top level), and its counts since start.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SourceReport {
+    pub(crate) id: String,
+    pub(crate) provider: String,
+    /// `webhook`, `poll` or `stream`.
+    pub(crate) kind: &'static str,
+    /// The kinds its connector offers.
+    pub(crate) kinds: Vec<&'static str>,
+    pub(crate) tenant: String,
+    pub(crate) secrets_configured: usize,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) dedupe_retention_secs: i64,
+    pub(crate) rate_limit: Option<RateLimitView>,
+    /// `/hooks/{id}` for a webhook source.
+    pub(crate) ingress_path: Option<String>,
+    /// What its connector says of it, less [`REPORT_KEYS`].
+    #[serde(flatten)]
+    pub(crate) own: serde_json::Map<String, Value>,
+    pub(crate) counts: SourceCounts,
+}
+
+/// A source's configured rate limit.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct RateLimitView {
+    pub(crate) per_second: f64,
+    pub(crate) burst: Option<f64>,
 }
 
 /// What the console shows of a source's traffic since start: `accepted` (requests
 /// whose events were stored), `outcomes` and `refusals` by label, `last_event_ms`,
-/// `last_refusal_ms`, and `rate_limit`'s live state (`tokens` now, `limited` when
-/// below one token, so the next request would get a 429). Read from memory, never
-/// from the store, so a sources page costs nothing however many events are kept.
-pub(crate) fn source_counts(app: &Ingress, src: &HostedSource) -> Value {
-    let mut counts = serde_json::to_value(app.metrics.source_tally(src.id())).unwrap_or_default();
-    let limit = src.bucket.as_ref().map(|b| {
+/// `last_refusal_ms`, and `rate_limit`'s live state. Read from memory, never from the
+/// store, so a sources page costs nothing however many events are kept.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SourceCounts {
+    #[serde(flatten)]
+    pub(crate) tally: SourceTally,
+    pub(crate) rate_limit: Option<BucketState>,
+}
+
+/// A rate-limited source's bucket now: `tokens` left, `limited` when below one token
+/// (so the next request would get a 429).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct BucketState {
+    pub(crate) tokens: f64,
+    pub(crate) limited: bool,
+}
+
+/// `GET /api/v1/sources`: every source, in configuration order.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SourcesReport {
+    pub(crate) sources: Vec<SourceReport>,
+}
+
+/// The runtime's view of a source, with what its connector adds (`describe`) and its
+/// counts.
+pub(crate) async fn describe(app: &Ingress, src: &HostedSource, full: bool) -> SourceReport {
+    let s = &src.spec;
+    let own = match src.source.describe(full).await {
+        Value::Object(own) => own
+            .into_iter()
+            .filter(|(k, _)| !REPORT_KEYS.contains(&k.as_str()))
+            .collect(),
+        _ => serde_json::Map::new(),
+    };
+    SourceReport {
+        id: s.id.clone(),
+        provider: src.provider.clone(),
+        kind: src.kind.as_str(),
+        kinds: src.connector.kinds().iter().map(|k| k.as_str()).collect(),
+        tenant: s.tenant.clone(),
+        secrets_configured: src.ctx.secrets().len(),
+        max_body_bytes: s.max_body_bytes,
+        dedupe_retention_secs: s.retention_ms / 1000,
+        rate_limit: s.rate_limit.map(|r| RateLimitView {
+            per_second: r.per_second,
+            burst: r.burst,
+        }),
+        ingress_path: (src.kind == SourceKind::Webhook).then(|| format!("/hooks/{}", s.id)),
+        own,
+        counts: source_counts(app, src),
+    }
+}
+
+fn source_counts(app: &Ingress, src: &HostedSource) -> SourceCounts {
+    let rate_limit = src.bucket.as_ref().map(|b| {
         let tokens = b
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .available(crate::clock::now_ms());
-        json!({"tokens": tokens, "limited": tokens < 1.0})
+        BucketState {
+            tokens,
+            limited: tokens < 1.0,
+        }
     });
-    counts["rate_limit"] = json!(limit);
-    counts
+    SourceCounts {
+        tally: app.metrics.source_tally(src.id()),
+        rate_limit,
+    }
 }
 
 /// Every source, described, with its counts: the operation behind
 /// `GET /api/v1/sources`, for the console to call directly.
-pub(crate) async fn list_sources_value(app: &Ingress) -> Value {
-    let mut list = Vec::with_capacity(app.order.len());
+pub(crate) async fn list_sources_report(app: &Ingress) -> SourcesReport {
+    let mut sources = Vec::with_capacity(app.order.len());
     for s in &app.order {
-        let mut v = describe(s, false).await;
-        v["counts"] = source_counts(app, s);
-        list.push(v);
+        sources.push(describe(app, s, false).await);
     }
-    json!({ "sources": list })
+    SourcesReport { sources }
 }
 
 async fn list_sources(State(app): State<Arc<Ingress>>) -> Response {
-    Json(list_sources_value(&app).await).into_response()
+    Json(list_sources_report(&app).await).into_response()
 }
 
 async fn one_source(State(app): State<Arc<Ingress>>, Path(id): Path<String>) -> ApiResult {
     let src = find(&app, &id)?;
-    let mut v = describe(src, true).await;
-    v["counts"] = source_counts(&app, src);
+    let mut v = json!(describe(&app, src, true).await);
     if src.kind != SourceKind::Webhook {
         v["cursor"] = json!(src.ctx.state().get(CURSOR_KEY).await?);
     }

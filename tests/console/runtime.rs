@@ -272,3 +272,62 @@ async fn a_payload_with_markup_renders_as_text() {
     b.assert_nothing_injected().await;
     rt.runtime.shutdown().await.unwrap();
 }
+
+/// The sources and queues pages over plain HTTP (no browser): a source's facts and
+/// counts, and a configured queue's depth, as the typed reports render them.
+#[tokio::test]
+async fn the_sources_and_queues_pages_show_each_source_and_queue() {
+    let rt = runtime(Switch::default()).await;
+    assert_eq!(post_hook(&rt.base, &json!({"n": 1})).await, 200);
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{}/console/login", rt.base))
+        .form(&[("token", TOKEN), ("next", "/sources")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.headers()["location"], "/console/sources");
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = |path: &'static str| {
+        let (http, cookie, base) = (http.clone(), cookie.clone(), rt.base.clone());
+        async move {
+            let resp = http
+                .get(format!("{base}{path}"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            resp.text().await.unwrap()
+        }
+    };
+    let sources = page("/console/sources").await;
+    for shown in [
+        "data-source=\"hook\"",
+        "generic_hmac",
+        "/hooks/hook",
+        "secrets configured",
+    ] {
+        assert!(sources.contains(shown), "{shown:?} missing: {sources}");
+    }
+    let accepted = sources
+        .split("class=\"accepted\">")
+        .nth(1)
+        .and_then(|s| s.split('<').next());
+    assert_eq!(accepted, Some("1"), "the accepted webhook is counted");
+    let queues = page("/console/queues").await;
+    assert!(
+        queues.contains("No queues are configured."),
+        "this runtime has none: {queues}"
+    );
+    rt.runtime.shutdown().await.unwrap();
+}

@@ -8,14 +8,14 @@ use maud::html;
 use serde_json::Value;
 
 use super::app::{serve, App};
-use super::widgets::{fields, num, scalar, unavailable};
+use super::widgets::{fields, unavailable};
 use crate::console::chart::{self, Series};
 use crate::console::format::{count, time};
 use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::Depth;
 use crate::runtime::ops::OutboxReport;
 use crate::runtime::outbox_series::Point;
-use crate::webhooks::admin::list_sources_value;
+use crate::webhooks::admin::{list_sources_report, SourceCounts, SourceReport};
 
 fn age(ms: Option<i64>) -> String {
     match ms {
@@ -109,21 +109,34 @@ pub(crate) async fn overview(
     .await
 }
 
-/// Fields the sources table shows in its own columns.
-const SOURCE_COLUMNS: [&str; 6] = ["id", "provider", "kind", "tenant", "ingress_path", "counts"];
-
-/// A source's counts (`counts` of `GET /api/v1/sources`): accepted, refusals by
-/// reason, last event, rate-limit tokens.
-fn source_counts(c: &Value) -> maud::Markup {
+/// A source's counts: accepted, refusals by reason, last event, rate-limit tokens.
+fn source_counts(c: &SourceCounts) -> maud::Markup {
     html! {
-        div { "accepted " strong.accepted { (count(num(c, "accepted"))) } }
-        @if let Some(r) = c["refusals"].as_object() {
-            @for (reason, n) in r { div { span.pill.bad { (reason) } " " (scalar(n)) } }
+        div { "accepted " strong.accepted { (count(c.tally.accepted)) } }
+        @for (reason, n) in &c.tally.refusals { div { span.pill.bad { (reason) } " " (count(*n)) } }
+        div.muted { "last event " (time(c.tally.last_event_ms.unwrap_or(0))) }
+        @if let Some(rl) = c.rate_limit {
+            div.muted { "rate limit: " (format!("{:.1}", rl.tokens)) " tokens" @if rl.limited { " (limiting)" } }
         }
-        div.muted { "last event " (time(c["last_event_ms"].as_i64().unwrap_or(0))) }
-        @if let Some(rl) = c["rate_limit"].as_object() {
-            div.muted { "rate limit: " (scalar(&rl["tokens"])) " tokens" @if rl["limited"].as_bool() == Some(true) { " (limiting)" } }
+    }
+}
+
+/// The rest of what a source is: its configuration beyond the table's columns, and
+/// whatever its connector says of it (open-ended, so shown as the JSON it is).
+fn source_details(s: &SourceReport) -> maud::Markup {
+    let rate = s.rate_limit.map(|r| match r.burst {
+        Some(b) => format!("{}/s, burst {b}", r.per_second),
+        None => format!("{}/s", r.per_second),
+    });
+    html! {
+        table.kv {
+            tr { th { "kinds offered" } td { (s.kinds.join(", ")) } }
+            tr { th { "secrets configured" } td { (s.secrets_configured) } }
+            tr { th { "max body" } td { (count(s.max_body_bytes as u64)) " bytes" } }
+            tr { th { "dedupe retention" } td { (s.dedupe_retention_secs) " s" } }
+            @if let Some(rate) = rate { tr { th { "rate limit" } td { (rate) } } }
         }
+        @if !s.own.is_empty() { (fields(&Value::Object(s.own.clone()))) }
     }
 }
 
@@ -133,25 +146,19 @@ pub(crate) async fn sources(
     headers: HeaderMap,
 ) -> Response {
     serve(app, session, &headers, |app, _csrf| async move {
-        let listed = list_sources_value(&app.ingress).await;
-        let described = listed["sources"].as_array().cloned().unwrap_or_default();
+        let listed = list_sources_report(&app.ingress).await;
         let body = html! {
             h1 { "Sources" }
-            @if described.is_empty() { p.muted { "No sources are configured." } }
+            @if listed.sources.is_empty() { p.muted { "No sources are configured." } }
             table #sources {
                 tr { th { "source" } th { "provider" } th { "kind" } th { "tenant" } th { "ingress" } th { "counts" } th { "details" } }
-                @for s in &described {
-                    tr data-source=(scalar(&s["id"])) {
-                        td { strong { (scalar(&s["id"])) } }
-                        td { (scalar(&s["provider"])) } td { (scalar(&s["kind"])) }
-                        td { (scalar(&s["tenant"])) } td { code { (scalar(&s["ingress_path"])) } }
-                        td { (source_counts(&s["counts"])) }
-                        td {
-                            @let rest: serde_json::Map<String, Value> = s.as_object().into_iter().flatten()
-                                .filter(|(k, _)| !SOURCE_COLUMNS.contains(&k.as_str()))
-                                .map(|(k, v)| (k.clone(), v.clone())).collect();
-                            (fields(&Value::Object(rest)))
-                        }
+                @for s in &listed.sources {
+                    tr data-source=(s.id) {
+                        td { strong { (s.id) } }
+                        td { (s.provider) } td { (s.kind) }
+                        td { (s.tenant) } td { code { (s.ingress_path.as_deref().unwrap_or("—")) } }
+                        td { (source_counts(&s.counts)) }
+                        td { (source_details(s)) }
                     }
                 }
             }

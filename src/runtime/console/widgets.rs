@@ -98,8 +98,3 @@ pub(crate) fn fields(v: &Value) -> Markup {
 pub(crate) fn unavailable(e: &OpError) -> Markup {
     html! { p.error { "Unavailable: " (e.message()) } }
 }
-
-/// `count` of a `u64` field of a JSON object.
-pub(crate) fn num(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
