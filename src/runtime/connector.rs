@@ -247,7 +247,7 @@ impl BaseConnector for RuntimeConnector {
             }
             "dead_letters.replay" => {
                 let i: ReplayInput = input(&payload, cap)?;
-                ok(op(ops.replay_dead_letter(i.id, i.version).await)?)
+                ok(json!(op(ops.replay_dead_letter(i.id, i.version).await)?))
             }
             "outbox.stats" => ok(json!(op(ops.stats().await)?)),
             other => Err(Error::NotFound(format!(

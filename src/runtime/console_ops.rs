@@ -63,6 +63,28 @@ fn last_error(errors: &[AttemptError]) -> Value {
     errors.last().map_or(Value::Null, |e| json!(e))
 }
 
+/// What a bulk replay of dead letters answers ([`DeliverOps::replay_dead_letters`]).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BulkReplay {
+    /// How many were replayed.
+    pub(crate) replayed: usize,
+    /// Their ids, newest first.
+    pub(crate) ids: Vec<i64>,
+    /// Those that could not be (their binding gone, say), with why.
+    pub(crate) failed: Vec<ReplayFailure>,
+    /// Set when the page was full (more may match): pass it as `after`.
+    pub(crate) next: Option<i64>,
+}
+
+/// A dead letter a bulk replay could not replay.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReplayFailure {
+    pub(crate) id: i64,
+    /// The error's stable code (`not_found`, `invalid`, …).
+    pub(crate) error: &'static str,
+    pub(crate) message: String,
+}
+
 /// One event in full, with what became of it ([`DeliverOps::event_detail`],
 /// `GET /api/v1/events/{id}`, the console's event page).
 #[derive(Debug, Clone, Serialize)]
@@ -259,7 +281,7 @@ impl DeliverOps {
     pub(crate) async fn replay_dead_letters(
         &self,
         sel: &DeadLetterSelection,
-    ) -> Result<Value, OpError> {
+    ) -> Result<BulkReplay, OpError> {
         if !(1..=MAX_BULK_REPLAY).contains(&sel.limit) {
             return Err(OpError::Invalid(format!(
                 "limit must be from 1 to {MAX_BULK_REPLAY}"
@@ -281,9 +303,11 @@ impl DeliverOps {
             match self.replay_dead_letter(dl.id, None).await {
                 Ok(_) => ids.push(dl.id),
                 Err(OpError::Store(e)) => return Err(OpError::Store(e)),
-                Err(e) => {
-                    failed.push(json!({"id": dl.id, "error": e.code(), "message": e.message()}))
-                }
+                Err(e) => failed.push(ReplayFailure {
+                    id: dl.id,
+                    error: e.code(),
+                    message: e.message(),
+                }),
             }
         }
         let next = if page.len() == sel.limit {
@@ -291,7 +315,12 @@ impl DeliverOps {
         } else {
             None
         };
-        Ok(json!({"replayed": ids.len(), "ids": ids, "failed": failed, "next": next}))
+        Ok(BulkReplay {
+            replayed: ids.len(),
+            ids,
+            failed,
+            next,
+        })
     }
 
     /// The outbox depth over the last minutes, one sample per interval, oldest first:

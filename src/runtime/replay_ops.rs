@@ -12,7 +12,7 @@
 //! and the answer's `notes` say so. A replay is asked for explicitly, so a binding's
 //! `dedupe_key` and `debounce` do not apply to it.
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::ops::{DeliverOps, OpError};
 use crate::outbox::model::Enqueue;
@@ -103,7 +103,7 @@ impl DeliverOps {
         event_id: &str,
         binding: Option<&str>,
         version: Option<u32>,
-    ) -> Result<Value, OpError> {
+    ) -> Result<EventReplay, OpError> {
         if version.is_some() && binding.is_none() {
             return Err(OpError::Invalid(
                 "?version= pins one binding's version: name the binding with ?binding=".into(),
@@ -122,7 +122,7 @@ impl DeliverOps {
         };
         let ctx = EventContext::new(&event);
         let mut rows: Vec<Enqueue> = Vec::new();
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
         let mut labels = Vec::new();
         for id in &ids {
             let Some(chosen) = choose(
@@ -177,8 +177,14 @@ impl DeliverOps {
                 )));
             }
         }
-        let replayed: Vec<Value> = labels.iter().map(|l| json!({"version": l})).collect();
-        Ok(json!({"event_id": event.id, "replayed": replayed, "notes": notes}))
+        Ok(EventReplay {
+            event_id: event.id.clone(),
+            replayed: labels
+                .into_iter()
+                .map(|version| ReplayedTo { version })
+                .collect(),
+            notes,
+        })
     }
 
     /// Replays a dead letter under the version it ran under, or `version` if given;
@@ -187,7 +193,7 @@ impl DeliverOps {
         &self,
         id: i64,
         version: Option<u32>,
-    ) -> Result<Value, OpError> {
+    ) -> Result<DeadLetterReplay, OpError> {
         let backend = self.store.backend();
         let dl = backend
             .dead_letter(id)
@@ -232,8 +238,44 @@ impl DeliverOps {
             .or(Some(dl.fingerprint.as_str()))
             .and_then(|fp| current.number(&dl.binding_id, fp))
             .map(|n| label(&dl.binding_id, n));
-        Ok(
-            json!({"replayed": id, "row_id": row, "version": version, "notes": note.into_iter().collect::<Vec<_>>()}),
-        )
+        Ok(DeadLetterReplay {
+            replayed: id,
+            row_id: row,
+            version,
+            notes: note.into_iter().collect(),
+        })
     }
+}
+
+/// What [`DeliverOps::replay_event`] answers: the versions the event was enqueued for
+/// again, and notes (a version collected from memory, a binding that would not take
+/// it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventReplay {
+    /// The event.
+    pub event_id: String,
+    /// One entry per row enqueued.
+    pub replayed: Vec<ReplayedTo>,
+    /// Why a binding was left out, or replayed under another version than asked.
+    pub notes: Vec<String>,
+}
+
+/// One row an event replay enqueued.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayedTo {
+    /// `id@vN`: the binding version it runs under.
+    pub version: String,
+}
+
+/// What [`DeliverOps::replay_dead_letter`] answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadLetterReplay {
+    /// The dead letter's id.
+    pub replayed: i64,
+    /// The outbox row made for it.
+    pub row_id: i64,
+    /// `id@vN` it runs under, when known to this process.
+    pub version: Option<String>,
+    /// Set when it runs under the live version because its own was collected.
+    pub notes: Vec<String>,
 }

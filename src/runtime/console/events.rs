@@ -270,7 +270,7 @@ pub(crate) async fn replay(
 ) -> Response {
     match app.ops.replay_event(&id, None, None).await {
         Ok(v) => {
-            let n = v["replayed"].as_array().map_or(0, Vec::len);
+            let n = v.replayed.len();
             done(
                 &app.kit,
                 &session,

@@ -217,8 +217,8 @@ pub(crate) async fn replay_selection(
     };
     match app.ops.replay_dead_letters(&sel).await {
         Ok(v) => {
-            let failed = v["failed"].as_array().map_or(0, Vec::len);
-            let more = if v["next"].is_null() {
+            let failed = v.failed.len();
+            let more = if v.next.is_none() {
                 ""
             } else {
                 "; more match: the button replays the next ones"
@@ -229,7 +229,7 @@ pub(crate) async fn replay_selection(
                 &form.back,
                 &format!(
                     "replayed {} dead letter(s), {failed} could not be{more}",
-                    v["replayed"]
+                    v.replayed
                 ),
             )
         }
