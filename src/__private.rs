@@ -197,7 +197,7 @@ pub mod outbound {
 #[cfg(feature = "runtime")]
 pub mod runtime {
     pub mod ops {
-        pub use crate::runtime::ops::OpError;
+        pub use crate::runtime::ops::base::OpError;
     }
 }
 

@@ -47,7 +47,7 @@ pub trait BaseConnector: Send + Sync + 'static {
     /// context, the default forwards to `execute`.
     ///
     /// The future is dropped when the execute times out
-    /// ([`ConnectorConfig::execute_timeout`], or the gateway's shorter deadline) or its
+    /// ([`ConnectorConfig::execute_timeout`](crate::ConnectorConfig::execute_timeout), or the gateway's shorter deadline) or its
     /// registration is removed, so keep cleanup in `Drop` guards.
     async fn execute_with_context(
         &self,

@@ -48,10 +48,10 @@
 //!   "ids", "failed": [{"id", "error", "message"}], "next"}`; `next` is set when more
 //!   may match.
 //! - `GET /api/v1/events/{id}`: one event with everything that became of it (see
-//!   `console_ops`): its fields, redacted headers, decoded payload and `deliveries`;
+//!   `ops::inspect`): its fields, redacted headers, decoded payload and `deliveries`;
 //!   404 `{"error": "unknown_event"}` for an id the store does not hold.
 //! - `POST /api/v1/events/{id}/replay?binding=&version=`: a stored event again, to each
-//!   binding as it was when the event arrived (see `replay_ops`).
+//!   binding as it was when the event arrived (see `ops::replay`).
 //! - `POST /api/v1/queues/{name}/receive?max=&visibility_ms=`,
 //!   `POST /api/v1/queues/{name}/messages/{id}/ack?receipt=`,
 //!   `POST /api/v1/queues/{name}/messages/{id}/nack?receipt=&delay_ms=`: the queue
@@ -70,7 +70,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::console_ops::{DeadLetterSelection, MAX_BULK_REPLAY};
+use super::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
 use super::ops::{DeliverOps, EnqueueRequest, OpError};
 use crate::encoding::{encode_payload, Payload};
 use crate::outbox::model::DeadLetterQuery;

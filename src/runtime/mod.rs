@@ -21,16 +21,13 @@ mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;
 mod console;
-pub(crate) mod console_ops;
 pub(crate) mod life;
 pub(crate) mod ops;
 pub(crate) mod outbox_series;
 mod process_id;
-mod replay_ops;
 mod source_registrations;
 mod sweeper;
 pub(crate) mod trigger_control;
-mod trigger_ops;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

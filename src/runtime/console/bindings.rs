@@ -14,8 +14,8 @@ use super::widgets::{button, confirm_button, done, failed, pretty, ActionForm};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
-use crate::runtime::ops::{BindingFigures, TriggersReport};
-use crate::runtime::trigger_ops::HistoryPage;
+use crate::runtime::ops::inspect::{BindingFigures, TriggersReport};
+use crate::runtime::ops::HistoryPage;
 
 fn href(id: &str) -> String {
     format!("/console/bindings/{}", encode_component(id))

@@ -17,7 +17,7 @@ use super::widgets::{button, done, failed, unavailable, ActionForm};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
-use crate::runtime::console_ops::Delivery;
+use crate::runtime::ops::inspect::Delivery;
 use crate::runtime::ops::OpError;
 use crate::webhooks::event_search::{list_events, EventFilter, EventsPage};
 

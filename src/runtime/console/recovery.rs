@@ -17,7 +17,7 @@ use crate::console::format::time;
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::{DeadLetter, DeadLetterQuery};
-use crate::runtime::console_ops::{DeadLetterSelection, MAX_BULK_REPLAY};
+use crate::runtime::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
 
 /// Rows on one page of dead letters.
 const PAGE_ROWS: usize = 50;

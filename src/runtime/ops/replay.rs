@@ -14,8 +14,8 @@
 
 use serde::Serialize;
 
-use super::ops::{DeliverOps, OpError};
-use crate::outbox::model::Enqueue;
+use super::base::{DeliverOps, OpError};
+use crate::outbox::model::{DeadLetterQuery, Enqueue};
 use crate::store::{now_ms, EventQuery};
 use crate::triggers::binding::Binding;
 use crate::triggers::filter::EventContext;
@@ -278,4 +278,105 @@ pub struct DeadLetterReplay {
     pub version: Option<String>,
     /// Set when it runs under the live version because its own was collected.
     pub notes: Vec<String>,
+}
+
+/// Most dead letters one bulk replay call replays; a larger selection is replayed in
+/// several calls, each resuming at the previous answer's `next`, so one request never
+/// holds the store (or the HTTP client) for long.
+pub(crate) const MAX_BULK_REPLAY: usize = 1000;
+
+/// Which dead letters a bulk replay takes: newest first, all filters combined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeadLetterSelection {
+    /// Only this binding's.
+    pub(crate) binding: Option<String>,
+    /// Only those whose last attempt failed with this kind (`handler`, `timeout`, …).
+    pub(crate) error_kind: Option<String>,
+    /// Only those dead-lettered at or after this instant (unix ms).
+    pub(crate) since_ms: Option<i64>,
+    /// Only those dead-lettered before this instant (unix ms).
+    pub(crate) before_ms: Option<i64>,
+    /// Resume below this dead-letter id (the previous call's `next`).
+    pub(crate) after_id: Option<i64>,
+    /// At most this many, 1 to [`MAX_BULK_REPLAY`].
+    pub(crate) limit: usize,
+    /// Replayed ones too (by default only dead letters never replayed are taken, so
+    /// repeating a call replays nothing twice).
+    pub(crate) include_replayed: bool,
+}
+
+/// What a bulk replay of dead letters answers ([`DeliverOps::replay_dead_letters`]).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BulkReplay {
+    /// How many were replayed.
+    pub(crate) replayed: usize,
+    /// Their ids, newest first.
+    pub(crate) ids: Vec<i64>,
+    /// Those that could not be (their binding gone, say), with why.
+    pub(crate) failed: Vec<ReplayFailure>,
+    /// Set when the page was full (more may match): pass it as `after`.
+    pub(crate) next: Option<i64>,
+}
+
+/// A dead letter a bulk replay could not replay.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReplayFailure {
+    pub(crate) id: i64,
+    /// The error's stable code (`not_found`, `invalid`, …).
+    pub(crate) error: &'static str,
+    pub(crate) message: String,
+}
+
+impl DeliverOps {
+    /// Replays the dead letters `sel` selects, newest first, each through the single
+    /// replay ([`DeliverOps::replay_dead_letter`]: under the version it ran under),
+    /// at most `sel.limit` of them. Answers `{"replayed": n, "failed": [{"id",
+    /// "error", "message"}], "ids": [...], "next": id or null}`: `next` is set when
+    /// the page was full (more may match); pass it as `after` to go on. A dead letter
+    /// that cannot be replayed (its binding gone, say) is reported in `failed` and
+    /// does not stop the others.
+    pub(crate) async fn replay_dead_letters(
+        &self,
+        sel: &DeadLetterSelection,
+    ) -> Result<BulkReplay, OpError> {
+        if !(1..=MAX_BULK_REPLAY).contains(&sel.limit) {
+            return Err(OpError::Invalid(format!(
+                "limit must be from 1 to {MAX_BULK_REPLAY}"
+            )));
+        }
+        let query = DeadLetterQuery {
+            binding_id: sel.binding.clone(),
+            limit: sel.limit,
+            before_id: sel.after_id,
+            since_ms: sel.since_ms,
+            until_ms: sel.before_ms,
+            error_kind: sel.error_kind.clone(),
+            unreplayed: !sel.include_replayed,
+        };
+        let page = self.store.backend().dead_letters(&query).await?;
+        let mut ids = Vec::new();
+        let mut failed = Vec::new();
+        for dl in &page {
+            match self.replay_dead_letter(dl.id, None).await {
+                Ok(_) => ids.push(dl.id),
+                Err(OpError::Store(e)) => return Err(OpError::Store(e)),
+                Err(e) => failed.push(ReplayFailure {
+                    id: dl.id,
+                    error: e.code(),
+                    message: e.message(),
+                }),
+            }
+        }
+        let next = if page.len() == sel.limit {
+            page.last().map(|d| d.id)
+        } else {
+            None
+        };
+        Ok(BulkReplay {
+            replayed: ids.len(),
+            ids,
+            failed,
+            next,
+        })
+    }
 }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::ops::{DeliverOps, OpError};
+use super::base::{DeliverOps, OpError};
 use crate::triggers::config::TriggerConfig;
 use crate::triggers::lifecycle::label;
 use crate::triggers::versions::{LifecycleCommit, LifecycleEntry};

@@ -1,46 +1,147 @@
-//! The deliver half's operations the console needs beyond the CLI's: one event with
-//! everything that became of it ([`DeliverOps::event_detail`]), a filtered bulk replay
-//! of dead letters ([`DeliverOps::replay_dead_letters`]) and the outbox depth over
-//! time ([`DeliverOps::outbox_series`]). The admin API (`runtime::admin`) answers with
-//! exactly what these return, and the console's HTML handlers call them directly, so
-//! the two views cannot drift and the console never calls its own HTTP API.
+//! What an operator reads: the outbox report, the bindings report, the depth series
+//! and one event in full.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::ops::{DeliverOps, OpError};
-use super::outbox_series::SeriesView;
-use crate::outbox::model::{AttemptError, DeadLetterQuery};
-use crate::store::EventQuery;
+use super::base::{DeliverOps, OpError};
+use crate::outbox::model::{AttemptError, OutboxStats};
+use crate::runtime::outbox_series::SeriesView;
+use crate::store::{now_ms, EventQuery};
 use crate::triggers::lifecycle::label;
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
-/// Most dead letters one bulk replay call replays; a larger selection is replayed in
-/// several calls, each resuming at the previous answer's `next`, so one request never
-/// holds the store (or the HTTP client) for long.
-pub(crate) const MAX_BULK_REPLAY: usize = 1000;
+/// What [`DeliverOps::stats`] answers (`GET /api/v1/outbox/stats`, the
+/// `outbox.stats` capability, the console's outbox cards): the outbox's depth in
+/// total, per binding and per queue, and the events dropped for exceeding the
+/// handler-hop limit. Serialised with the [`OutboxStats`] fields at the top level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutboxReport {
+    /// The store's counts.
+    #[serde(flatten)]
+    pub stats: OutboxStats,
+    /// Events a handler produced one hop past `max_depth`, dropped since start.
+    pub depth_dropped: u64,
+}
 
-/// Which dead letters a bulk replay takes: newest first, all filters combined.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct DeadLetterSelection {
-    /// Only this binding's.
-    pub(crate) binding: Option<String>,
-    /// Only those whose last attempt failed with this kind (`handler`, `timeout`, …).
-    pub(crate) error_kind: Option<String>,
-    /// Only those dead-lettered at or after this instant (unix ms).
-    pub(crate) since_ms: Option<i64>,
-    /// Only those dead-lettered before this instant (unix ms).
-    pub(crate) before_ms: Option<i64>,
-    /// Resume below this dead-letter id (the previous call's `next`).
-    pub(crate) after_id: Option<i64>,
-    /// At most this many, 1 to [`MAX_BULK_REPLAY`].
-    pub(crate) limit: usize,
-    /// Replayed ones too (by default only dead letters never replayed are taken, so
-    /// repeating a call replays nothing twice).
-    pub(crate) include_replayed: bool,
+impl DeliverOps {
+    /// Outbox totals, per binding and queue, plus the depth drops.
+    pub async fn stats(&self) -> Result<OutboxReport, OpError> {
+        let stats = self.store.backend().stats(now_ms()).await?;
+        Ok(OutboxReport {
+            stats,
+            depth_dropped: self.metrics.depth_dropped_total(),
+        })
+    }
+
+    /// Every binding: its versions (number, state, fingerprint), whether it is paused,
+    /// the active version's definition, whether this process delivers it, and its
+    /// counts (`GET /api/v1/triggers`, the console's bindings pages).
+    pub fn triggers(&self) -> TriggersReport {
+        let current = self.triggers.current();
+        let triggers = current
+            .view()
+            .into_iter()
+            .map(|view| {
+                let active = current.active(&view.id).cloned();
+                let draining = view
+                    .versions
+                    .iter()
+                    .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
+                let breaker_open = self.breakers.as_ref().is_some_and(|b| b.is_open(&view.id));
+                let state = crate::runtime::binding_metrics::state_word(
+                    view.paused,
+                    breaker_open,
+                    view.active.is_some(),
+                    draining,
+                );
+                let ingest = self.ingest.as_ref().map(|ingest| {
+                    let (received, matched, last) = ingest.binding_counts(&view.id);
+                    IngestCounts {
+                        received,
+                        matched,
+                        last_received_ms: last.map(|s| (s * 1000.0) as i64),
+                    }
+                });
+                BindingReport {
+                    served: active.as_ref().map(|a| self.permits.serves(a)),
+                    definition: active,
+                    state,
+                    counts: BindingFigures {
+                        dispatch: self.metrics.counts(&view.id),
+                        ingest,
+                    },
+                    view,
+                }
+            })
+            .collect();
+        TriggersReport { triggers }
+    }
+}
+
+/// `GET /api/v1/triggers`: every binding, in configuration order.
+#[derive(Debug, Clone, Serialize)]
+pub struct TriggersReport {
+    pub(crate) triggers: Vec<BindingReport>,
+}
+
+impl TriggersReport {
+    /// The binding `id`, if known.
+    pub(crate) fn find(&self, id: &str) -> Option<&BindingReport> {
+        self.triggers.iter().find(|b| b.view.id == id)
+    }
+}
+
+/// One binding as an operator sees it: its versions and whether it is paused (the
+/// lifecycle's view, at the top level), the active version's definition and whether
+/// this process delivers it (absent without an active version), its state word and
+/// its counts.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BindingReport {
+    #[serde(flatten)]
+    pub(crate) view: crate::triggers::lifecycle::BindingView,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "active_definition"
+    )]
+    pub(crate) definition: Option<Arc<crate::triggers::binding::Binding>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) served: Option<bool>,
+    /// `active`, `paused`, `draining`, `breaker_open`, … (`binding_metrics::state_word`).
+    pub(crate) state: &'static str,
+    pub(crate) counts: BindingFigures,
+}
+
+/// Serialises the definition behind its `Arc` (serde's `rc` feature is not on).
+fn active_definition<S: serde::Serializer>(
+    definition: &Option<Arc<crate::triggers::binding::Binding>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    definition.as_deref().serialize(s)
+}
+
+/// A binding's counts: the dispatcher's, and the ingress's when this runtime ingests.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BindingFigures {
+    #[serde(flatten)]
+    pub(crate) dispatch: crate::dispatch::metrics::BindingCounts,
+    #[serde(flatten)]
+    pub(crate) ingest: Option<IngestCounts>,
+}
+
+/// Events the ingress routed to a binding.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct IngestCounts {
+    /// Events of its sources it saw.
+    pub(crate) received: u64,
+    /// Of those, events its filter took.
+    pub(crate) matched: u64,
+    /// When the last one arrived (unix ms).
+    pub(crate) last_received_ms: Option<i64>,
 }
 
 /// The body as the detail shows it: JSON as a value, UTF-8 as text, anything else
@@ -61,28 +162,6 @@ fn decoded_body(event: &TriggerEvent) -> (&'static str, Value) {
 /// The newest error of a history, as `{"kind", "message", "at_ms"}`.
 fn last_error(errors: &[AttemptError]) -> Value {
     errors.last().map_or(Value::Null, |e| json!(e))
-}
-
-/// What a bulk replay of dead letters answers ([`DeliverOps::replay_dead_letters`]).
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct BulkReplay {
-    /// How many were replayed.
-    pub(crate) replayed: usize,
-    /// Their ids, newest first.
-    pub(crate) ids: Vec<i64>,
-    /// Those that could not be (their binding gone, say), with why.
-    pub(crate) failed: Vec<ReplayFailure>,
-    /// Set when the page was full (more may match): pass it as `after`.
-    pub(crate) next: Option<i64>,
-}
-
-/// A dead letter a bulk replay could not replay.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct ReplayFailure {
-    pub(crate) id: i64,
-    /// The error's stable code (`not_found`, `invalid`, …).
-    pub(crate) error: &'static str,
-    pub(crate) message: String,
 }
 
 /// One event in full, with what became of it ([`DeliverOps::event_detail`],
@@ -268,58 +347,6 @@ impl DeliverOps {
                 payload,
             },
             deliveries,
-        })
-    }
-
-    /// Replays the dead letters `sel` selects, newest first, each through the single
-    /// replay ([`DeliverOps::replay_dead_letter`]: under the version it ran under),
-    /// at most `sel.limit` of them. Answers `{"replayed": n, "failed": [{"id",
-    /// "error", "message"}], "ids": [...], "next": id or null}`: `next` is set when
-    /// the page was full (more may match); pass it as `after` to go on. A dead letter
-    /// that cannot be replayed (its binding gone, say) is reported in `failed` and
-    /// does not stop the others.
-    pub(crate) async fn replay_dead_letters(
-        &self,
-        sel: &DeadLetterSelection,
-    ) -> Result<BulkReplay, OpError> {
-        if !(1..=MAX_BULK_REPLAY).contains(&sel.limit) {
-            return Err(OpError::Invalid(format!(
-                "limit must be from 1 to {MAX_BULK_REPLAY}"
-            )));
-        }
-        let query = DeadLetterQuery {
-            binding_id: sel.binding.clone(),
-            limit: sel.limit,
-            before_id: sel.after_id,
-            since_ms: sel.since_ms,
-            until_ms: sel.before_ms,
-            error_kind: sel.error_kind.clone(),
-            unreplayed: !sel.include_replayed,
-        };
-        let page = self.store.backend().dead_letters(&query).await?;
-        let mut ids = Vec::new();
-        let mut failed = Vec::new();
-        for dl in &page {
-            match self.replay_dead_letter(dl.id, None).await {
-                Ok(_) => ids.push(dl.id),
-                Err(OpError::Store(e)) => return Err(OpError::Store(e)),
-                Err(e) => failed.push(ReplayFailure {
-                    id: dl.id,
-                    error: e.code(),
-                    message: e.message(),
-                }),
-            }
-        }
-        let next = if page.len() == sel.limit {
-            page.last().map(|d| d.id)
-        } else {
-            None
-        };
-        Ok(BulkReplay {
-            replayed: ids.len(),
-            ids,
-            failed,
-            next,
         })
     }
 
