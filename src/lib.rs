@@ -110,10 +110,19 @@ pub mod proto;
 pub mod __private;
 
 // The README's Rust examples compile (and the runnable ones run) as doctests, so the
-// first code a user copies cannot rot.
+// first code a user copies cannot rot; so do the guide's.
 #[cfg(all(doctest, feature = "gateway"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The guide's pages with Rust examples (docs/guide/), tested the same way.
+#[cfg(all(doctest, feature = "gateway"))]
+#[doc = include_str!("../docs/guide/connector-authors.md")]
+struct ConnectorAuthorsGuideDoctests;
+
+#[cfg(all(doctest, feature = "runtime"))]
+#[doc = include_str!("../docs/guide/sources.md")]
+struct SourcesGuideDoctests;
 
 pub use backoff::BackoffPolicy;
 #[cfg(any(feature = "runtime", feature = "gateway"))]
