@@ -1,4 +1,4 @@
-//! The approval flow end to end (PROTOCOL.md §4 and the README's "Approval" sections): a real
+//! The approval flow end to end (PROTOCOL.md §4 and the guide's (docs/guide/connector-authors.md) "Approval" sections): a real
 //! manual-mode reference gateway, real sockets, the public API only. Every wait is on
 //! an event with a deadline; the one fixed window (`QUIET`) only observes that nothing
 //! happens after a rejection.

@@ -1,5 +1,5 @@
 //! Registers with JWTs of a trusted external OIDC issuer (`GatewayConfig::trusted_issuers`,
-//! the README's "Approval (reference gateway)") on a manual-mode reference gateway:
+//! the guide's (docs/guide/connector-authors.md) "Approval (reference gateway)") on a manual-mode reference gateway:
 //! a small JWKS server in this process stands in for a Keycloak realm. Every wait has a
 //! deadline; nothing sleeps to synchronise.
 #![cfg(feature = "gateway")]

@@ -1,5 +1,5 @@
 //! How a register is decided, and the state the decision reads: the approval contract
-//! (PROTOCOL.md §4; the README's "Approval" sections).
+//! (PROTOCOL.md §4; the guide's (docs/guide/connector-authors.md) "Approval" sections).
 //!
 //! In [`ApprovalMode::Auto`] every well-formed register is approved. In
 //! [`ApprovalMode::Manual`], [`decide`] applies, in order: a known session token of

@@ -1,4 +1,4 @@
-//! The HTTP side of approval (PROTOCOL.md §4; the README's "Approval (reference gateway)"): the operator's
+//! The HTTP side of approval (PROTOCOL.md §4; the guide's (docs/guide/connector-authors.md) "Approval (reference gateway)"): the operator's
 //! `GET /api/v1/approvals`, `POST /api/v1/connectors/{arn}/approve` and `/reject`;
 //! the connector's key registration with a one-time token
 //! (`POST /api/v1/auth/register`) and its token endpoint (`POST /oauth/token`,

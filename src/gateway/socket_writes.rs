@@ -4,7 +4,7 @@
 //! Why: one task that reads and writes its socket wakes once per round trip instead of
 //! twice (a reader and a writer), which measured twice the rate and half the latency
 //! with one request in flight; but under load its reads and writes then share one
-//! core, which lost 15–30% at 64 and 256 in flight (README, Performance). So a socket
+//! core, which lost 15–30% at 64 and 256 in flight (docs/guide/performance.md). So a socket
 //! keeps both, and moves between them as its queue says:
 //!
 //! * **Inline** (the socket task holds the [`Lane`]: the sink and the receiving end of
@@ -22,7 +22,7 @@
 //!   one frame each, once fewer than half of `BUSY_IN_FLIGHT` are in flight.
 //!
 //! The in-flight count decides under steady load, the queue only for bursts: measured
-//! (README, Performance), a socket that went by its queue alone wrote inline for most
+//! (docs/guide/performance.md), a socket that went by its queue alone wrote inline for most
 //! batches at 64 and 256 in flight, since one task drains a queue as fast as it fills,
 //! and handed over thousands of times a second; it kept up when the machine was
 //! otherwise idle and lost 3–30% at 64 in flight when it was not. With the count, such a socket writes apart

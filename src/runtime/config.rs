@@ -86,7 +86,7 @@ pub struct RuntimeConfig {
     /// on one host cannot listen on one address). Set it when a process may come back
     /// under another host name or port (a container scheduled anew, `listen` on port 0). Two processes given one
     /// identity are a misconfiguration whose worst is a duplicate delivery at a start,
-    /// never a lost one (README, "A restart recognises what it held").
+    /// never a lost one (docs/guide/delivery.md, "A restart recognises what it held").
     pub process_id: Option<String>,
     /// Body limit for sources that set none. Default 10 MiB.
     pub max_body_bytes: Option<usize>,

@@ -4,7 +4,7 @@
 //! it (`ConnectorConfig::proxy`), because the dialer is what acts on it: the transport
 //! layer takes its settings as its own types and never reads a connector's config.
 //! The rules for the environment variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
-//! `NO_PROXY`) are in the README's "TLS and proxies" section and in
+//! `NO_PROXY`) are in the guide's "TLS and proxies" section (docs/guide/connector-authors.md) and in
 //! `super::proxy`, which applies them.
 
 use std::fmt;

@@ -1,7 +1,7 @@
 //! The listener's bounds on untrusted clients: how many ingress requests run at once,
 //! how long a client may take to send its headers and its body, and how many bytes of
 //! writes may wait for the group commit. Each is a top-level option of
-//! switchboard.toml with the default named here; the README's Limits table lists them
+//! switchboard.toml with the default named here; the Limits table of docs/guide/sources.md lists them
 //! with the per-source ones (`max_body_bytes`, `rate_limit`, `notion_recheck_limit`),
 //! which live with the rest of a source's options in [`super::source`].
 

@@ -54,7 +54,7 @@ async fn a_held_register_is_invisible_and_its_response_precedes_the_first_execut
     assert_eq!(out.unwrap().payload, json!({"answered": true}));
 }
 
-/// The README's "Testing your connector against a gateway", with the register held
+/// The guide's "Testing your connector against a gateway" (docs/guide/connector-authors.md), with the register held
 /// so that the execute follows visibility as closely as it can, on both transports.
 #[tokio::test]
 async fn an_execute_right_after_wait_for_registrations_is_answered_on_both_transports() {
