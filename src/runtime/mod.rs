@@ -12,9 +12,8 @@
 //! (in-flight attempts get the shutdown grace, what is still held is released), the
 //! gateway registrations leave, and the listener closes last ([`life`]).
 //!
-//! The wiring order matters once: the gateway registration exists before the handlers
-//! that deliver over it, the handlers before the operations that use them, and the
-//! operations are then handed to the registration's connector ([`connector::OpsSlot`]).
+//! [`start`] wires them in named stages, in dependency order, and says why each of the
+//! three write-once cells that tie the remaining loops must stay.
 
 pub(crate) mod admin;
 mod binding_metrics;
@@ -26,10 +25,11 @@ pub(crate) mod ops;
 pub(crate) mod outbox_series;
 mod process_id;
 mod source_registrations;
+mod start;
 mod sweeper;
 pub(crate) mod trigger_control;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -37,27 +37,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connector::BaseConnector;
-use crate::dispatch::deliver::{Deliver, Handlers};
+use crate::dispatch::deliver::Deliver;
 use crate::dispatch::dispatcher::Dispatcher;
-use crate::dispatch::metrics::DispatchMetrics;
-use crate::dispatch::options::DispatcherOptions;
-use crate::dispatch::permits::Permits;
 use crate::error::{Error, Result};
 use crate::inbound::InboundConnector;
-use crate::mux::{
-    MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
-};
+use crate::mux::{RegistrationHandle, ShutdownHandle};
 use crate::runtime::config::ResolvedConfig;
-use crate::store::{open_backend, redact_url, Store};
-use crate::triggers::binding::Handler;
-use crate::webhooks::server::router;
-use crate::webhooks::state::Ingress;
-use ops::{DeliverOps, EnqueueRequest, Enqueued, QueueLimits};
-use trigger_control::{Scope, TriggerControl};
-
-/// Executes the runtime's own registration may run at once: its capabilities are
-/// short store operations, except `triggers.invoke`, which waits for a handler.
-const RUNTIME_MAX_CONCURRENT: usize = 256;
+use crate::store::Store;
+use ops::{DeliverOps, EnqueueRequest, Enqueued};
+use trigger_control::TriggerControl;
 
 /// How long the sources' `shutdown` may take, together.
 const SOURCE_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -184,299 +172,30 @@ impl RuntimeBuilder {
     /// store cannot be opened, the address is taken, or a `local` binding names a
     /// connector that was not registered; nothing is left running on failure.
     pub async fn start(self) -> Result<Runtime> {
-        let RuntimeBuilder {
-            config,
-            local,
-            deliver,
-            config_path,
-            inbound,
-        } = self;
-        let mut connectors = crate::webhooks::builtin::registry();
-        for c in inbound {
-            connectors.add(c)?;
-        }
-        if deliver.is_none() {
-            for b in config.triggers.bindings() {
-                if let Handler::Local { connector, .. } = &b.handler {
-                    if !local.contains_key(connector) {
-                        return Err(Error::Config(format!(
-                            "trigger {:?}: handler local = {connector:?}: no connector is registered under that name; register it with RuntimeBuilder::local_connector",
-                            b.id
-                        )));
-                    }
-                }
-            }
-        }
-        let backend = open_backend(&config.store, &config.store_options).await?;
-        tracing::info!(store = %redact_url(&config.store), backend = backend.name(), "store open");
-        let store = Store::with_max_queue_bytes(
-            backend.clone(),
-            config.store_options.write_queue_max_bytes,
-        );
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.listen)))?;
-        let addr = listener.local_addr()?;
-        let identity = (config.process_id.clone()).unwrap_or_else(|| process_id::default_for(addr));
-        let scope = Scope {
-            sources: config.sources.iter().map(|s| s.id.clone()).collect(),
-            gateway: config.gateway.is_some(),
-            local: deliver
-                .is_none()
-                .then(|| local.keys().cloned().collect::<HashSet<_>>()),
-            queues: config.queues.iter().map(|q| q.name.clone()).collect(),
-        };
-        let control = Arc::new(
-            TriggerControl::start(
-                backend.clone(),
-                config.triggers.to_vec_except(None),
-                config_path,
-                scope,
-            )
-            .await?,
-        );
-        let live = control.live().clone();
-        let ingress = Arc::new(
-            Ingress::new(
-                &config.sources,
-                &connectors,
-                live.clone(),
-                store.clone(),
-                config.admin_token.clone(),
-            )
-            .await?,
-        );
-
-        let _ = control.sources.set(ingress.clone());
-
-        // The runtime's own registration, then its handlers, then the operations.
-        let slot: connector::OpsSlot = Arc::default();
-        let mut runner = None;
-        let mut registration = None;
-        if let Some(gw) = &config.gateway {
-            let mut builder = crate::ConnectorConfig::builder(gw.url.clone(), gw.tenant.clone())
-                .instance_id(gw.instance_id.clone())
-                .display_name(format!("switchboard runtime {}", gw.instance_id))
-                .max_concurrent_requests(RUNTIME_MAX_CONCURRENT);
-            if let Some(t) = &gw.token {
-                builder = builder.auth_token(String::from_utf8_lossy(t.expose()).into_owned());
-            }
-            let cfg = builder.build()?;
-            let conn = connector::RuntimeConnector::new(slot.clone(), gw.connector_type.clone());
-            let r = MultiConnectorRunner::new(RunnerOptions::default(), [])?;
-            let handle = r.add(Registration::new(cfg, conn)).await?;
-            registration = Some(handle);
-            runner = Some(r);
-        }
-        let http = Arc::new(crate::outbound::http::HttpDelivery::new(&config.outbound)?);
-        let _ = control.http.set(http.clone());
-        if let (Some(gw), Some(r)) = (&config.gateway, &runner) {
-            register_outbound(gw, r, &ingress, &http).await?;
-        }
-        let handlers = Arc::new(Handlers::new(registration.clone(), local).with_http(http));
-        let any_handler = deliver.is_some();
-        let judge = handlers.clone();
-        let d = &config.dispatcher;
-        let permits = Permits::new(
-            move |b| any_handler || judge.can_deliver(b),
-            d.max_in_flight,
-        );
-        let deliver: Arc<dyn Deliver> = deliver.unwrap_or(handlers);
-        let metrics = Arc::new(DispatchMetrics::new());
-        let series = Arc::new(std::sync::Mutex::new(outbox_series::SeriesRing::new(
-            outbox_series::INTERVAL,
-            outbox_series::CAPACITY,
-        )));
-        let ops = Arc::new(DeliverOps {
-            store: store.clone(),
-            triggers: live.clone(),
-            control: control.clone(),
-            ingest: Some(ingress.metrics.clone()),
-            breakers: Some(ingress.router.breakers().clone()),
-            deliver: deliver.clone(),
-            permits: permits.clone(),
-            metrics: metrics.clone(),
-            queues: config
-                .queues
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        QueueLimits {
-                            visibility: q.visibility_timeout,
-                            max_receives: q.max_receives,
-                        },
-                    )
-                })
-                .collect(),
-            max_depth: d.max_depth,
-            retention_ms: config.event_retention_ms,
-            series: series.clone(),
-            tenant: config
-                .gateway
-                .as_ref()
-                .map_or_else(|| "default".to_owned(), |g| g.tenant.clone()),
-        });
-        let _ = slot.set(ops.clone());
-
-        let cancel = CancellationToken::new();
-        let mut tasks = Vec::new();
-        // Before the poll drivers and the dispatcher: what an earlier start held.
-        process_id::release_previous(&backend, &ingress.order, &identity).await;
-        tasks.extend(crate::webhooks::poller::spawn_all(
-            &ingress.order,
-            &ingress.committer,
-            &identity,
-            &cancel,
-        ));
-        tasks.push(tokio::spawn(crate::webhooks::poller::activation_loop(
-            ingress.order.clone(),
-            live.clone(),
-            cancel.clone(),
-        )));
-        tasks.push(tokio::spawn(sweeper::run(
-            store.clone(),
-            sweeper::Retention {
-                rejections_ms: config.rejection_retention_ms,
-                events_ms: config.event_retention_ms,
-            },
-            config.sweep_interval,
-            cancel.clone(),
-        )));
-        tasks.push(tokio::spawn(control.clone().run(cancel.clone())));
-        let sampled = store.clone();
-        tasks.push(tokio::spawn(outbox_series::sample_loop(
-            series,
-            outbox_series::INTERVAL,
-            move || {
-                let store = sampled.clone();
-                async move {
-                    let d = store.backend().depth(crate::store::now_ms()).await.ok()?;
-                    Some(outbox_series::Sample {
-                        due: d.due,
-                        leased: d.leased,
-                        dead_letters: d.dead_letters,
-                    })
-                }
-            },
-            crate::store::now_ms,
-            cancel.clone(),
-        )));
-        let dispatcher = Dispatcher::start_live(
-            backend.clone(),
-            live,
-            deliver,
-            permits,
-            metrics.clone(),
-            DispatcherOptions::default()
-                .with_max_in_flight(d.max_in_flight)
-                .with_batch(d.batch)
-                .with_lease(d.lease)
-                .with_poll_interval(d.poll_interval)
-                .with_shutdown_grace(d.shutdown_grace)
-                .with_process_id(identity),
-            control.unknown_version.clone(),
-        );
-        let runner = runner.map(|r: MultiConnectorRunner| {
-            let stop = r.shutdown_handle();
-            let task = tokio::spawn(async move {
-                if let Err(e) = r.run().await {
-                    tracing::error!(error = %e, "the runtime's gateway registration stopped");
-                }
-            });
-            (stop, task)
-        });
-        let _ = ingress
-            .more_metrics
-            .set(Arc::new(binding_metrics::RuntimeMetrics {
-                dispatch: metrics,
-                triggers: control.live().clone(),
-                store: backend.clone(),
-                breakers: ingress.router.breakers().clone(),
-            }));
-        let sources = ingress.order.clone();
-        let limits = config.limits;
-        let console = console::routes(
-            ops.clone(),
-            ingress.clone(),
-            config.admin_token.clone(),
-            cancel.child_token(),
-        );
-        let life = life::Life::new(backend, registration.clone(), sources.len());
-        let app = router(
-            ingress,
-            admin::routes(ops.clone()),
-            limits.max_concurrent_requests,
-        )
-        .merge(console)
-        .layer(axum::middleware::from_fn_with_state(
-            life.clone(),
-            life::gate,
-        ))
-        .merge(life::probes(life.clone()));
-        let listener_stop = CancellationToken::new();
-        let server = tokio::spawn(crate::webhooks::listener::serve(
-            listener,
-            app,
-            limits,
-            listener_stop.clone(),
-        ));
-        tracing::info!(%addr, served = ?dispatcher.served(), "runtime listening");
+        let s = start::start(start::Ingredients {
+            config: self.config,
+            local: self.local,
+            deliver: self.deliver,
+            config_path: self.config_path,
+            inbound: self.inbound,
+        })
+        .await?;
         Ok(Runtime {
-            addr,
-            store,
-            cancel,
-            listener_stop,
-            life,
-            server,
-            tasks,
-            dispatcher: Some(dispatcher),
-            runner,
-            registration,
-            ops,
-            control,
-            sources,
+            addr: s.addr,
+            store: s.store,
+            cancel: s.cancel,
+            listener_stop: s.listener_stop,
+            life: s.life,
+            server: s.server,
+            tasks: s.tasks,
+            dispatcher: Some(s.dispatcher),
+            runner: s.runner,
+            registration: s.registration,
+            ops: s.ops,
+            control: s.control,
+            sources: s.sources,
         })
     }
-}
-
-/// Registers every source (its outbound side) and the `http` connector on the
-/// runtime's gateway connection, beside the runtime's own registration.
-async fn register_outbound(
-    gw: &crate::runtime::config::GatewaySettings,
-    runner: &MultiConnectorRunner,
-    ingress: &Ingress,
-    http: &Arc<crate::outbound::http::HttpDelivery>,
-) -> Result<()> {
-    let config = |tenant: &str, instance: &str, name: String| {
-        let mut builder = crate::ConnectorConfig::builder(gw.url.clone(), tenant.to_owned())
-            .instance_id(instance.to_owned())
-            .display_name(name);
-        if let Some(t) = &gw.token {
-            builder = builder.auth_token(String::from_utf8_lossy(t.expose()).into_owned());
-        }
-        builder.build()
-    };
-    for s in &ingress.order {
-        if s.spec.tenant != gw.tenant {
-            tracing::warn!(source = s.id(), tenant = %s.spec.tenant, gateway_tenant = %gw.tenant, "the source names a tenant other than [gateway] tenant, so its registration opens a gateway socket of its own; leave tenant unset to share the runtime's");
-        }
-        let cfg = config(
-            &s.spec.tenant,
-            s.id(),
-            format!("{} source {}", s.provider, s.id()),
-        )?;
-        let conn = source_registrations::SourceConnector::new(s.clone());
-        runner.add(Registration::new(cfg, conn)).await?;
-    }
-    let cfg = config(
-        &gw.tenant,
-        &gw.instance_id,
-        format!("switchboard http {}", gw.instance_id),
-    )?;
-    let conn = source_registrations::HttpConnector::new(http.clone());
-    runner.add(Registration::new(cfg, conn)).await?;
-    Ok(())
 }
 
 impl Runtime {
