@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 
 use async_trait::async_trait;
-use common::{eventually_some, start, tagged};
+use common::{eventually_some, start, tagged, Described};
 use serde_json::{json, Value};
 use switchboard::gateway::{GatewayConfig, TestGateway};
 use switchboard::{BaseConnector, ConnectorConfig, Error, Payload, Registration, RunnerOptions};
@@ -352,32 +352,6 @@ async fn bad_parameters_are_a_400_naming_them_and_the_routes_need_the_token() {
         let resp = reqwest::get(format!("{base}{path}")).await.unwrap();
         assert_eq!(resp.status().as_u16(), 401, "{path} without the token");
         assert_eq!(get(&base, path).await.0, 200, "{path} with it");
-    }
-}
-
-/// Describes one capability with input and output schemas.
-struct Described;
-
-#[async_trait]
-impl BaseConnector for Described {
-    fn connector_type(&self) -> &str {
-        "described"
-    }
-    fn version(&self) -> &str {
-        "2.4.1"
-    }
-    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
-        vec![switchboard::Capability::new("create_issue")
-            .name("Create issue")
-            .description("Opens an issue")
-            .category("ticketing")
-            .icon("ticket")
-            .input_schema(json!({"type": "object", "required": ["title"]}))
-            .output_schema(json!({"type": "object"}))
-            .build()]
-    }
-    async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
-        Ok(p)
     }
 }
 

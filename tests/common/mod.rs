@@ -44,6 +44,33 @@ impl BaseConnector for Tagged {
     }
 }
 
+/// A connector that says everything about itself the protocol lets it say: a version,
+/// one capability with a name, description, category, icon and both schemas.
+pub struct Described;
+
+#[async_trait]
+impl BaseConnector for Described {
+    fn connector_type(&self) -> &str {
+        "described"
+    }
+    fn version(&self) -> &str {
+        "2.4.1"
+    }
+    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
+        vec![switchboard::Capability::new("create_issue")
+            .name("Create issue")
+            .description("Opens an issue")
+            .category("ticketing")
+            .icon("ticket")
+            .input_schema(json!({"type": "object", "required": ["title"]}))
+            .output_schema(json!({"type": "object"}))
+            .build()]
+    }
+    async fn execute(&self, p: Payload, _: Option<&str>) -> switchboard::Result<Payload> {
+        Ok(p)
+    }
+}
+
 /// A registration of a [`Tagged`] connector.
 pub fn tagged(url: &str, tenant: &str, instance: &str) -> Registration {
     let cfg = ConnectorConfig::builder(url, tenant)

@@ -346,32 +346,6 @@ async fn sign_in_returns_to_the_page_asked_for_even_by_its_short_name() {
     }
 }
 
-/// A connector that says everything about itself the protocol lets it say.
-struct Described;
-
-#[async_trait::async_trait]
-impl switchboard::BaseConnector for Described {
-    fn connector_type(&self) -> &str {
-        "described"
-    }
-    fn version(&self) -> &str {
-        "2.4.1"
-    }
-    fn capabilities(&self) -> Vec<switchboard::proto::TaskTypeSchema> {
-        vec![switchboard::Capability::new("create_issue")
-            .category("ticketing")
-            .icon("ticket-icon")
-            .build()]
-    }
-    async fn execute(
-        &self,
-        p: switchboard::Payload,
-        _: Option<&str>,
-    ) -> switchboard::Result<switchboard::Payload> {
-        Ok(p)
-    }
-}
-
 #[tokio::test]
 async fn a_registrations_page_shows_what_its_connector_sent_about_itself() {
     let gw = gateway(ApprovalMode::Auto).await;
@@ -385,7 +359,7 @@ async fn a_registrations_page_shows_what_its_connector_sent_about_itself() {
         .unwrap();
     let (runner, join) = common::start(
         switchboard::RunnerOptions::default(),
-        vec![switchboard::Registration::new(cfg, Described)],
+        vec![switchboard::Registration::new(cfg, common::Described)],
     )
     .await;
     let (cookie, _) = session(&base).await;
@@ -417,7 +391,7 @@ async fn a_registrations_page_shows_what_its_connector_sent_about_itself() {
         "region",
         "eu-west-1",
         "ticketing",
-        "ticket-icon",
+        "title=\"icon\">ticket<",
     ] {
         assert!(detail.contains(sent), "{sent:?} missing from {detail}");
     }
