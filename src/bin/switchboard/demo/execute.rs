@@ -13,7 +13,8 @@ use switchboard::{
     ConnectorConfig, EchoConnector, Error, MultiConnectorRunner, Registration, RunnerOptions,
 };
 
-use super::{fmt_latency, percentile, DemoArgs};
+use super::args::DemoArgs;
+use super::latency::{fmt_latency, percentile};
 
 /// Runs the section and prints its table; the executes that failed or came back wrong.
 pub(super) async fn run(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<usize> {

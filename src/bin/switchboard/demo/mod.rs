@@ -23,6 +23,7 @@
 //! Each section prints a table; any failed expectation (a wrong answer, a delivery
 //! missing, a count that disagrees) ends the demo with a message and a non-zero exit.
 
+mod args;
 mod execute;
 
 #[cfg(feature = "runtime")]
@@ -31,51 +32,17 @@ mod connectors;
 mod deliver;
 #[cfg(feature = "runtime")]
 mod histogram;
+mod latency;
+#[cfg(feature = "runtime")]
+mod observed;
 #[cfg(feature = "runtime")]
 mod report;
 #[cfg(feature = "runtime")]
 mod webhooks;
 
-use std::time::Duration;
+pub(crate) use args::DemoArgs;
 
 use switchboard::gateway::{Gateway, GatewayConfig};
-
-/// Demo sizing. The defaults run in a few seconds in a release build.
-#[derive(clap::Args)]
-pub(crate) struct DemoArgs {
-    /// Execute section: tenants (one socket each).
-    #[arg(long, default_value_t = 2)]
-    tenants: usize,
-    /// Execute section: echo registrations per tenant.
-    #[arg(long, default_value_t = 4)]
-    per_tenant: usize,
-    /// Execute section: execute requests to send in total.
-    #[arg(long, default_value_t = 2000)]
-    requests: usize,
-    /// Execute section: concurrent HTTP clients.
-    #[arg(long, default_value_t = 16)]
-    concurrency: usize,
-    /// Deliver section: distinct signed webhooks to post (every fourth is an
-    /// `issues.closed`, the rest `issues.opened`; one more is a redelivery). At least 2,
-    /// so that both kinds occur.
-    #[cfg(feature = "runtime")]
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(2..))]
-    webhooks: u32,
-    /// Deliver section: concurrent webhook senders.
-    #[cfg(feature = "runtime")]
-    #[arg(long, default_value_t = 8)]
-    webhook_concurrency: usize,
-    /// Deliver section: how long to wait for the outbox to drain and the dead-letter
-    /// handler to run before giving up, in seconds.
-    #[cfg(feature = "runtime")]
-    #[arg(long, default_value_t = 30)]
-    deadline_secs: u64,
-    /// After the deliver section, keep the gateway, the runtime and the connectors
-    /// running until Ctrl-C, so their consoles (URLs printed) can be looked at.
-    #[cfg(feature = "runtime")]
-    #[arg(long)]
-    keep_running: bool,
-}
 
 pub(crate) async fn run(args: DemoArgs) -> switchboard::Result<()> {
     let gateway = Gateway::start(
@@ -98,10 +65,10 @@ async fn sections(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<()>
         // The execute section's sockets are closed by now; count the deliver section's
         // from here.
         let sockets_before = gateway.stats().sockets_accepted;
-        let sizing = deliver::Sizing {
+        let sizing = observed::Sizing {
             webhooks: args.webhooks,
             concurrency: args.webhook_concurrency.max(1),
-            deadline: Duration::from_secs(args.deadline_secs),
+            deadline: std::time::Duration::from_secs(args.deadline_secs),
             keep_running: args.keep_running,
         };
         deliver::run(sizing, gateway, sockets_before).await?;
@@ -117,22 +84,4 @@ async fn sections(args: &DemoArgs, gateway: &Gateway) -> switchboard::Result<()>
         )));
     }
     Ok(())
-}
-
-/// The value at quantile `q` of `sorted` (nearest rank), zero when empty.
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-/// A latency for the tables: microseconds below 10 ms, milliseconds above.
-fn fmt_latency(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 10_000.0 {
-        format!("{us:.0} µs")
-    } else {
-        format!("{:.1} ms", us / 1000.0)
-    }
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::connectors::{Role, Visit};
-use super::deliver::{Observed, Sizing, TENANT};
+use super::latency::{fmt_latency, percentile};
+use super::observed::{Observed, Sizing, TENANT};
 use super::webhooks::Delivery;
-use super::{fmt_latency, percentile};
 
 /// Attempts `flaky-sync` gets before its rows are dead-lettered.
 pub(super) const FLAKY_ATTEMPTS: usize = 3;
