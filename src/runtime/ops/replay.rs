@@ -98,7 +98,7 @@ impl DeliverOps {
     /// Replays a stored event: to `binding` if named, else to every binding whose
     /// version in force at the event's arrival takes it; under that version, or
     /// `version` if given. Answers with the rows enqueued and any notes.
-    pub async fn replay_event(
+    pub(crate) async fn replay_event(
         &self,
         event_id: &str,
         binding: Option<&str>,
@@ -189,7 +189,7 @@ impl DeliverOps {
 
     /// Replays a dead letter under the version it ran under, or `version` if given;
     /// the live version, with a note, when its own was collected.
-    pub async fn replay_dead_letter(
+    pub(crate) async fn replay_dead_letter(
         &self,
         id: i64,
         version: Option<u32>,
@@ -251,33 +251,33 @@ impl DeliverOps {
 /// again, and notes (a version collected from memory, a binding that would not take
 /// it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EventReplay {
+pub(crate) struct EventReplay {
     /// The event.
-    pub event_id: String,
+    pub(crate) event_id: String,
     /// One entry per row enqueued.
-    pub replayed: Vec<ReplayedTo>,
+    pub(crate) replayed: Vec<ReplayedTo>,
     /// Why a binding was left out, or replayed under another version than asked.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// One row an event replay enqueued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ReplayedTo {
+pub(crate) struct ReplayedTo {
     /// `id@vN`: the binding version it runs under.
-    pub version: String,
+    pub(crate) version: String,
 }
 
 /// What [`DeliverOps::replay_dead_letter`] answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeadLetterReplay {
+pub(crate) struct DeadLetterReplay {
     /// The dead letter's id.
-    pub replayed: i64,
+    pub(crate) replayed: i64,
     /// The outbox row made for it.
-    pub row_id: i64,
+    pub(crate) row_id: i64,
     /// `id@vN` it runs under, when known to this process.
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Set when it runs under the live version because its own was collected.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Most dead letters one bulk replay call replays; a larger selection is replayed in
