@@ -45,7 +45,7 @@ use tokio_util::task::TaskTracker;
 use super::deliver::{AttemptInput, Deliver};
 use super::metrics::DispatchMetrics;
 use super::options::{DispatcherOptions, MAX_FINISH_BATCH};
-use super::permits::{claim_now, commit_finishes_now, Permits, LINGER};
+use super::permits::{claim_now, commit_finishes_now, Claiming, Permits, LINGER};
 use super::throttle::StartWindow;
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
@@ -389,26 +389,6 @@ impl Inner {
                 },
             })
             .collect()
-    }
-}
-
-/// Rows a claim asks for, counted in [`Inner::claiming`] from before the claim until
-/// its rows are admitted or released (or it failed).
-struct Claiming<'a> {
-    count: &'a AtomicUsize,
-    n: usize,
-}
-
-impl<'a> Claiming<'a> {
-    fn new(count: &'a AtomicUsize, n: usize) -> Self {
-        count.fetch_add(n, Relaxed);
-        Claiming { count, n }
-    }
-}
-
-impl Drop for Claiming<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(self.n, Relaxed);
     }
 }
 

@@ -4,6 +4,8 @@
 //! are forgotten once nothing holds them.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,6 +98,27 @@ impl Permits {
             .map_err(|_| NoPermit::Busy)?;
         let b = gate.try_acquire_owned().map_err(|_| NoPermit::Busy)?;
         Ok([g, b])
+    }
+}
+
+/// Rows a claim asks for, counted in the dispatcher's claiming count from before the
+/// claim until its rows are admitted or released (or it failed): the permits a claim
+/// in flight will take are not free to the other claim loop.
+pub(super) struct Claiming<'a> {
+    count: &'a AtomicUsize,
+    n: usize,
+}
+
+impl<'a> Claiming<'a> {
+    pub(super) fn new(count: &'a AtomicUsize, n: usize) -> Self {
+        count.fetch_add(n, Relaxed);
+        Claiming { count, n }
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.n, Relaxed);
     }
 }
 
