@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use super::operator;
 use super::rates::Rates;
-use super::registry::RegistrationState;
+use super::registration_info::RegistrationState;
 use super::state::GatewayState;
 use super::views::{ConnectionsQuery, RegistrationsQuery};
 use crate::console::chart::{self, Series};

@@ -19,7 +19,7 @@ use super::approvals::Approvals;
 use super::config::GatewayConfig;
 use super::execute::{outcome, ExecuteCall, ExecuteOutcome};
 use super::link::ConnectorLink;
-use super::registry::RegistrationInfo;
+use super::registration_info::RegistrationInfo;
 use super::state::GatewayState;
 use super::stats::GatewayStats;
 use crate::error::{Error, Result};

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use super::approvals::{now_ms, Decision};
 use super::config::ApprovalMode;
 use super::link::ConnectorLink;
-use super::registry::{tenant_of, RegisterOutcome, RegistrationState};
+use super::registration_info::RegistrationState;
+use super::registry::{tenant_of, RegisterOutcome};
 use super::state::GatewayState;
 use crate::identity::{Arn, RegistrationKey};
 use crate::proto::{

@@ -26,7 +26,8 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
 use super::figures::RegistrationFiguresView;
 use super::link::{TRANSPORT_GRPC, TRANSPORT_WEBSOCKET};
-use super::registry::{EntryView, RegistrationInfo, RegistrationState};
+use super::registration_info::{RegistrationInfo, RegistrationState};
+use super::registry::EntryView;
 use super::schemas::CapabilitySchema;
 use super::series::{Baseline, Point, SAMPLE_INTERVAL};
 use super::state::GatewayState;

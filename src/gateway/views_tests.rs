@@ -10,7 +10,7 @@ use super::*;
 use crate::gateway::approvals::Approvals;
 use crate::gateway::config::GatewayConfig;
 use crate::gateway::link::{ConnectorLink, Outbound};
-use crate::gateway::registry::RegistrationState;
+use crate::gateway::registration_info::RegistrationState;
 use crate::proto::RegisterConnectorRequest;
 
 fn state() -> Arc<GatewayState> {
