@@ -1,5 +1,5 @@
 //! The console's event list at scale: what each query of `GET /api/v1/events` (and
-//! the console's event list, which calls the same `webhooks::event_search::list_events`)
+//! the console's event list, which calls the same `ingress::event_search::list_events`)
 //! costs in a store holding a million events.
 //!
 //! Issue 25 asks that the list "stay usable with 1,000,000 stored events (server-side
@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use support::percentile;
 use switchboard::__private::store::{append_write, open_backend, Backend, EventQuery, Store};
-use switchboard::__private::webhooks::event_search::list_events;
+use switchboard::__private::ingress::event_search::list_events;
 
 /// Events in the store unless `--events N` / `SWITCHBOARD_BENCH_EVENTS` says otherwise.
 const DEFAULT_EVENTS: u64 = 1_000_000;

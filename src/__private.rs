@@ -92,19 +92,19 @@ pub mod triggers {
 }
 
 #[cfg(feature = "runtime")]
-pub mod webhooks {
-    pub use crate::webhooks::{CURSOR_KEY, LAST_FIRE_KEY};
+pub mod ingress {
+    pub use crate::ingress::{CURSOR_KEY, LAST_FIRE_KEY};
     pub mod signature {
-        pub use crate::webhooks::signature::{github, standard_webhooks, Rejection};
+        pub use crate::ingress::signature::{github, standard_webhooks, Rejection};
     }
     /// The console's event list, for `benches/event_search.rs`.
     ///
-    /// A wrapper rather than a re-export: `webhooks::event_search` is `pub(crate)`.
+    /// A wrapper rather than a re-export: `ingress::event_search` is `pub(crate)`.
     pub mod event_search {
         use crate::store::{EventQuery, Store};
-        use crate::webhooks::event_search::EventFilter;
+        use crate::ingress::event_search::EventFilter;
 
-        /// One page of the runtime's event search (`webhooks::event_search::list_events`,
+        /// One page of the runtime's event search (`ingress::event_search::list_events`,
         /// the JSON that `GET /api/v1/events` answers) for the filter `q` spells: `source`, `kind`,
         /// `dedupe_key` (the `delivery_id` filter), `since_ms`, `until_ms`, `limit`,
         /// `before_seq` (the `after` cursor). `q.event_id` is not a list filter and is
@@ -122,28 +122,28 @@ pub mod webhooks {
                 limit: q.limit,
                 after: q.before_seq,
             };
-            let page = crate::webhooks::event_search::list_events(store, &f).await?;
+            let page = crate::ingress::event_search::list_events(store, &f).await?;
             Ok(serde_json::to_value(page).unwrap_or_default())
         }
     }
     /// Cron expressions, for the `cron_expression` fuzz target.
     pub mod cron {
-        pub use crate::webhooks::cron::{CronError, Schedule};
+        pub use crate::ingress::cron::{CronError, Schedule};
     }
     /// The ingest decision, for the `ingest_decision` and `config_loader` fuzz targets.
     ///
-    /// A wrapper rather than a re-export: `webhooks::ingest::decide`, its `Request` and
+    /// A wrapper rather than a re-export: `ingress::ingest::decide`, its `Request` and
     /// its `IngestDecision` are `pub(crate)`, and a fuzz target needs only the status the
     /// listener would answer.
     pub mod ingest {
         use crate::inbound::SourceContext;
-        use crate::webhooks::ingest::{decide, IngestDecision, Request};
-        use crate::webhooks::source::SourceSpec;
+        use crate::ingress::ingest::{decide, IngestDecision, Request};
+        use crate::ingress::source::SourceSpec;
 
         /// The HTTP status the listener answers for this delivery to `spec`, with the
         /// refusal's reason label (`stored`, `notion_token_captured` or `reply` when
         /// it is not refused): the built-in provider's rule built from the source's
-        /// options as its connector builds it, then `webhooks::ingest::decide`.
+        /// options as its connector builds it, then `ingress::ingest::decide`.
         /// A source that is not a built-in webhook provider answers 405
         /// `not_accepted`; options its connector refuses, 400 `invalid_options`.
         pub fn decide_status(
@@ -162,7 +162,7 @@ pub mod webhooks {
                 spec.options.clone(),
                 spec.secrets.clone(),
             );
-            let rule = match crate::webhooks::builtin::webhook_spec(&spec.provider, &ctx) {
+            let rule = match crate::ingress::builtin::webhook_spec(&spec.provider, &ctx) {
                 Ok(Some(rule)) => rule,
                 Ok(None) => return (405, "not_accepted"),
                 Err(_) => return (400, "invalid_options"),

@@ -24,7 +24,7 @@
 //! 4. the multiplexer: `mux`, `entry`
 //! 5. models, no I/O: `outbox`, `triggers`, `inbound`
 //! 6. storage: `store`
-//! 7. the runtime's parts, and the consoles' kit: `console`, `outbound`, `dispatch`, `webhooks`
+//! 7. the runtime's parts, and the consoles' kit: `console`, `outbound`, `dispatch`, `ingress`
 //! 8. assemblies: `runtime`, `gateway`
 //! 9. the benches' and fuzz targets' window on internals: `__private`
 //!
@@ -44,7 +44,7 @@
 //! implements, the context it gets, what it returns). `store` implements the store
 //! traits, one folder per backend. `outbound`
 //! is the runtime's HTTP client for handlers (signing, egress policy, per-endpoint
-//! breakers); `dispatch` claims and executes outbox rows; `webhooks` hosts the inbound
+//! breakers); `dispatch` claims and executes outbox rows; `ingress` hosts the inbound
 //! connectors (the built-ins, the HTTP ingress, the poll and stream drivers);
 //! `console` is what the gateway's and the runtime's HTML consoles share (sign-in
 //! sessions, CSRF, security headers, live regions, charts, assets). `runtime`
@@ -85,6 +85,8 @@ pub mod gateway;
 pub(crate) mod identity;
 #[cfg(feature = "runtime")]
 pub(crate) mod inbound;
+#[cfg(feature = "runtime")]
+pub(crate) mod ingress;
 pub(crate) mod mux;
 #[cfg(feature = "runtime")]
 pub(crate) mod outbound;
@@ -101,8 +103,6 @@ pub(crate) mod store;
 pub(crate) mod transport;
 #[cfg(feature = "runtime")]
 pub(crate) mod triggers;
-#[cfg(feature = "runtime")]
-pub(crate) mod webhooks;
 
 pub mod proto;
 

@@ -184,7 +184,7 @@ async fn cron_catches_up_on_fires_missed_while_down(kind: StoreKind) {
             backend
                 .put_state(
                     "c",
-                    switchboard::__private::webhooks::CURSOR_KEY,
+                    switchboard::__private::ingress::CURSOR_KEY,
                     Some(&down_since.to_string()),
                 )
                 .await

@@ -10,7 +10,7 @@ mod node_packages;
 #[path = "ingest/support.rs"]
 mod support;
 
-use switchboard::__private::webhooks::signature::{github, standard_webhooks, Rejection};
+use switchboard::__private::ingress::signature::{github, standard_webhooks, Rejection};
 
 /// Runs tests/interop/sign.mjs, signing at `ts` (unix seconds).
 fn node_signatures(ts: Option<i64>) -> serde_json::Value {

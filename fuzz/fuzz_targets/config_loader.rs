@@ -22,7 +22,7 @@ mod common;
 use std::cell::RefCell;
 
 use libfuzzer_sys::fuzz_target;
-use switchboard::__private::webhooks::ingest::decide_status;
+use switchboard::__private::ingress::ingest::decide_status;
 use switchboard::{ConnectorConfig, RuntimeConfig};
 
 /// Values shorter than this are too likely to occur in a message by chance.

@@ -8,7 +8,7 @@
 
 use chrono::{TimeZone, Utc};
 use libfuzzer_sys::fuzz_target;
-use switchboard::__private::webhooks::cron::Schedule;
+use switchboard::__private::ingress::cron::Schedule;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -1,4 +1,4 @@
-//! The whole ingest decision on untrusted deliveries (`webhooks::ingest::decide`, what
+//! The whole ingest decision on untrusted deliveries (`ingress::ingest::decide`, what
 //! the listener runs for every `POST /hooks/{source}`): for every provider rule, any
 //! headers and body must produce an answer, never a panic, and never a 5xx (a
 //! sender's garbage is the sender's fault).
@@ -14,7 +14,7 @@ mod common;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use switchboard::__private::webhooks::ingest::decide_status;
+use switchboard::__private::ingress::ingest::decide_status;
 use switchboard::ResolvedConfig;
 
 const SOURCES: &str = r#"

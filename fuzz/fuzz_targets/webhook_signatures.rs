@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchboard::__private::webhooks::signature::{github, standard_webhooks};
+use switchboard::__private::ingress::signature::{github, standard_webhooks};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

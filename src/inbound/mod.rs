@@ -31,7 +31,7 @@
 //! channel.
 //!
 //! This module holds only the contract (types and traits, no I/O); the runtime's
-//! `webhooks` layer hosts the sources and holds the built-ins.
+//! `ingress` layer hosts the sources and holds the built-ins.
 
 pub(crate) mod context;
 pub(crate) mod event;

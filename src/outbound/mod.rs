@@ -13,7 +13,7 @@
 //! Why a module of its own, below `dispatch`: signing, the policy and the client are
 //! not about the outbox; a capability must reach them without going through the
 //! dispatcher, and the dispatcher must reach them without importing an inbound
-//! connector module (`webhooks` sits above it).
+//! connector module (`ingress` sits above it).
 
 pub(crate) mod egress;
 pub(crate) mod http;

@@ -1,5 +1,5 @@
 //! Signing per Standard Webhooks (<https://www.standardwebhooks.com>), the inverse of
-//! the verifier `webhooks::signature::standard_webhooks`: three headers,
+//! the verifier `ingress::signature::standard_webhooks`: three headers,
 //! `webhook-id`, `webhook-timestamp` (unix seconds) and `webhook-signature`, the last
 //! holding `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` once per secret,
 //! space-separated, so a receiver rotating its secret verifies with either.
@@ -120,7 +120,7 @@ mod tests {
     use super::*;
 
     /// The example of the Standard Webhooks specification and its reference libraries'
-    /// tests (also the verifier's test vector in `webhooks::signature`).
+    /// tests (also the verifier's test vector in `ingress::signature`).
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     const ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
     const TS: i64 = 1614265330;

@@ -1,5 +1,5 @@
 //! The deliver half's admin API, on the same listener and behind the same bearer
-//! token as the ingest admin API (`webhooks::admin`):
+//! token as the ingest admin API (`ingress::admin`):
 //!
 //! - `GET /api/v1/triggers`: every binding, its definition, fingerprint, whether this
 //!   process delivers it, and its counts (dispatched, failed, retried, dead-lettered,

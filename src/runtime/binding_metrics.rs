@@ -22,8 +22,8 @@ use crate::outbox::OutboxStore;
 use crate::store::now_ms;
 use crate::triggers::live::LiveTriggers;
 use crate::triggers::versions::VersionState;
-use crate::webhooks::breaker::Breakers;
-use crate::webhooks::state::MoreMetrics;
+use crate::ingress::breaker::Breakers;
+use crate::ingress::state::MoreMetrics;
 
 /// The states `switchboard_trigger_state` has a series for.
 const STATES: [&str; 5] = ["active", "draining", "paused", "breaker_open", "terminated"];

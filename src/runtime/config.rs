@@ -42,8 +42,8 @@ use crate::secret::Secret;
 use crate::store::body_codec::BodyCompression;
 use crate::triggers::config::{QueueConfig, QueueSpec, TriggerConfig};
 use crate::triggers::registry::TriggerRegistry;
-use crate::webhooks::limits::{self, IngressLimits};
-use crate::webhooks::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
+use crate::ingress::limits::{self, IngressLimits};
+use crate::ingress::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
 
 mod check;
 pub(crate) mod deliver;

@@ -70,7 +70,7 @@ pub struct Runtime {
     registration: Option<RegistrationHandle>,
     ops: Arc<DeliverOps>,
     control: Arc<TriggerControl>,
-    sources: Vec<Arc<crate::webhooks::hosted::HostedSource>>,
+    sources: Vec<Arc<crate::ingress::hosted::HostedSource>>,
 }
 
 impl std::fmt::Debug for Runtime {

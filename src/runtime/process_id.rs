@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::store::Backend;
-use crate::webhooks::hosted::HostedSource;
+use crate::ingress::hosted::HostedSource;
 
 /// Longest `process_id` taken: it is stamped on rows and written in logs.
 const MAX_LEN: usize = 200;
@@ -90,7 +90,7 @@ pub(crate) async fn release_previous(
     identity: &str,
 ) {
     let now = crate::store::now_ms();
-    let leases = crate::webhooks::poller::release_previous_leases(sources, identity, now).await;
+    let leases = crate::ingress::poller::release_previous_leases(sources, identity, now).await;
     let polls: Vec<&str> = leases.iter().map(|(source, _)| source.as_str()).collect();
     match backend.release_holder(identity, now).await {
         Ok(done) => {

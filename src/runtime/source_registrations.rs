@@ -29,7 +29,7 @@ use crate::encoding::Payload;
 use crate::error::{Error, Result};
 use crate::outbound::http::{HttpDelivery, HttpError, HttpRequest};
 use crate::proto::TaskTypeSchema;
-use crate::webhooks::hosted::HostedSource;
+use crate::ingress::hosted::HostedSource;
 
 /// A hosted source as a connector.
 pub(crate) struct SourceConnector {

@@ -51,9 +51,9 @@ use crate::outbound::http::HttpDelivery;
 use crate::store::{open_backend, redact_url, Backend, Store};
 use crate::triggers::binding::Handler;
 use crate::triggers::live::LiveTriggers;
-use crate::webhooks::hosted::Connectors;
-use crate::webhooks::server::router;
-use crate::webhooks::state::Ingress;
+use crate::ingress::hosted::Connectors;
+use crate::ingress::server::router;
+use crate::ingress::state::Ingress;
 
 /// Executes the runtime's own registration may run at once: its capabilities are
 /// short store operations, except `triggers.invoke`, which waits for a handler.
@@ -82,7 +82,7 @@ pub(super) struct Started {
     pub(super) registration: Option<RegistrationHandle>,
     pub(super) ops: Arc<DeliverOps>,
     pub(super) control: Arc<TriggerControl>,
-    pub(super) sources: Vec<Arc<crate::webhooks::hosted::HostedSource>>,
+    pub(super) sources: Vec<Arc<crate::ingress::hosted::HostedSource>>,
 }
 
 /// Starts a runtime, stage by stage (the module doc lists them).
@@ -176,7 +176,7 @@ fn check(
     custom_deliver: bool,
     inbound: Vec<Arc<dyn InboundConnector>>,
 ) -> Result<Connectors> {
-    let mut connectors = crate::webhooks::builtin::registry();
+    let mut connectors = crate::ingress::builtin::registry();
     for c in inbound {
         connectors.add(c)?;
     }
@@ -387,13 +387,13 @@ async fn background(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     process_id::release_previous(backend, &ingress.order, identity).await;
-    tasks.extend(crate::webhooks::poller::spawn_all(
+    tasks.extend(crate::ingress::poller::spawn_all(
         &ingress.order,
         &ingress.committer,
         identity,
         cancel,
     ));
-    tasks.push(tokio::spawn(crate::webhooks::poller::activation_loop(
+    tasks.push(tokio::spawn(crate::ingress::poller::activation_loop(
         ingress.order.clone(),
         control.live().clone(),
         cancel.clone(),
@@ -505,7 +505,7 @@ impl Served {
         ))
         .merge(life::probes(life.clone()));
         let listener_stop = CancellationToken::new();
-        let server = tokio::spawn(crate::webhooks::listener::serve(
+        let server = tokio::spawn(crate::ingress::listener::serve(
             listener,
             app,
             limits,

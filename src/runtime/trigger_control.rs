@@ -87,7 +87,7 @@ pub(crate) struct TriggerControl {
     /// Notified by the dispatcher when a claimed row names an unknown version.
     pub(crate) unknown_version: Arc<Notify>,
     /// The sources, whose secrets a reload reads again (set once ingress exists).
-    pub(crate) sources: std::sync::OnceLock<Arc<crate::webhooks::state::Ingress>>,
+    pub(crate) sources: std::sync::OnceLock<Arc<crate::ingress::state::Ingress>>,
     /// The outbound client, whose `http` handlers' secrets a reload reads again.
     pub(crate) http: std::sync::OnceLock<Arc<crate::outbound::http::HttpDelivery>>,
 }

@@ -111,7 +111,7 @@ impl TriggerEvent {
 }
 
 /// The randomness an event's identity needs, drawn by the caller so that decision
-/// cores (`webhooks::ingest::decide`) stay deterministic functions of their inputs:
+/// cores (`ingress::ingest::decide`) stay deterministic functions of their inputs:
 /// the random half of the event id, and the trace id used when the delivery carries
 /// no valid `traceparent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! store applies them in the transaction that writes the rows (`store::sqlite::schema`
 //! says how). `throttle` shapes how the dispatcher starts attempts
 //! (`dispatch::throttle`), `breaker` which bindings ingest evaluates
-//! (`webhooks::breaker`); both are parsed, checked and fingerprinted here.
+//! (`ingress::breaker`); both are parsed, checked and fingerprinted here.
 //!
 //! Each option is absent from a binding's fingerprint while unset (or, for
 //! `priority`, 0), so a binding that sets none of them keeps the fingerprint it had
@@ -69,7 +69,7 @@ pub struct Throttle {
 
 /// `breaker`, resolved: when the binding's filter (or a key expression) fails to
 /// evaluate on `errors` events in a row, the binding skips events (counted, not
-/// evaluated) for `cool_off`. Applied at ingest (`webhooks::breaker`).
+/// evaluated) for `cool_off`. Applied at ingest (`ingress::breaker`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Breaker {

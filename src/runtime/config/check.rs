@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::inbound::context::MemoryState;
 use crate::store::{probe_schema, redact_url};
 use crate::triggers::config::{HandlerConfig, TriggerConfig};
-use crate::webhooks::hosted;
+use crate::ingress::hosted;
 
 impl RuntimeConfig {
     /// Checks this configuration the way `switchboard serve` would start it (the
@@ -97,8 +97,8 @@ async fn check_sources(
     let tenant = config.tenant.as_deref().unwrap_or("default");
     let max_body = config
         .max_body_bytes
-        .unwrap_or(crate::webhooks::source::DEFAULT_MAX_BODY_BYTES);
-    let connectors = crate::webhooks::builtin::registry();
+        .unwrap_or(crate::ingress::source::DEFAULT_MAX_BODY_BYTES);
+    let connectors = crate::ingress::builtin::registry();
     for source in &config.sources {
         report.note(format!(
             "source {}: provider {}",

@@ -11,7 +11,7 @@
 //! an element) from a plain value (a type error), so the walk finds `retry`,
 //! `[outbound] breaker` or `[[triggers]]` by itself. A source table flattens its
 //! provider's options into the struct, so serde cannot name its fields; for that
-//! table the walk takes `webhooks::source::RUNTIME_KEYS`, which the compiler checks
+//! table the walk takes `ingress::source::RUNTIME_KEYS`, which the compiler checks
 //! against the struct. A key added to any of these structs is in the walk at once,
 //! and `the_example_shows_every_key` fails until the example shows it.
 //!
@@ -20,7 +20,7 @@
 //! someone must remember to extend (a new `Option` left `None` is invisible); a list
 //! of keys beside the structs drifts unless something checks it against them, which
 //! is what the probe does. A provider's own options (`schedule`, `url`, …) are its
-//! connector's, documented with it (README, `src/webhooks/builtin/`), and not walked.
+//! connector's, documented with it (README, `src/ingress/builtin/`), and not walked.
 
 use std::collections::BTreeSet;
 
@@ -115,7 +115,7 @@ fn config_keys() -> BTreeSet<String> {
             } else if let Some(keys) = probe(&element) {
                 walk(&element, keys, out);
             } else if render(&element) == "sources[]" {
-                let keys = crate::webhooks::source::RUNTIME_KEYS;
+                let keys = crate::ingress::source::RUNTIME_KEYS;
                 walk(&element, keys.iter().map(|k| k.to_string()).collect(), out);
             }
         }

@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::inbound::context::MemoryState;
-use crate::webhooks::hosted::{self, HostedSource};
-use crate::webhooks::source::*;
+use crate::ingress::hosted::{self, HostedSource};
+use crate::ingress::source::*;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -28,7 +28,7 @@ fn start(text: &str) -> Result<(ResolvedConfig, Vec<Arc<HostedSource>>)> {
         .unwrap()
         .block_on(hosted::start(
             &config.sources,
-            &crate::webhooks::builtin::registry(),
+            &crate::ingress::builtin::registry(),
             Arc::new(MemoryState::default()),
             &Arc::default(),
         ))?;

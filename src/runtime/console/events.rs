@@ -19,7 +19,7 @@ use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
 use crate::runtime::ops::inspect::Delivery;
 use crate::runtime::ops::OpError;
-use crate::webhooks::event_search::{list_events, EventFilter, EventsPage};
+use crate::ingress::event_search::{list_events, EventFilter, EventsPage};
 
 /// Rows on one page of events.
 const PAGE_ROWS: usize = 50;

@@ -30,7 +30,7 @@ use crate::console::ConsoleKit;
 /// second (the gateway's in-memory pages take half that).
 const LIVE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::secret::Secret;
-use crate::webhooks::state::Ingress;
+use crate::ingress::state::Ingress;
 use app::RuntimeConsole;
 
 /// The console's routes: sign-in and assets, and the pages behind the session.

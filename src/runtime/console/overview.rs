@@ -15,7 +15,7 @@ use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::Depth;
 use crate::runtime::ops::OutboxReport;
 use crate::runtime::outbox_series::Point;
-use crate::webhooks::admin::{list_sources_report, SourceCounts, SourceReport};
+use crate::ingress::admin::{list_sources_report, SourceCounts, SourceReport};
 
 fn age(ms: Option<i64>) -> String {
     match ms {

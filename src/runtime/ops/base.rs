@@ -125,9 +125,9 @@ pub struct DeliverOps {
     pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) control: Arc<TriggerControl>,
     /// Ingest's per-binding counts (received, matched, last received).
-    pub(crate) ingest: Option<Arc<crate::webhooks::metrics::IngressMetrics>>,
+    pub(crate) ingest: Option<Arc<crate::ingress::metrics::IngressMetrics>>,
     /// Ingest's filter breakers (a binding's `breaker_open` state).
-    pub(crate) breakers: Option<Arc<crate::webhooks::breaker::Breakers>>,
+    pub(crate) breakers: Option<Arc<crate::ingress::breaker::Breakers>>,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,

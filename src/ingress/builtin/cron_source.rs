@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::inbound::{
     InboundConnector, InboundEvent, InboundSource, Polled, SourceContext, SourceKind,
 };
-use crate::webhooks::cron::{missed_fires, CatchUp, Schedule};
+use crate::ingress::cron::{missed_fires, CatchUp, Schedule};
 
 /// State key under which releases before inbound connectors kept a cron source's last
 /// fire (unix ms); read once, when the source has no cursor yet.
@@ -71,7 +71,7 @@ impl InboundConnector for Cron {
             None => CatchUp::default(),
             Some(s) => s
                 .parse()
-                .map_err(|e: crate::webhooks::cron::CronError| ctx.invalid(&e.to_string()))?,
+                .map_err(|e: crate::ingress::cron::CronError| ctx.invalid(&e.to_string()))?,
         };
         let payload = match &o.payload {
             None => "{}".to_owned(),

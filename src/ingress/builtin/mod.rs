@@ -70,7 +70,7 @@ fn connectors() -> Vec<Arc<dyn InboundConnector>> {
 pub(crate) fn webhook_spec(
     provider: &str,
     ctx: &crate::inbound::SourceContext,
-) -> crate::Result<Option<crate::webhooks::ingest::WebhookSpec>> {
+) -> crate::Result<Option<crate::ingress::ingest::WebhookSpec>> {
     use super::classify::Provider;
     if provider == "generic_hmac" {
         return Ok(Some(generic::generic_spec(ctx)?.0));

@@ -9,8 +9,8 @@ use super::checks::{require_secret, tolerance};
 use super::webhook::WebhookSource;
 use crate::error::Result;
 use crate::inbound::{InboundConnector, InboundSource, SourceContext, SourceKind};
-use crate::webhooks::ingest::{GenericRule, GenericScheme, Rule, WebhookSpec};
-use crate::webhooks::signature::MacEncoding;
+use crate::ingress::ingest::{GenericRule, GenericScheme, Rule, WebhookSpec};
+use crate::ingress::signature::MacEncoding;
 
 /// The `generic_hmac` connector.
 pub(crate) struct GenericHmac;

@@ -34,7 +34,7 @@ pub(crate) struct Connectors {
 }
 
 impl Connectors {
-    /// No connector yet (`webhooks::builtin::registry` makes the default one).
+    /// No connector yet (`ingress::builtin::registry` makes the default one).
     pub(crate) fn new() -> Connectors {
         Connectors {
             by_id: BTreeMap::new(),

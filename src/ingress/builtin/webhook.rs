@@ -1,7 +1,7 @@
 //! The signed webhook providers as inbound connectors: one connector per provider
 //! id (`github`, `slack`, `linear`, `notion`, `stripe`, `standard_webhooks`, and its
 //! alias `svix`), all running [`WebhookSource`], which calls the pure
-//! [`decide`](crate::webhooks::ingest::decide) with the source's current secrets and
+//! [`decide`](crate::ingress::ingest::decide) with the source's current secrets and
 //! turns its answer into a [`Received`].
 
 use async_trait::async_trait;
@@ -19,8 +19,8 @@ use crate::inbound::{
     InboundConnector, InboundEvent, InboundRequest, InboundResponse, InboundSource, Received,
     Refusal, SourceContext, SourceKind,
 };
-use crate::webhooks::classify::Provider;
-use crate::webhooks::ingest::{decide, IngestDecision, Request, Rule, WebhookSpec};
+use crate::ingress::classify::Provider;
+use crate::ingress::ingest::{decide, IngestDecision, Request, Rule, WebhookSpec};
 
 /// A built-in signed webhook provider.
 pub(crate) struct SignedWebhooks(pub(crate) Provider);
@@ -268,7 +268,7 @@ impl InboundSource for WebhookSource {
             Rule::Generic(g) => {
                 matches!(
                     g.scheme,
-                    crate::webhooks::ingest::GenericScheme::Authorization
+                    crate::ingress::ingest::GenericScheme::Authorization
                 )
             }
         };

@@ -225,7 +225,7 @@ impl SourceConfig {
         }
         let lease = self
             .poll_lease_secs
-            .unwrap_or(crate::webhooks::lease::DEFAULT_POLL_LEASE.as_secs_f64());
+            .unwrap_or(crate::ingress::lease::DEFAULT_POLL_LEASE.as_secs_f64());
         if !(0.1..=3600.0).contains(&lease) {
             return Err(bad("poll_lease_secs must be between 0.1 and 3600".into()));
         }

@@ -25,7 +25,7 @@ use crate::inbound::rate_limit::TokenBucket;
 use crate::inbound::RateLimit;
 use crate::inbound::{InboundResponse, Received, Refusal, SourceContext};
 use crate::secret::Secret;
-use crate::webhooks::ingest::{decide, IngestDecision, Request, WebhookSpec};
+use crate::ingress::ingest::{decide, IngestDecision, Request, WebhookSpec};
 
 /// State key of a captured Notion verification token.
 pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";

@@ -1,4 +1,4 @@
-//! The built-in webhook providers' pure decision (`webhooks::ingest::decide`), each
+//! The built-in webhook providers' pure decision (`ingress::ingest::decide`), each
 //! rule built from its `[[sources]]` text as the provider's connector builds it.
 
 use hmac::{Hmac, Mac};
@@ -7,9 +7,9 @@ use sha2::Sha256;
 use crate::inbound::SourceContext;
 use crate::secret::Secret;
 use crate::triggers::{IdSeed, SignatureStatus, TriggerEvent};
-use crate::webhooks::hosted::{materialise, stored_headers, Origin, Stamp};
-use crate::webhooks::ingest::*;
-use crate::webhooks::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
+use crate::ingress::hosted::{materialise, stored_headers, Origin, Stamp};
+use crate::ingress::ingest::*;
+use crate::ingress::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -145,7 +145,7 @@ fn github_accepts_either_rotated_secret_and_redacts_the_signature() {
         );
         assert_eq!(
             e.headers["x-hub-signature-256"],
-            crate::webhooks::redact::REDACTED
+            crate::ingress::redact::REDACTED
         );
         assert_eq!(e.signature, SignatureStatus::Verified);
         assert_eq!(e.payload["action"], "opened");
@@ -317,7 +317,7 @@ fn generic_sources_key_by_header_or_body_hash_and_sign_method_and_path() {
     assert_eq!((e.kind.as_str(), e.dedupe_key.as_str()), ("webhook", "r-1"));
     assert_eq!(
         e.headers["authorization"],
-        crate::webhooks::redact::REDACTED
+        crate::ingress::redact::REDACTED
     );
     assert_eq!(
         refused(run(&s, None, &[("Authorization", auth.as_str())], body)),
@@ -339,7 +339,7 @@ fn a_nul_in_the_kind_or_key_is_refused_and_a_custom_signature_header_is_blanked(
     let e = stored(run(&s, None, &[("X-Mac", sig.as_str())], body));
     assert_eq!(
         e.headers["x-mac"],
-        crate::webhooks::redact::REDACTED,
+        crate::ingress::redact::REDACTED,
         "named like no secret, still blanked"
     );
 }
