@@ -47,8 +47,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::percentile;
-use switchboard::__private::store::{append_write, open_backend, Backend, EventQuery, Store};
 use switchboard::__private::ingress::event_search::list_events;
+use switchboard::__private::store::{append_write, open_backend, Backend, EventQuery, Store};
 
 /// Events in the store unless `--events N` / `SWITCHBOARD_BENCH_EVENTS` says otherwise.
 const DEFAULT_EVENTS: u64 = 1_000_000;

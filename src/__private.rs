@@ -101,8 +101,8 @@ pub mod ingress {
     ///
     /// A wrapper rather than a re-export: `ingress::event_search` is `pub(crate)`.
     pub mod event_search {
-        use crate::store::{EventQuery, Store};
         use crate::ingress::event_search::EventFilter;
+        use crate::store::{EventQuery, Store};
 
         /// One page of the runtime's event search (`ingress::event_search::list_events`,
         /// the JSON that `GET /api/v1/events` answers) for the filter `q` spells: `source`, `kind`,

@@ -1,5 +1,5 @@
 //! The event search behind `GET /api/v1/events` and the console's event list: one
-//! operation, [`list_events`], that the HTTP handler (`ingress::admin`) and the
+//! operation, [`list_events`], that the HTTP handler (`runtime::http::ops_api`) and the
 //! console's HTML handlers both call, so the page and the API cannot disagree and the
 //! console never calls its own HTTP API.
 //!

@@ -4,8 +4,20 @@
 //! switchboard.toml with the default named here; the Limits table of docs/guide/sources.md lists them
 //! with the per-source ones (`max_body_bytes`, `rate_limit`, `notion_recheck_limit`),
 //! which live with the rest of a source's options in [`super::source`].
+//!
+//! Beside the settings, the two pieces of their enforcement that the ingress endpoint
+//! reads: the body deadline ([`body_deadline`], failing a late read with
+//! [`BodyTimeout`]) and the peer's address ([`PeerAddr`]). The runtime's listener
+//! (`runtime::http::listener`) installs both on every connection; they live here so
+//! that the endpoint, a layer below the listener, can recognise them.
 
 use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures_util::StreamExt as _;
 
 use crate::duration::{duration_or, DurationSetting};
 use crate::error::{Error, Result};
@@ -75,3 +87,55 @@ pub(crate) fn resolve(
         )?,
     })
 }
+
+/// A request body not received within `body_read_timeout`.
+#[derive(Debug)]
+pub(crate) struct BodyTimeout;
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body did not arrive within body_read_timeout")
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// Whether `e` (a body-reading error, however wrapped) is a [`BodyTimeout`].
+pub(crate) fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.is::<BodyTimeout>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Middleware: gives the request body a deadline `timeout` from now (the headers are
+/// in when a handler's middleware runs). The deadline covers the whole body, not each
+/// read, so steady dribbling does not extend it.
+pub(crate) async fn body_deadline(
+    State(timeout): State<Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (parts, body) = req.into_parts();
+    let chunks =
+        futures_util::stream::unfold(Some(body.into_data_stream()), move |state| async move {
+            let mut data = state?;
+            match tokio::time::timeout_at(deadline, data.next()).await {
+                Ok(Some(Ok(bytes))) => Some((Ok::<Bytes, axum::BoxError>(bytes), Some(data))),
+                Ok(Some(Err(e))) => Some((Err(e.into()), None)),
+                Ok(None) => None,
+                Err(_) => Some((Err(BodyTimeout.into()), None)),
+            }
+        });
+    next.run(Request::from_parts(parts, Body::from_stream(chunks)))
+        .await
+}
+
+/// The address of the peer a request came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);

@@ -18,22 +18,20 @@
 //! goes to), `breaker` (a binding's filter circuit breaker, a decision core). The
 //! runtime (`crate::runtime`, the layer above) wires them to the store.
 
-pub(crate) mod admin;
 pub(crate) mod binding_match;
 pub(crate) mod breaker;
 pub(crate) mod builtin;
 pub(crate) mod classify;
 pub(crate) mod cron;
+pub(crate) mod endpoint;
 pub(crate) mod event_search;
 pub(crate) mod hosted;
 pub(crate) mod ingest;
 pub(crate) mod lease;
 pub(crate) mod limits;
-pub(crate) mod listener;
 pub(crate) mod metrics;
 pub(crate) mod poller;
 pub(crate) mod redact;
-pub(crate) mod server;
 pub(crate) mod signature;
 pub(crate) mod source;
 pub(crate) mod state;

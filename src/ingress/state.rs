@@ -1,7 +1,7 @@
 //! The ingest side's shared state: the hosted sources and everything the ingress
-//! handler ([`super::server`]), the admin API ([`super::admin`]) and the poll and
-//! stream drivers read. Its own module so that all of them depend on it and none on
-//! the others.
+//! endpoint ([`super::endpoint`]), the poll and stream drivers and, a layer up, the
+//! runtime's sources API and console read. Its own module so that all of them depend
+//! on it and none on the others.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::binding_match::BindingMatcher;
 use super::hosted::{self, Committer, Connectors, HostedSource};
 use super::metrics::IngressMetrics;
-use super::source::{Secret, SourceSpec};
+use super::source::SourceSpec;
 use crate::inbound::metrics::CustomCounters;
 use crate::store::Store;
 use crate::triggers::live::LiveTriggers;
@@ -27,17 +27,6 @@ pub(crate) struct Ingress {
     pub(crate) router: BindingMatcher,
     /// How every source's events are stored.
     pub(crate) committer: Committer,
-    pub(crate) admin_token: Option<Secret>,
-    /// Metrics of other parts (the dispatcher, the bindings), appended to `/metrics`.
-    pub(crate) more_metrics: std::sync::OnceLock<Arc<dyn MoreMetrics>>,
-}
-
-/// A part of the process whose metrics `/metrics` appends to ingest's own: rendered
-/// at each scrape, so gauges that need a store read (outbox depth) are fresh.
-#[async_trait::async_trait]
-pub(crate) trait MoreMetrics: Send + Sync {
-    /// The part's exposition, ending with `# EOF`.
-    async fn render(&self) -> String;
 }
 
 impl Ingress {
@@ -47,7 +36,6 @@ impl Ingress {
         connectors: &Connectors,
         triggers: Arc<LiveTriggers>,
         store: Store,
-        admin_token: Option<Secret>,
     ) -> crate::Result<Ingress> {
         let counters = Arc::new(CustomCounters::default());
         let state = Arc::new(hosted::StoreState(store.clone()));
@@ -65,8 +53,6 @@ impl Ingress {
             router,
             metrics,
             counters,
-            admin_token,
-            more_metrics: std::sync::OnceLock::new(),
         })
     }
 

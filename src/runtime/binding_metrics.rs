@@ -15,15 +15,12 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::ingress::breaker::Breakers;
 use crate::outbox::OutboxStore;
 use crate::store::now_ms;
 use crate::triggers::live::LiveTriggers;
 use crate::triggers::versions::VersionState;
-use crate::ingress::breaker::Breakers;
-use crate::ingress::state::MoreMetrics;
 
 /// The states `switchboard_trigger_state` has a series for.
 const STATES: [&str; 5] = ["active", "draining", "paused", "breaker_open", "terminated"];
@@ -60,9 +57,10 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-#[async_trait]
-impl MoreMetrics for RuntimeMetrics {
-    async fn render(&self) -> String {
+impl RuntimeMetrics {
+    /// The exposition: the dispatcher's families, then the per-binding gauges, ending
+    /// with `# EOF`.
+    pub(crate) async fn render(&self) -> String {
         let mut out = self.dispatch.render();
         if let Some(cut) = out.rfind("# EOF") {
             out.truncate(cut);

@@ -38,12 +38,12 @@ use serde::Deserialize;
 
 use crate::duration::secs_to_ms;
 use crate::error::{Error, Result};
+use crate::ingress::limits::{self, IngressLimits};
+use crate::ingress::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
 use crate::secret::Secret;
 use crate::store::body_codec::BodyCompression;
 use crate::triggers::config::{QueueConfig, QueueSpec, TriggerConfig};
 use crate::triggers::registry::TriggerRegistry;
-use crate::ingress::limits::{self, IngressLimits};
-use crate::ingress::source::{SourceConfig, SourceSpec, DEFAULT_MAX_BODY_BYTES};
 
 mod check;
 pub(crate) mod deliver;

@@ -15,11 +15,11 @@
 //! [`start`] wires them in named stages, in dependency order, and says why each of the
 //! three write-once cells that tie the remaining loops must stay.
 
-pub(crate) mod admin;
 mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;
 mod console;
+pub(crate) mod http;
 pub(crate) mod life;
 pub(crate) mod ops;
 pub(crate) mod outbox_series;

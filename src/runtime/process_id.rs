@@ -32,8 +32,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::store::Backend;
 use crate::ingress::hosted::HostedSource;
+use crate::store::Backend;
 
 /// Longest `process_id` taken: it is stamped on rows and written in logs.
 const MAX_LEN: usize = 200;

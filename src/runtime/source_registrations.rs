@@ -27,9 +27,9 @@ use serde_json::{json, Value};
 use crate::connector::{BaseConnector, Capability, ExecuteContext};
 use crate::encoding::Payload;
 use crate::error::{Error, Result};
+use crate::ingress::hosted::HostedSource;
 use crate::outbound::http::{HttpDelivery, HttpError, HttpRequest};
 use crate::proto::TaskTypeSchema;
-use crate::ingress::hosted::HostedSource;
 
 /// A hosted source as a connector.
 pub(crate) struct SourceConnector {

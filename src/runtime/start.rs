@@ -13,14 +13,15 @@
 //! 8. [`background`]: pollers, the sweeper, the trigger control loop, the depth
 //!    sampler; 9. [`dispatch`]; 10. [`serve`]: the router and the listener.
 //!
-//! Three write-once cells remain, each closing a loop the order cannot open:
+//! Two write-once cells remain, each closing a loop the order cannot open:
 //! - `TriggerControl::sources` (set after stage 5): a reload re-activates the sources
 //!   with the new bindings, and the sources are built over the bindings' registry;
 //! - `connector::OpsSlot` (set after stage 7): the runtime's gateway connector serves
-//!   the operations, which deliver `invoke` handlers over that same registration;
-//! - `Ingress::more_metrics` (set in stage 10): `/metrics`, served by the ingress's
-//!   router, also shows the dispatcher's figures, and the dispatcher starts after the
-//!   ingress that feeds it.
+//!   the operations, which deliver `invoke` handlers over that same registration.
+//!
+//! (A third, `/metrics` learning the dispatcher's figures after the ingress was
+//! built, went when the root router moved from the ingress to `runtime::http`: the
+//! router is now built last, with every part in hand.)
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -33,7 +34,7 @@ use super::config::{GatewaySettings, ResolvedConfig};
 use super::ops::{DeliverOps, QueueLimits};
 use super::trigger_control::{Scope, TriggerControl};
 use super::{
-    admin, binding_metrics, connector, console, life, outbox_series, process_id,
+    binding_metrics, connector, console, http, life, outbox_series, process_id,
     source_registrations, sweeper,
 };
 use crate::connector::BaseConnector;
@@ -44,6 +45,8 @@ use crate::dispatch::options::DispatcherOptions;
 use crate::dispatch::permits::Permits;
 use crate::error::{Error, Result};
 use crate::inbound::InboundConnector;
+use crate::ingress::hosted::Connectors;
+use crate::ingress::state::Ingress;
 use crate::mux::{
     MultiConnectorRunner, Registration, RegistrationHandle, RunnerOptions, ShutdownHandle,
 };
@@ -51,9 +54,6 @@ use crate::outbound::http::HttpDelivery;
 use crate::store::{open_backend, redact_url, Backend, Store};
 use crate::triggers::binding::Handler;
 use crate::triggers::live::LiveTriggers;
-use crate::ingress::hosted::Connectors;
-use crate::ingress::server::router;
-use crate::ingress::state::Ingress;
 
 /// Executes the runtime's own registration may run at once: its capabilities are
 /// short store operations, except `triggers.invoke`, which waits for a handler.
@@ -241,14 +241,7 @@ async fn ingress(
     store: &Store,
 ) -> Result<Arc<Ingress>> {
     Ok(Arc::new(
-        Ingress::new(
-            &config.sources,
-            connectors,
-            live.clone(),
-            store.clone(),
-            config.admin_token.clone(),
-        )
-        .await?,
+        Ingress::new(&config.sources, connectors, live.clone(), store.clone()).await?,
     ))
 }
 
@@ -464,8 +457,8 @@ struct Served {
 }
 
 impl Served {
-    /// Stage 10: `/metrics` learns the dispatcher's figures; the ingress, admin API,
-    /// console and probes go behind one router; the listener serves it.
+    /// Stage 10: the ingress, admin API, `/metrics`, console and probes go behind one
+    /// router; the listener serves it.
     #[allow(clippy::too_many_arguments)]
     fn start(
         config: &ResolvedConfig,
@@ -477,14 +470,12 @@ impl Served {
         registration: &Option<RegistrationHandle>,
         cancel: &CancellationToken,
     ) -> Served {
-        let _ = ingress
-            .more_metrics
-            .set(Arc::new(binding_metrics::RuntimeMetrics {
-                dispatch: ops.metrics.clone(),
-                triggers: control.live().clone(),
-                store: backend.clone(),
-                breakers: ingress.router.breakers().clone(),
-            }));
+        let metrics = Arc::new(binding_metrics::RuntimeMetrics {
+            dispatch: ops.metrics.clone(),
+            triggers: control.live().clone(),
+            store: backend.clone(),
+            breakers: ingress.router.breakers().clone(),
+        });
         let limits = config.limits;
         let console = console::routes(
             ops.clone(),
@@ -493,11 +484,13 @@ impl Served {
             cancel.child_token(),
         );
         let life = life::Life::new(backend.clone(), registration.clone(), ingress.order.len());
-        let app = router(
+        let app = http::router(http::Surface {
             ingress,
-            admin::routes(ops.clone()),
-            limits.max_concurrent_requests,
-        )
+            ops: ops.clone(),
+            metrics,
+            admin_token: config.admin_token.clone(),
+            max_concurrent: limits.max_concurrent_requests,
+        })
         .merge(console)
         .layer(axum::middleware::from_fn_with_state(
             life.clone(),
@@ -505,7 +498,7 @@ impl Served {
         ))
         .merge(life::probes(life.clone()));
         let listener_stop = CancellationToken::new();
-        let server = tokio::spawn(crate::ingress::listener::serve(
+        let server = tokio::spawn(http::listener::serve(
             listener,
             app,
             limits,

@@ -5,11 +5,11 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::inbound::SourceContext;
-use crate::secret::Secret;
-use crate::triggers::{IdSeed, SignatureStatus, TriggerEvent};
 use crate::ingress::hosted::{materialise, stored_headers, Origin, Stamp};
 use crate::ingress::ingest::*;
 use crate::ingress::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
+use crate::secret::Secret;
+use crate::triggers::{IdSeed, SignatureStatus, TriggerEvent};
 
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -315,10 +315,7 @@ fn generic_sources_key_by_header_or_body_hash_and_sign_method_and_path() {
         body,
     ));
     assert_eq!((e.kind.as_str(), e.dedupe_key.as_str()), ("webhook", "r-1"));
-    assert_eq!(
-        e.headers["authorization"],
-        crate::ingress::redact::REDACTED
-    );
+    assert_eq!(e.headers["authorization"], crate::ingress::redact::REDACTED);
     assert_eq!(
         refused(run(&s, None, &[("Authorization", auth.as_str())], body)),
         (400, "missing_header")

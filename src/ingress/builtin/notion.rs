@@ -24,8 +24,8 @@ use crate::error::Result;
 use crate::inbound::rate_limit::TokenBucket;
 use crate::inbound::RateLimit;
 use crate::inbound::{InboundResponse, Received, Refusal, SourceContext};
-use crate::secret::Secret;
 use crate::ingress::ingest::{decide, IngestDecision, Request, WebhookSpec};
+use crate::secret::Secret;
 
 /// State key of a captured Notion verification token.
 pub(crate) const NOTION_TOKEN_KEY: &str = "verification_token";

@@ -17,9 +17,9 @@ use super::{RuntimeConfig, StoreUrl};
 use crate::check::ConfigCheck;
 use crate::error::Error;
 use crate::inbound::context::MemoryState;
+use crate::ingress::hosted;
 use crate::store::{probe_schema, redact_url};
 use crate::triggers::config::{HandlerConfig, TriggerConfig};
-use crate::ingress::hosted;
 
 impl RuntimeConfig {
     /// Checks this configuration the way `switchboard serve` would start it (the

@@ -7,8 +7,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 
 use crate::console::{page, ConsoleKit, Page, SessionInfo};
-use crate::runtime::ops::{DeliverOps, OpError, OutboxReport};
 use crate::ingress::state::Ingress;
+use crate::runtime::ops::{DeliverOps, OpError, OutboxReport};
 
 /// How long the outbox totals are reused across live pages: they are several
 /// grouped counts over the outbox, and every open overview would otherwise run them

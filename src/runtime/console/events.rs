@@ -17,9 +17,9 @@ use super::widgets::{button, done, failed, unavailable, ActionForm};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
+use crate::ingress::event_search::{list_events, EventFilter, EventsPage};
 use crate::runtime::ops::inspect::Delivery;
 use crate::runtime::ops::OpError;
-use crate::ingress::event_search::{list_events, EventFilter, EventsPage};
 
 /// Rows on one page of events.
 const PAGE_ROWS: usize = 50;

@@ -29,8 +29,8 @@ use crate::console::ConsoleKit;
 /// How often the runtime's live pages render again: they read the store, so once a
 /// second (the gateway's in-memory pages take half that).
 const LIVE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
-use crate::secret::Secret;
 use crate::ingress::state::Ingress;
+use crate::secret::Secret;
 use app::RuntimeConsole;
 
 /// The console's routes: sign-in and assets, and the pages behind the session.

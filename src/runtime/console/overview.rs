@@ -13,9 +13,9 @@ use crate::console::chart::{self, Series};
 use crate::console::format::{count, time};
 use crate::console::{Page, Region, SessionInfo};
 use crate::outbox::model::Depth;
+use crate::runtime::ops::sources::{list_sources_report, SourceCounts, SourceReport};
 use crate::runtime::ops::OutboxReport;
 use crate::runtime::outbox_series::Point;
-use crate::ingress::admin::{list_sources_report, SourceCounts, SourceReport};
 
 fn age(ms: Option<i64>) -> String {
     match ms {

@@ -10,13 +10,15 @@
 //! - [`triggers`]: reload, register, deregister, pause, resume, drain, pin, history;
 //! - [`replay`]: an event, a dead letter, or every dead letter a selection takes;
 //! - [`inspect`]: the outbox report, the bindings report, the depth series, one event
-//!   in full.
+//!   in full;
+//! - [`sources`]: the sources' report (what each hosts, and its traffic since start).
 
 pub(crate) mod base;
 pub(crate) mod enqueue;
 pub(crate) mod inspect;
 pub(crate) mod queues;
 pub(crate) mod replay;
+pub(crate) mod sources;
 pub(crate) mod triggers;
 
 pub(crate) use base::{DeliverOps, OpError, QueueLimits, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE};

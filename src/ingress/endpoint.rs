@@ -1,5 +1,6 @@
-//! The ingress endpoint, `POST /hooks/{source_id}`, and the router that also carries
-//! the admin API ([`super::admin`]).
+//! The ingress endpoint, `POST /hooks/{source_id}`: the one route ingress serves. The
+//! runtime's root router (`runtime::http`) mounts it beside the admin API, the
+//! console and the probes.
 //!
 //! Per request: find the source (404), take a rate-limit token (429 + `Retry-After`),
 //! read the body under the source's limit (413), let the source's inbound connector
@@ -13,7 +14,8 @@
 //! Bounds on hostile clients: at most `max_concurrent_requests` ingress requests run at
 //! once (beyond, 503 `overloaded` + `Retry-After` at once, never a queue); a body not
 //! received within `body_read_timeout` is answered 408 and its connection closed
-//! ([`super::listener`] sets the deadline and the header-read timeout); a full group
+//! (the runtime's listener sets the deadline, [`super::limits::body_deadline`], and
+//! the header-read timeout); a full group
 //! commit queue answers 503 `overloaded`; a source's `receive` runs under
 //! [`RECEIVE_DEADLINE`].
 //!
@@ -34,7 +36,7 @@ use axum::Router;
 use serde_json::json;
 
 use super::hosted::{materialise_each, stored_headers, HostedSource, Origin};
-use super::listener::PeerAddr;
+use super::limits::{is_body_timeout, PeerAddr};
 use super::redact::redact_headers;
 use super::state::Ingress;
 use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Received, Refusal};
@@ -59,18 +61,14 @@ pub(crate) const MAX_EVENTS_PER_DELIVERY: usize = 1000;
 /// when it is a burst, so the shortest whole value `Retry-After` can say.
 pub(crate) const OVERLOADED_RETRY_AFTER_SECS: u64 = 1;
 
-/// The whole HTTP surface: ingress, the ingest admin API, and `deliver` (the deliver
-/// half's admin routes, state applied), which gets the same bearer-token check.
+/// The ingress route, `POST /hooks/{source_id}`, with its state applied.
 ///
-/// Ingress runs at most `max_concurrent` requests at once: tower's concurrency limit
+/// It runs at most `max_concurrent` requests at once: tower's concurrency limit
 /// behind a load shedder, so a request over the limit is answered 503 at once rather
 /// than queued (a queue would hold every hostile client's connection and body). The
-/// admin API is outside the limit, so an operator can still look during a flood.
-pub(crate) fn router(state: Arc<Ingress>, deliver: Router, max_concurrent: usize) -> Router {
-    let deliver = deliver.route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        super::admin::require_token,
-    ));
+/// limit covers this route only, so an operator can still use the admin API during a
+/// flood.
+pub(crate) fn routes(state: Arc<Ingress>, max_concurrent: usize) -> Router {
     let metrics = state.metrics.clone();
     let shed = tower::ServiceBuilder::new()
         .layer(axum::error_handling::HandleErrorLayer::new(
@@ -86,9 +84,7 @@ pub(crate) fn router(state: Arc<Ingress>, deliver: Router, max_concurrent: usize
         .concurrency_limit(max_concurrent);
     Router::new()
         .route("/hooks/{source_id}", post(hook).layer(shed))
-        .merge(super::admin::routes(state.clone()))
         .with_state(state)
-        .merge(deliver)
 }
 
 fn json_error(status: StatusCode, reason: &str, detail: &str) -> Response {
@@ -182,7 +178,7 @@ async fn handle(
         Some(n) if n > limit as u64 => None,
         _ => match axum::body::to_bytes(body, limit).await {
             Ok(bytes) => Some(bytes),
-            Err(e) if super::listener::is_body_timeout(&e) => return body_timeout(app, id),
+            Err(e) if is_body_timeout(&e) => return body_timeout(app, id),
             Err(_) => None,
         },
     };

@@ -7,11 +7,11 @@
 //!   the connection. Without it a client that dribbles its headers holds a socket
 //!   and a task forever.
 //! - `body_read_timeout`: a deadline set when the headers are in, carried by the
-//!   request body ([`body_deadline`]); a read past it fails with [`BodyTimeout`], which
-//!   ingress answers 408 with `Connection: close`. A client sending one byte every few
+//!   request body (`ingress::limits::body_deadline`); a read past it fails with
+//!   `BodyTimeout`, which ingress answers 408 with `Connection: close`. A client sending one byte every few
 //!   seconds is dropped at the deadline, however steadily it sends.
 //!
-//! Together with the concurrency limit on ingress (in [`super::server::router`]) they
+//! Together with the concurrency limit on ingress (in `ingress::endpoint::routes`) they
 //! bound what slow clients take: at most `max_concurrent_requests` requests, each for
 //! at most the two timeouts.
 //!
@@ -20,12 +20,7 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use axum::Router;
-use futures_util::StreamExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -34,64 +29,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
-use super::limits::IngressLimits;
+use crate::ingress::limits::{body_deadline, IngressLimits, PeerAddr};
 
 /// How long the accept loop pauses after an accept error that is not one
 /// connection's (out of file descriptors, say), so it does not spin while the
 /// condition lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
-
-/// A request body not received within `body_read_timeout`.
-#[derive(Debug)]
-pub(crate) struct BodyTimeout;
-
-impl std::fmt::Display for BodyTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the request body did not arrive within body_read_timeout")
-    }
-}
-
-impl std::error::Error for BodyTimeout {}
-
-/// Whether `e` (a body-reading error, however wrapped) is a [`BodyTimeout`].
-pub(crate) fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(e) = cur {
-        if e.is::<BodyTimeout>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// Middleware: gives the request body a deadline `timeout` from now (the headers are
-/// in when a handler's middleware runs). The deadline covers the whole body, not each
-/// read, so steady dribbling does not extend it.
-pub(crate) async fn body_deadline(
-    State(timeout): State<Duration>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let (parts, body) = req.into_parts();
-    let chunks =
-        futures_util::stream::unfold(Some(body.into_data_stream()), move |state| async move {
-            let mut data = state?;
-            match tokio::time::timeout_at(deadline, data.next()).await {
-                Ok(Some(Ok(bytes))) => Some((Ok::<Bytes, axum::BoxError>(bytes), Some(data))),
-                Ok(Some(Err(e))) => Some((Err(e.into()), None)),
-                Ok(None) => None,
-                Err(_) => Some((Err(BodyTimeout.into()), None)),
-            }
-        });
-    next.run(Request::from_parts(parts, Body::from_stream(chunks)))
-        .await
-}
-
-/// The address of the peer a request came from.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
 
 /// Serves `app` on `listener` until `stop` fires, then drains: see the module doc.
 pub(crate) async fn serve(

@@ -1,5 +1,5 @@
-//! The deliver half's admin API, on the same listener and behind the same bearer
-//! token as the ingest admin API (`ingress::admin`):
+//! The operations' admin API: the routes over [`DeliverOps`], on the runtime's
+//! listener behind the admin token (`runtime::http`):
 //!
 //! - `GET /api/v1/triggers`: every binding, its definition, fingerprint, whether this
 //!   process delivers it, and its counts (dispatched, failed, retried, dead-lettered,
@@ -47,6 +47,13 @@
 //!   `next` (a dead-letter id). 200 `{"replayed": n,
 //!   "ids", "failed": [{"id", "error", "message"}], "next"}`; `next` is set when more
 //!   may match.
+//! - `GET /api/v1/events?source=&kind=&delivery_id=&since=&until=&limit=&after=`:
+//!   newest first; `since`/`until` are received time in unix ms (`since` inclusive,
+//!   `until` exclusive); `delivery_id` is the event's dedupe key as stored; `limit`
+//!   1–500 (default 50); `after` is the `next` cursor of the previous page (events
+//!   older than it). 400 `bad_limit` / `bad_filter` / `bad_cursor` for a value that
+//!   does not parse. The search itself is `ingress::event_search::list_events`, which
+//!   the console calls directly.
 //! - `GET /api/v1/events/{id}`: one event with everything that became of it (see
 //!   `ops::inspect`): its fields, redacted headers, decoded payload and `deliveries`;
 //!   404 `{"error": "unknown_event"}` for an id the store does not hold.
@@ -70,10 +77,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
-use super::ops::{DeliverOps, EnqueueRequest, OpError};
+use super::api_error::ApiError;
 use crate::encoding::{encode_payload, Payload};
+use crate::ingress::event_search::{list_events, EventFilter};
 use crate::outbox::model::DeadLetterQuery;
+use crate::runtime::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
+use crate::runtime::ops::{DeliverOps, EnqueueRequest, OpError};
 
 /// The routes, with their state applied (the caller adds the token check).
 pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
@@ -92,6 +101,7 @@ pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
         .route("/api/v1/outbox/series", get(series))
         .route("/api/v1/dead-letters", get(dead_letters))
         .route("/api/v1/dead-letters/replay", post(replay_selected))
+        .route("/api/v1/events", get(events))
         .route("/api/v1/events/{id}", get(event_detail))
         .route("/api/v1/dead-letters/{id}", get(dead_letter))
         .route("/api/v1/dead-letters/{id}/replay", post(replay))
@@ -112,6 +122,14 @@ fn error(e: OpError) -> Response {
 }
 
 type Ops = State<Arc<DeliverOps>>;
+
+async fn events(
+    State(ops): Ops,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let filter = EventFilter::parse(&params)?;
+    Ok(Json(list_events(&ops.store, &filter).await?).into_response())
+}
 
 async fn triggers(State(ops): Ops) -> Response {
     Json(ops.triggers()).into_response()
