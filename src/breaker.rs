@@ -1,6 +1,6 @@
 //! [`Breaker`]: the one circuit-breaker decision core, shared by the two places that
 //! stop hammering something that keeps failing: a binding's filter at ingest
-//! (`ingress::breaker`: a filter erroring on every event) and an HTTP endpoint that
+//! (`triggers::filter_breaker`: a filter erroring on every event) and an HTTP endpoint that
 //! outbound deliveries keep failing against (`outbound::http`).
 //!
 //! Why one core: both count failures in a row, open for a cool-off, and must behave

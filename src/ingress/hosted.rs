@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::binding_match::BindingMatcher;
 use super::redact::{redact_headers, REDACTED};
 use super::source::SourceSpec;
 use crate::error::{Error, Result};
@@ -22,6 +21,7 @@ use crate::inbound::{
     SourceKind, StateBackend,
 };
 use crate::store::{now_ms, Appended, GroupAppend, StateWrite, Store};
+use crate::triggers::binding_match::BindingMatcher;
 use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
 
 /// State key of a poll or stream source's cursor, written with its events.

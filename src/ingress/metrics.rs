@@ -8,13 +8,8 @@
 //! `""`, or the write queue full), `body_timeout`, `unknown_source`;
 //! `rejections_total{source,reason}`;
 //! `audit_skipped_total{source}` (refusals over the audit budget, counted not written);
-//! `trigger_filter_errors_total{binding}` (events a binding skipped because its filter
-//! or ordering key failed to evaluate on them); `trigger_received_total{binding}`
-//! (events whose source and kind the binding takes), `trigger_matched_total{binding}`
-//! (rows it enqueued: its filter passed) and
-//! `trigger_last_received_timestamp_seconds{binding}`;
-//! `trigger_breaker_opened_total{binding}` and `trigger_breaker_skipped_total{binding}`
-//! (a binding's filter breaker opening, and the events it skipped while open);
+//! the bindings' counts at ingest, `trigger_*{binding}` (kept by
+//! `triggers::match_metrics`, which lists them, and registered here);
 //! `request_duration_seconds` (a histogram of the time from receipt to answer, store
 //! commit included); the counters sources keep themselves
 //! (`switchboard_ingress_{name}_total{source,…}`, e.g. Notion's
@@ -25,16 +20,16 @@
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
 use crate::store::GroupCommitStats;
+use crate::triggers::match_metrics::MatchMetrics;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -63,12 +58,9 @@ pub(crate) struct IngressMetrics {
     requests: Family<Labels, Counter>,
     rejections: Family<Labels, Counter>,
     audit_skipped: Family<Labels, Counter>,
-    trigger_filter_errors: Family<Labels, Counter>,
-    trigger_received: Family<Labels, Counter>,
-    trigger_matched: Family<Labels, Counter>,
-    trigger_breaker_opened: Family<Labels, Counter>,
-    trigger_breaker_skipped: Family<Labels, Counter>,
-    trigger_last_received: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The bindings' counts at ingest, registered here so that they render under
+    /// this prefix and in this place, as they always have.
+    pub(crate) matches: Arc<MatchMetrics>,
     duration: Histogram,
     batches: Counter,
     batched_writes: Counter,
@@ -90,12 +82,6 @@ impl IngressMetrics {
         let requests = Family::<Labels, Counter>::default();
         let rejections = Family::<Labels, Counter>::default();
         let audit_skipped = Family::<Labels, Counter>::default();
-        let trigger_filter_errors = Family::<Labels, Counter>::default();
-        let trigger_received = Family::<Labels, Counter>::default();
-        let trigger_matched = Family::<Labels, Counter>::default();
-        let trigger_breaker_opened = Family::<Labels, Counter>::default();
-        let trigger_breaker_skipped = Family::<Labels, Counter>::default();
-        let trigger_last_received = Family::default();
         // 100 µs … ~3.3 s: a commit takes a few ms; Slack's deadline is 3 s.
         let duration = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
             0.0001, 2.0, 16,
@@ -117,36 +103,8 @@ impl IngressMetrics {
             "Refusals not written to the audit table (over the per-source audit budget)",
             audit_skipped.clone(),
         );
-        registry.register(
-            "trigger_filter_errors",
-            "Events a trigger binding skipped because its filter or ordering key failed on them",
-            trigger_filter_errors.clone(),
-        );
-        registry.register(
-            "trigger_received",
-            "Events whose source and kind a trigger binding takes (before its filter)",
-            trigger_received.clone(),
-        );
-        registry.register(
-            "trigger_matched",
-            "Rows a trigger binding enqueued (its filter passed)",
-            trigger_matched.clone(),
-        );
-        registry.register(
-            "trigger_breaker_opened",
-            "Times a trigger binding's filter breaker opened (its filter kept failing)",
-            trigger_breaker_opened.clone(),
-        );
-        registry.register(
-            "trigger_breaker_skipped",
-            "Events a trigger binding skipped while its filter breaker was open",
-            trigger_breaker_skipped.clone(),
-        );
-        registry.register(
-            "trigger_last_received_timestamp_seconds",
-            "When a trigger binding last received an event (unix seconds)",
-            trigger_last_received.clone(),
-        );
+        let matches = Arc::new(MatchMetrics::default());
+        matches.register(&mut registry);
         registry.register(
             "request_duration_seconds",
             "Receipt to answer, store commit included",
@@ -172,12 +130,7 @@ impl IngressMetrics {
             requests,
             rejections,
             audit_skipped,
-            trigger_filter_errors,
-            trigger_received,
-            trigger_matched,
-            trigger_breaker_opened,
-            trigger_breaker_skipped,
-            trigger_last_received,
+            matches,
             duration,
             batches,
             batched_writes,
@@ -250,52 +203,6 @@ impl IngressMetrics {
         self.audit_skipped
             .get_or_create(&vec![("source", source.to_owned())])
             .inc();
-    }
-
-    /// Counts an event that `binding` skipped because its filter or ordering key
-    /// failed to evaluate on it.
-    pub(crate) fn trigger_filter_error(&self, binding: &str) {
-        self.trigger_filter_errors
-            .get_or_create(&vec![("binding", binding.to_owned())])
-            .inc();
-    }
-
-    /// Counts an event `binding` received (its sources and kinds took it) at `now_s`.
-    pub(crate) fn trigger_received(&self, binding: &str, now_s: f64) {
-        let labels = vec![("binding", binding.to_owned())];
-        self.trigger_received.get_or_create(&labels).inc();
-        self.trigger_last_received.get_or_create(&labels).set(now_s);
-    }
-
-    /// Counts a row `binding` enqueued.
-    pub(crate) fn trigger_matched(&self, binding: &str) {
-        self.trigger_matched
-            .get_or_create(&vec![("binding", binding.to_owned())])
-            .inc();
-    }
-
-    /// Counts a binding's filter breaker opening.
-    pub(crate) fn trigger_breaker_opened(&self, binding: &str) {
-        self.trigger_breaker_opened
-            .get_or_create(&vec![("binding", binding.to_owned())])
-            .inc();
-    }
-
-    /// Counts an event a binding skipped because its filter breaker was open.
-    pub(crate) fn trigger_breaker_skipped(&self, binding: &str) {
-        self.trigger_breaker_skipped
-            .get_or_create(&vec![("binding", binding.to_owned())])
-            .inc();
-    }
-
-    /// What ingest counted for `binding`: received, matched, and when it last received
-    /// an event (unix seconds).
-    pub(crate) fn binding_counts(&self, binding: &str) -> (u64, u64, Option<f64>) {
-        let labels = vec![("binding", binding.to_owned())];
-        let received = self.trigger_received.get(&labels).map_or(0, |c| c.get());
-        let matched = self.trigger_matched.get(&labels).map_or(0, |c| c.get());
-        let last = self.trigger_last_received.get(&labels).map(|g| g.get());
-        (received, matched, last)
     }
 
     /// Records a request's duration.

@@ -1,25 +1,24 @@
-//! The runtime's inbound side (feature `runtime`): hosting inbound connectors
-//! ([`crate::inbound`]) and the built-in ones. Events are verified, normalised into
-//! [`crate::triggers::TriggerEvent`]s, deduplicated and durably stored before a
-//! webhook's sender gets its 2xx (or, for a poll source, before its cursor moves).
+//! The runtime's ingress (feature `runtime`): hosting inbound connectors
+//! ([`crate::inbound`]), the built-in ones, and the one route they are reached by.
+//! Events are verified, normalised into [`crate::triggers::TriggerEvent`]s,
+//! deduplicated and durably stored before a webhook's sender gets its 2xx (or, for a
+//! poll source, before its cursor moves). Only ingress: the listener, the root router
+//! and the admin API are the runtime's (`runtime::http`); which bindings an event
+//! goes to, and their filter breakers, are the triggers' (`triggers::binding_match`).
 //!
 //! The pure parts, each testable without I/O: [`signature`] (the providers' signature
 //! rules, the clock passed in), [`classify`] (kind and dedupe key), [`redact`] (what
 //! may be stored of headers), [`ingest`] (the built-in webhook providers' whole
-//! decision for one request) and [`cron`] (schedules
-//! and catch-up). The shells: [`source`] (the `[[sources]]` section of
-//! switchboard.toml, the runtime's half), [`limits`] (the listener's bounds),
+//! decision for one request) and [`cron`] (schedules and catch-up). The shells:
+//! [`source`] (the `[[sources]]` section of switchboard.toml, the runtime's half),
+//! [`limits`] (the listener's bounds, and the body deadline the endpoint reads),
 //! `builtin` (the built-in connectors), `hosted` (the connector registry, started
 //! sources, and the one path from a source's event to a stored one), `state` (what
-//! the HTTP halves and the drivers share), `server` and `admin` (the HTTP surface,
-//! axum; `server` mounts `admin`, and neither imports the other's state), `poller`
-//! (the poll and stream drivers), `lease` (one poller per source across processes), `listener` (connections,
-//! with the header and body timeouts), [`metrics`], `binding_match` (which trigger bindings an accepted event
-//! goes to), `breaker` (a binding's filter circuit breaker, a decision core). The
-//! runtime (`crate::runtime`, the layer above) wires them to the store.
+//! the endpoint, the drivers and the runtime's views share), `endpoint` (`POST
+//! /hooks/{id}`, axum), `poller` (the poll and stream drivers), `lease` (one poller
+//! per source across processes), `event_search` (the stored events' search, which
+//! the admin API and the console both call) and [`metrics`].
 
-pub(crate) mod binding_match;
-pub(crate) mod breaker;
 pub(crate) mod builtin;
 pub(crate) mod classify;
 pub(crate) mod cron;

@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::binding_match::BindingMatcher;
 use super::hosted::{self, Committer, Connectors, HostedSource};
 use super::metrics::IngressMetrics;
 use super::source::SourceSpec;
 use crate::inbound::metrics::CustomCounters;
 use crate::store::Store;
+use crate::triggers::binding_match::BindingMatcher;
 use crate::triggers::live::LiveTriggers;
 
 /// Everything the handlers share.
@@ -41,7 +41,7 @@ impl Ingress {
         let state = Arc::new(hosted::StoreState(store.clone()));
         let order = hosted::start(sources, connectors, state, &counters).await?;
         let metrics = Arc::new(IngressMetrics::new());
-        let router = BindingMatcher::new(triggers, metrics.clone());
+        let router = BindingMatcher::new(triggers, metrics.matches.clone());
         Ok(Ingress {
             sources: hosted::by_id(&order),
             order,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::filter::Expression;
-use super::flow::{Breaker, Debounce, DedupeRule, Throttle};
+use super::flow::{BreakerSettings, Debounce, DedupeRule, Throttle};
 use crate::outbox::retry::RetryPolicy;
 use crate::proto::PayloadEncoding;
 
@@ -149,7 +149,7 @@ pub struct Binding {
     pub throttle: Option<Throttle>,
     /// After so many failures in a row, no attempt starts for a while (applied by the
     /// dispatcher).
-    pub breaker: Option<Breaker>,
+    pub breaker: Option<BreakerSettings>,
     /// A digest of the definition (everything above but the id; see
     /// [`Binding::definition_fingerprint`]), recorded in each outbox row.
     pub fingerprint: String,
@@ -230,7 +230,7 @@ impl Binding {
             #[serde(skip_serializing_if = "Option::is_none")]
             throttle: Option<&'a Throttle>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            breaker: Option<&'a Breaker>,
+            breaker: Option<&'a BreakerSettings>,
         }
         fn is_zero(n: &i32) -> bool {
             *n == 0
@@ -348,7 +348,7 @@ mod tests {
                 })
             },
             |b| {
-                b.breaker = Some(Breaker {
+                b.breaker = Some(BreakerSettings {
                     errors: 3,
                     cool_off: SECOND,
                 })

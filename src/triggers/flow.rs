@@ -69,10 +69,10 @@ pub struct Throttle {
 
 /// `breaker`, resolved: when the binding's filter (or a key expression) fails to
 /// evaluate on `errors` events in a row, the binding skips events (counted, not
-/// evaluated) for `cool_off`. Applied at ingest (`ingress::breaker`).
+/// evaluated) for `cool_off`. Applied at ingest (`triggers::filter_breaker`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
-pub struct Breaker {
+pub struct BreakerSettings {
     /// Consecutive failures that open the breaker (at least 1).
     pub errors: u32,
     /// How long it stays open (positive).
@@ -192,15 +192,15 @@ impl ThrottleConfig {
 
 impl BreakerConfig {
     /// Resolves the table; `Err` is the reason, for the caller to name the option.
-    pub(crate) fn resolve(&self) -> Result<Breaker, String> {
-        Ok(Breaker {
+    pub(crate) fn resolve(&self) -> Result<BreakerSettings, String> {
+        Ok(BreakerSettings {
             errors: required_count("errors", self.errors)?,
             cool_off: required_duration("cool_off", self.cool_off.as_ref())?,
         })
     }
 
     /// The table that resolves to `b` again.
-    pub(crate) fn of(b: &Breaker) -> BreakerConfig {
+    pub(crate) fn of(b: &BreakerSettings) -> BreakerConfig {
         BreakerConfig {
             errors: Some(b.errors.into()),
             cool_off: Some(DurationSetting::millis(b.cool_off)),

@@ -2,12 +2,15 @@
 //! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
 pub(crate) mod binding;
+pub(crate) mod binding_match;
 pub(crate) mod config;
 mod event;
 pub(crate) mod filter;
+pub(crate) mod filter_breaker;
 pub(crate) mod flow;
 pub(crate) mod lifecycle;
 pub(crate) mod live;
+pub(crate) mod match_metrics;
 pub(crate) mod registry;
 #[cfg(test)]
 pub(crate) mod testing;

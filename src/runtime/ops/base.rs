@@ -14,6 +14,7 @@ use crate::outbox::outcome::AttemptFailure;
 use crate::runtime::outbox_series::SeriesRing;
 use crate::runtime::trigger_control::TriggerControl;
 use crate::store::Store;
+use crate::triggers::binding_match::BindingMatcher;
 use crate::triggers::live::LiveTriggers;
 
 /// The source id of events that enter through `outbox.enqueue`, `triggers.invoke` and
@@ -124,10 +125,9 @@ pub struct DeliverOps {
     pub(crate) store: Store,
     pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) control: Arc<TriggerControl>,
-    /// Ingest's per-binding counts (received, matched, last received).
-    pub(crate) ingest: Option<Arc<crate::ingress::metrics::IngressMetrics>>,
-    /// Ingest's filter breakers (a binding's `breaker_open` state).
-    pub(crate) breakers: Option<Arc<crate::ingress::breaker::Breakers>>,
+    /// Ingest's binding matcher: its per-binding counts (received, matched, last
+    /// received) and filter breakers (a binding's `breaker_open` state).
+    pub(crate) matcher: BindingMatcher,
     pub(crate) deliver: Arc<dyn Deliver>,
     pub(crate) permits: Permits,
     pub(crate) metrics: Arc<DispatchMetrics>,

@@ -52,20 +52,18 @@ impl DeliverOps {
                     .versions
                     .iter()
                     .any(|v| v.state == crate::triggers::versions::VersionState::Draining);
-                let breaker_open = self.breakers.as_ref().is_some_and(|b| b.is_open(&view.id));
+                let breaker_open = self.matcher.breakers().is_open(&view.id);
                 let state = crate::runtime::binding_metrics::state_word(
                     view.paused,
                     breaker_open,
                     view.active.is_some(),
                     draining,
                 );
-                let ingest = self.ingest.as_ref().map(|ingest| {
-                    let (received, matched, last) = ingest.binding_counts(&view.id);
-                    IngestCounts {
-                        received,
-                        matched,
-                        last_received_ms: last.map(|s| (s * 1000.0) as i64),
-                    }
+                let (received, matched, last) = self.matcher.counts().binding_counts(&view.id);
+                let ingest = Some(IngestCounts {
+                    received,
+                    matched,
+                    last_received_ms: last.map(|s| (s * 1000.0) as i64),
                 });
                 BindingReport {
                     served: active.as_ref().map(|a| self.permits.serves(a)),

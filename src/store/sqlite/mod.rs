@@ -114,8 +114,6 @@ pub const WAL_CAP: u64 = 32 * 1024 * 1024;
 /// statement would be prepared again on every batch.
 pub(crate) const STATEMENT_CACHE: usize = 64;
 
-/// How long a connection waits for SQLite's locks (the writer for a checkpoint, a
-/// second process's writer) before a call fails as busy.
 /// Page cache per connection, KiB (`PRAGMA cache_size`), up from SQLite's 2 MiB: a
 /// claim walks the front of its binding's range and joins each row's event, and with a
 /// million rows waiting those pages no longer fit in 2 MiB, so every claim read them
@@ -124,6 +122,8 @@ pub(crate) const STATEMENT_CACHE: usize = 64;
 /// most 3 × this, and only as the database grows.
 const CACHE_KIB: u32 = 32 * 1024;
 
+/// How long a connection waits for SQLite's locks (the writer for a checkpoint, a
+/// second process's writer, another opener migrating) before a call fails as busy.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Page size of a newly created database (an existing one keeps its own): SQLite's

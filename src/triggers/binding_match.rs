@@ -3,36 +3,42 @@
 //!
 //! Ingress and every cron source share one [`BindingMatcher`]. A binding whose filter or
 //! ordering key fails on an event is skipped for that event (the others still get
-//! it), counted in `switchboard_ingress_trigger_filter_errors_total{binding}` and
+//! it), counted in `switchboard_ingress_trigger_filter_errors_total{binding}`
+//! ([`super::match_metrics`]) and
 //! logged at warn with the binding and the event id: the event itself is still
 //! stored and acknowledged, since refusing it would make the provider retry an event
 //! that will fail the same way.
 
 use std::sync::Arc;
 
-use super::breaker::{Breakers, Change};
-use super::metrics::IngressMetrics;
+use super::filter_breaker::{Breakers, Change};
+use super::live::LiveTriggers;
+use super::match_metrics::MatchMetrics;
+use super::TriggerEvent;
 use crate::outbox::model::Enqueue;
-use crate::triggers::live::LiveTriggers;
-use crate::triggers::TriggerEvent;
 
 /// The bindings and the counters their failures go to. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct BindingMatcher {
     triggers: Arc<LiveTriggers>,
-    metrics: Arc<IngressMetrics>,
+    metrics: Arc<MatchMetrics>,
     breakers: Arc<Breakers>,
 }
 
 impl BindingMatcher {
     /// A router over the bindings in force (the active version of each, as of each
     /// event), counting failures in `metrics`.
-    pub(crate) fn new(triggers: Arc<LiveTriggers>, metrics: Arc<IngressMetrics>) -> Self {
+    pub(crate) fn new(triggers: Arc<LiveTriggers>, metrics: Arc<MatchMetrics>) -> Self {
         BindingMatcher {
             triggers,
             metrics,
             breakers: Arc::default(),
         }
+    }
+
+    /// What matching counted per binding (reported by the admin API and the console).
+    pub(crate) fn counts(&self) -> &Arc<MatchMetrics> {
+        &self.metrics
     }
 
     /// The bindings' filter breakers (their state is reported by the admin API).
@@ -54,7 +60,7 @@ impl BindingMatcher {
                 tracing::info!(binding = %b.id, "trigger filter breaker closed; the binding takes events again");
             }
             if is_open && b.takes(&event.source, &event.kind) {
-                self.metrics.trigger_breaker_skipped(&b.id);
+                self.metrics.breaker_skipped(&b.id);
                 open.push(b.id.as_str());
             }
         }
@@ -66,7 +72,7 @@ impl BindingMatcher {
             }
             let failed = routed.errors.iter().any(|(e, _)| e == id);
             if let Change::Opened(until) = self.breakers.record(id, failed, now) {
-                self.metrics.trigger_breaker_opened(id);
+                self.metrics.breaker_opened(id);
                 tracing::warn!(
                     binding = %id,
                     cool_off_ms = until - now,
@@ -76,13 +82,13 @@ impl BindingMatcher {
         }
         let now_s = crate::clock::now_ms() as f64 / 1000.0;
         for binding in &routed.received {
-            self.metrics.trigger_received(binding, now_s);
+            self.metrics.received(binding, now_s);
         }
         for row in &routed.enqueue {
-            self.metrics.trigger_matched(&row.binding_id);
+            self.metrics.matched(&row.binding_id);
         }
         for (binding, error) in &routed.errors {
-            self.metrics.trigger_filter_error(binding);
+            self.metrics.filter_error(binding);
             tracing::warn!(
                 binding = %binding,
                 event_id = %event.id,
@@ -105,17 +111,27 @@ mod tests {
     use crate::triggers::filter::Expression;
     use crate::triggers::registry::TriggerRegistry;
 
+    /// The exposition under ingest's prefix, as `/metrics` shows it.
+    fn render(metrics: &MatchMetrics) -> String {
+        let mut registry =
+            prometheus_client::registry::Registry::with_prefix("switchboard_ingress");
+        metrics.register(&mut registry);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_filter_that_keeps_failing_opens_its_breaker_for_the_cool_off() {
         let mut b = Binding::new("fragile", Handler::Queue { queue: "q".into() });
         // `payload.n > 1` fails on a string `n` (an error, not `false`).
         b.filter = Some(Expression::compile("fragile", "filter", "payload.n > 1").unwrap());
-        b.breaker = Some(crate::triggers::flow::Breaker {
+        b.breaker = Some(crate::triggers::flow::BreakerSettings {
             errors: 3,
             cool_off: std::time::Duration::from_secs(60),
         });
         b.fingerprint = b.definition_fingerprint();
-        let metrics = Arc::new(IngressMetrics::new());
+        let metrics = Arc::new(MatchMetrics::default());
         let router = BindingMatcher::new(
             Arc::new(LiveTriggers::fixed(&TriggerRegistry::new(vec![b]).unwrap())),
             metrics.clone(),
@@ -134,7 +150,7 @@ mod tests {
         tokio::time::advance(std::time::Duration::from_secs(1)).await;
         assert_eq!(router.route(&good).len(), 1, "closed after the cool-off");
         assert!(!router.breakers().is_open("fragile"));
-        let text = metrics.render(Default::default());
+        let text = render(&metrics);
         for line in [
             "switchboard_ingress_trigger_breaker_opened_total{binding=\"fragile\"} 1",
             "switchboard_ingress_trigger_breaker_skipped_total{binding=\"fragile\"} 2",
@@ -149,7 +165,7 @@ mod tests {
         let mut broken = Binding::new("broken", Handler::Queue { queue: "q".into() });
         broken.filter = Some(Expression::compile("broken", "filter", "payload.nope").unwrap());
         let fine = Binding::new("fine", Handler::Queue { queue: "q".into() });
-        let metrics = Arc::new(IngressMetrics::new());
+        let metrics = Arc::new(MatchMetrics::default());
         let router = BindingMatcher::new(
             Arc::new(LiveTriggers::fixed(
                 &TriggerRegistry::new(vec![broken, fine]).unwrap(),
@@ -161,7 +177,7 @@ mod tests {
         router.route(&ev);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].binding_id, "fine");
-        let text = metrics.render(Default::default());
+        let text = render(&metrics);
         assert!(
             text.contains("switchboard_ingress_trigger_filter_errors_total{binding=\"broken\"} 2"),
             "{text}"
