@@ -132,12 +132,13 @@ pub mod ingress {
     }
     /// The ingest decision, for the `ingest_decision` and `config_loader` fuzz targets.
     ///
-    /// A wrapper rather than a re-export: `ingress::ingest::decide`, its `Request` and
-    /// its `IngestDecision` are `pub(crate)`, and a fuzz target needs only the status the
+    /// A wrapper rather than a re-export: `ingress::ingest::decide` and its
+    /// `IngestDecision` are `pub(crate)`, and a fuzz target needs only the status the
     /// listener would answer.
     pub mod ingest {
+        use crate::inbound::InboundRequest;
         use crate::inbound::SourceContext;
-        use crate::ingress::ingest::{decide, IngestDecision, Request};
+        use crate::ingress::ingest::{decide, IngestDecision};
         use crate::ingress::source::SourceSpec;
 
         /// The HTTP status the listener answers for this delivery to `spec`, with the
@@ -154,7 +155,7 @@ pub mod ingress {
             headers: &[(&str, &str)],
             body: &[u8],
             now_ms: i64,
-        ) -> (u16, &'static str) {
+        ) -> (u16, String) {
             let ctx = SourceContext::detached(
                 &spec.id,
                 &spec.provider,
@@ -164,21 +165,15 @@ pub mod ingress {
             );
             let rule = match crate::ingress::builtin::webhook_spec(&spec.provider, &ctx) {
                 Ok(Some(rule)) => rule,
-                Ok(None) => return (405, "not_accepted"),
-                Err(_) => return (400, "invalid_options"),
+                Ok(None) => return (405, "not_accepted".into()),
+                Err(_) => return (400, "invalid_options".into()),
             };
-            let req = Request {
-                method,
-                path,
-                headers,
-                body,
-                now_ms,
-            };
+            let req = InboundRequest::new(method, path, headers, body, now_ms);
             match decide(&rule, &spec.secrets, notion_token, &req) {
-                IngestDecision::Store(_) => (200, "stored"),
-                IngestDecision::CaptureNotionToken(_) => (200, "notion_token_captured"),
-                IngestDecision::Reply { status, .. } => (status, "reply"),
-                IngestDecision::Refuse(r) => (r.status, r.reason),
+                IngestDecision::Store(_) => (200, "stored".into()),
+                IngestDecision::CaptureNotionToken(_) => (200, "notion_token_captured".into()),
+                IngestDecision::Respond(r) => (r.status, "reply".into()),
+                IngestDecision::Refuse(r) => (r.status, r.reason.into_owned()),
             }
         }
     }

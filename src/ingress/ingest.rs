@@ -12,11 +12,15 @@
 //! only captured while no verification token is known yet, so a forged "first
 //! request" cannot replace a token in use.
 
+// The decision's helpers return `Result<_, Refusal>` so `?` reads as "or refuse";
+// a refusal is the cold path (a few per bad delivery), so its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use serde_json::Value;
 
 use super::classify::{classify, Provider};
 use super::signature::{self, Headers, MacEncoding, Rejection};
-use crate::inbound::InboundEvent;
+use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Refusal};
 use crate::secret::Secret;
 
 /// How a generic HMAC source is signed.
@@ -69,60 +73,16 @@ pub(crate) struct WebhookSpec {
     pub tolerance_s: i64,
 }
 
-/// One request as the HTTP layer saw it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request<'a> {
-    /// HTTP method.
-    pub method: &'a str,
-    /// Path and query as received (the canonical Authorization form signs it).
-    pub path: &'a str,
-    /// Headers with UTF-8 values.
-    pub headers: &'a [(&'a str, &'a str)],
-    /// The raw body.
-    pub body: &'a [u8],
-    /// Receive time, unix ms.
-    pub now_ms: i64,
-}
-
-/// A refusal: status, stable reason label, and a detail free of secrets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    /// HTTP status to answer.
-    pub status: u16,
-    /// Stable label for counters and the audit table.
-    pub reason: &'static str,
-    /// What was wrong, for the sender and the audit row.
-    pub detail: String,
-}
-
-impl From<Rejection> for Refusal {
-    fn from(r: Rejection) -> Self {
-        let status = match r {
-            Rejection::Malformed { .. } => 400,
-            _ => 401,
-        };
-        Refusal {
-            status,
-            reason: r.reason(),
-            detail: r.to_string(),
-        }
-    }
-}
-
-/// What to do with a delivery.
+/// What to do with a delivery, in `inbound`'s own terms but for one case the trait's
+/// [`Received`](crate::inbound::Received) cannot say: Notion's token capture, which
+/// the source acts on (a state write) before it answers. The built-in source turns
+/// the rest into a `Received` one to one.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum IngestDecision {
     /// Claim and store this event, then answer 200.
     Store(Box<InboundEvent>),
     /// Answer this and store nothing (a handshake: Slack's `url_verification`).
-    Reply {
-        /// Status.
-        status: u16,
-        /// Content type.
-        content_type: &'static str,
-        /// Body.
-        body: String,
-    },
+    Respond(InboundResponse),
     /// Notion's first, unsigned request: persist this verification token, answer 200.
     /// (A [`Secret`]: the token is the key of every later signature.)
     CaptureNotionToken(Secret),
@@ -131,18 +91,16 @@ pub(crate) enum IngestDecision {
 }
 
 fn refuse(status: u16, reason: &'static str, detail: impl Into<String>) -> IngestDecision {
-    IngestDecision::Refuse(Refusal {
-        status,
-        reason,
-        detail: detail.into(),
-    })
+    IngestDecision::Refuse(Refusal::new(status, reason, detail))
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, Refusal> {
-    serde_json::from_slice(body).map_err(|e| Refusal {
-        status: 400,
-        reason: "invalid_json",
-        detail: format!("the body is not valid JSON: {e}"),
+    serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            400,
+            "invalid_json",
+            format!("the body is not valid JSON: {e}"),
+        )
     })
 }
 
@@ -153,7 +111,7 @@ pub(crate) fn decide(
     spec: &WebhookSpec,
     secrets: &[Secret],
     notion_token: Option<&str>,
-    req: &Request<'_>,
+    req: &InboundRequest<'_>,
 ) -> IngestDecision {
     match decide_inner(spec, secrets, notion_token, req) {
         Ok(d) => d,
@@ -165,10 +123,10 @@ fn decide_inner(
     spec: &WebhookSpec,
     secrets: &[Secret],
     notion_token: Option<&str>,
-    req: &Request<'_>,
+    req: &InboundRequest<'_>,
 ) -> Result<IngestDecision, Refusal> {
     let h = req.headers;
-    let now_s = req.now_ms.div_euclid(1000);
+    let now_s = req.received_at_ms.div_euclid(1000);
     let keys: Vec<&[u8]> = secrets.iter().map(|s| s.expose()).collect();
     let provider = match &spec.rule {
         Rule::Provider(p) => *p,
@@ -188,16 +146,18 @@ fn decide_inner(
                 let challenge = body
                     .get("challenge")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| Refusal {
-                        status: 400,
-                        reason: "malformed",
-                        detail: "url_verification without a challenge string".into(),
+                    .ok_or_else(|| {
+                        Refusal::new(
+                            400,
+                            "malformed",
+                            "url_verification without a challenge string",
+                        )
                     })?;
-                return Ok(IngestDecision::Reply {
+                return Ok(IngestDecision::Respond(InboundResponse {
                     status: 200,
-                    content_type: "text/plain; charset=utf-8",
-                    body: challenge.to_owned(),
-                });
+                    headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+                    body: challenge.as_bytes().to_vec(),
+                }));
             }
             let at = occurred_s(body.get("event_time").and_then(Value::as_i64));
             (body, at)
@@ -208,12 +168,14 @@ fn decide_inner(
             let ts_ms = body
                 .get("webhookTimestamp")
                 .and_then(Value::as_i64)
-                .ok_or_else(|| Refusal {
-                    status: 400,
-                    reason: "malformed",
-                    detail: "webhookTimestamp (ms) missing or not an integer".into(),
+                .ok_or_else(|| {
+                    Refusal::new(
+                        400,
+                        "malformed",
+                        "webhookTimestamp (ms) missing or not an integer",
+                    )
                 })?;
-            check_ms(ts_ms, req.now_ms, spec.tolerance_s)?;
+            check_ms(ts_ms, req.received_at_ms, spec.tolerance_s)?;
             (body, Some(ts_ms))
         }
         Provider::Notion => {
@@ -223,11 +185,11 @@ fn decide_inner(
             let mut keys = keys.clone();
             keys.extend(notion_token.map(str::as_bytes));
             if keys.is_empty() {
-                return Err(Refusal {
-                    status: 401,
-                    reason: "no_verification_token",
-                    detail: "no verification token captured yet: Notion's unsigned verification request comes first".into(),
-                });
+                return Err(Refusal::new(
+                    401,
+                    "no_verification_token",
+                    "no verification token captured yet: Notion's unsigned verification request comes first",
+                ));
             }
             signature::notion(&keys, h, req.body)?;
             let body = parse_json(req.body)?;
@@ -288,11 +250,11 @@ fn notion_handshake(body: &[u8], known: Option<&str>) -> Result<IngestDecision, 
         return Err(Rejection::MissingHeader("X-Notion-Signature").into());
     };
     if known.is_some() {
-        return Err(Refusal {
-            status: 409,
-            reason: "verification_token_already_captured",
-            detail: "a verification token is already captured for this source; clear it (DELETE /api/v1/sources/{id}/verification_token) to accept a new one".into(),
-        });
+        return Err(Refusal::new(
+            409,
+            "verification_token_already_captured",
+            "a verification token is already captured for this source; clear it (DELETE /api/v1/sources/{id}/verification_token) to accept a new one",
+        ));
     }
     Ok(IngestDecision::CaptureNotionToken(Secret::new(token)))
 }
@@ -301,7 +263,7 @@ fn generic(
     spec: &WebhookSpec,
     rule: &GenericRule,
     keys: &[&[u8]],
-    req: &Request<'_>,
+    req: &InboundRequest<'_>,
 ) -> Result<IngestDecision, Refusal> {
     let h = req.headers;
     match &rule.scheme {
@@ -319,7 +281,7 @@ fn generic(
                 req.method,
                 req.path,
                 req.body,
-                req.now_ms.div_euclid(1000),
+                req.received_at_ms.div_euclid(1000),
                 spec.tolerance_s,
             )?;
         }
@@ -339,10 +301,12 @@ fn generic(
             .header(name)
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
-            .ok_or_else(|| Refusal {
-                status: 400,
-                reason: "missing_header",
-                detail: format!("missing header {name} (this source's dedupe_header)"),
+            .ok_or_else(|| {
+                Refusal::new(
+                    400,
+                    "missing_header",
+                    format!("missing header {name} (this source's dedupe_header)"),
+                )
             })?,
         None => {
             use sha2::Digest as _;
@@ -366,7 +330,7 @@ fn generic(
 }
 
 fn store(
-    req: &Request<'_>,
+    req: &InboundRequest<'_>,
     kind: String,
     dedupe_key: String,
     occurred_at_ms: Option<i64>,

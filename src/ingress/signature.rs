@@ -67,6 +67,19 @@ pub enum Rejection {
     },
 }
 
+impl From<Rejection> for crate::inbound::Refusal {
+    /// The refusal a sender gets: 400 for a header it sent unreadable, 401 for the
+    /// rest (absent, wrong or stale signatures), with [`Rejection::reason`] as its
+    /// label and the rejection's text as its detail.
+    fn from(r: Rejection) -> Self {
+        let status = match r {
+            Rejection::Malformed { .. } => 400,
+            _ => 401,
+        };
+        crate::inbound::Refusal::new(status, r.reason(), r.to_string())
+    }
+}
+
 impl Rejection {
     /// A stable label for counters and the audit table.
     pub fn reason(&self) -> &'static str {

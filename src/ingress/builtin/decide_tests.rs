@@ -5,6 +5,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::inbound::SourceContext;
+use crate::inbound::{InboundRequest, InboundResponse};
 use crate::ingress::hosted::{materialise, stored_headers, Origin, Stamp};
 use crate::ingress::ingest::*;
 use crate::ingress::source::{SourceConfig, DEFAULT_MAX_BODY_BYTES};
@@ -74,13 +75,7 @@ struct Ran {
 }
 
 fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> Ran {
-    let req = Request {
-        method: "POST",
-        path: "/hooks/s",
-        headers,
-        body,
-        now_ms: NOW_MS,
-    };
+    let req = InboundRequest::new("POST", "/hooks/s", headers, body, NOW_MS);
     let decision = decide(&s.spec, &s.secrets, token, &req);
     let event = match &decision {
         IngestDecision::Store(e) => {
@@ -121,7 +116,10 @@ fn stored(r: Ran) -> TriggerEvent {
 
 fn refused(r: Ran) -> (u16, &'static str) {
     match r.decision {
-        IngestDecision::Refuse(r) => (r.status, r.reason),
+        IngestDecision::Refuse(r) => match r.reason {
+            std::borrow::Cow::Borrowed(reason) => (r.status, reason),
+            std::borrow::Cow::Owned(o) => panic!("a built-in's reasons are static: {o}"),
+        },
         other => panic!("expected Refuse, got {other:?}"),
     }
 }
@@ -189,11 +187,11 @@ fn slack_answers_url_verification_with_the_challenge_and_stores_nothing() {
     ];
     assert_eq!(
         run(&s, None, &h, body).decision,
-        IngestDecision::Reply {
+        IngestDecision::Respond(InboundResponse {
             status: 200,
-            content_type: "text/plain; charset=utf-8",
-            body: "3eZbrw1aB".into()
-        }
+            headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+            body: b"3eZbrw1aB".to_vec(),
+        })
     );
     let body = br#"{"type":"event_callback","event_id":"Ev1","event_time":1699999999,"event":{"type":"message"}}"#;
     let sig = sign(body, &ts);

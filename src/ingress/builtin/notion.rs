@@ -23,8 +23,8 @@ use serde_json::json;
 use crate::error::Result;
 use crate::inbound::rate_limit::TokenBucket;
 use crate::inbound::RateLimit;
-use crate::inbound::{InboundResponse, Received, Refusal, SourceContext};
-use crate::ingress::ingest::{decide, IngestDecision, Request, WebhookSpec};
+use crate::inbound::{InboundRequest, InboundResponse, Received, Refusal, SourceContext};
+use crate::ingress::ingest::{decide, IngestDecision, WebhookSpec};
 use crate::secret::Secret;
 
 /// State key of a captured Notion verification token.
@@ -116,7 +116,7 @@ impl NotionToken {
         ctx: &SourceContext,
         spec: &WebhookSpec,
         secrets: &[Secret],
-        req: &Request<'_>,
+        req: &InboundRequest<'_>,
     ) -> IngestDecision {
         self.refresh(ctx).await;
         let judged_with = self.get();
@@ -125,7 +125,7 @@ impl NotionToken {
             return decision;
         };
         let token_related = matches!(
-            r.reason,
+            r.reason.as_ref(),
             "bad_signature" | "no_verification_token" | "verification_token_already_captured"
         );
         if !token_related {
@@ -152,7 +152,7 @@ impl NotionToken {
             .budget
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .try_take(req.now_ms)
+            .try_take(req.received_at_ms)
             .is_ok();
         if !allowed {
             recheck("skipped");

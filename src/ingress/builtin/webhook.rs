@@ -16,11 +16,11 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::inbound::RateLimit;
 use crate::inbound::{
-    InboundConnector, InboundEvent, InboundRequest, InboundResponse, InboundSource, Received,
-    Refusal, SourceContext, SourceKind,
+    InboundConnector, InboundEvent, InboundRequest, InboundSource, Received, Refusal,
+    SourceContext, SourceKind,
 };
 use crate::ingress::classify::Provider;
-use crate::ingress::ingest::{decide, IngestDecision, Request, Rule, WebhookSpec};
+use crate::ingress::ingest::{decide, IngestDecision, Rule, WebhookSpec};
 
 /// A built-in signed webhook provider.
 pub(crate) struct SignedWebhooks(pub(crate) Provider);
@@ -177,26 +177,15 @@ impl WebhookSource {
     async fn answer(&self, decision: IngestDecision) -> Received {
         match decision {
             IngestDecision::Store(e) => Received::event(*e),
-            IngestDecision::Reply {
-                status,
-                content_type,
-                body,
-            } => Received::Respond {
-                response: InboundResponse {
-                    status,
-                    headers: vec![("content-type".into(), content_type.into())],
-                    body: body.into_bytes(),
-                },
+            IngestDecision::Respond(response) => Received::Respond {
+                response,
                 events: Vec::<InboundEvent>::new(),
             },
             IngestDecision::CaptureNotionToken(token) => match &self.notion {
                 Some(n) => n.capture(&self.ctx, token).await,
                 None => Received::Reject(Refusal::new(400, "malformed", "unexpected handshake")),
             },
-            IngestDecision::Refuse(r) => {
-                let refusal = Refusal::new(r.status, r.reason, r.detail);
-                Received::Reject(self.no_retry(refusal))
-            }
+            IngestDecision::Refuse(refusal) => Received::Reject(self.no_retry(refusal)),
         }
     }
 
@@ -218,17 +207,10 @@ impl InboundSource for WebhookSource {
     }
 
     async fn receive(&self, request: &InboundRequest<'_>) -> Received {
-        let req = Request {
-            method: request.method,
-            path: request.path,
-            headers: request.headers,
-            body: request.body,
-            now_ms: request.received_at_ms,
-        };
         let secrets = self.ctx.secrets();
         let decision = match &self.notion {
-            None => decide(&self.spec, &secrets, None, &req),
-            Some(n) => n.decide(&self.ctx, &self.spec, &secrets, &req).await,
+            None => decide(&self.spec, &secrets, None, request),
+            Some(n) => n.decide(&self.ctx, &self.spec, &secrets, request).await,
         };
         self.answer(decision).await
     }
