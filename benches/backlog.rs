@@ -41,8 +41,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{percentile, run_for_or};
+use switchboard::__private::now_ms;
 use switchboard::__private::outbox::model::{ClaimRequest, ClaimedRow, Enqueue, Finish};
-use switchboard::__private::store::{now_ms, open_backend, Backend, Store};
+use switchboard::__private::store::{open_backend, Backend, Store};
 
 const BINDING: &str = "bench";
 const KEYED: &str = "keyed";

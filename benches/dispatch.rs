@@ -180,7 +180,7 @@ async fn fresh_schema(base: &str) -> String {
         .await
         .expect("connect to PostgreSQL");
     tokio::spawn(conn);
-    let now = switchboard::__private::store::now_ms() / 1000;
+    let now = switchboard::__private::now_ms() / 1000;
     let stale = client
         .query(
             "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'sb\\_bench\\_%'",
@@ -213,7 +213,7 @@ fn event(n: usize, tag: u32) -> TriggerEvent {
         "bench",
         "generic",
         "bench.row".into(),
-        switchboard::__private::store::now_ms(),
+        switchboard::__private::now_ms(),
         None,
         format!("{tag:08x}-{n}"),
         switchboard::__private::triggers::trace_id_from(None),
@@ -287,7 +287,7 @@ fn perf_control(command: &str) {
 /// Rows left in the outbox (due, leased or scheduled).
 async fn outbox_rows(backend: &dyn Backend) -> u64 {
     let s = backend
-        .stats(switchboard::__private::store::now_ms())
+        .stats(switchboard::__private::now_ms())
         .await
         .expect("stats");
     s.total.due + s.total.leased + s.total.scheduled
@@ -400,7 +400,7 @@ async fn sqlite_floor(url: &str, rows: usize) -> Rate {
         // The backend's own settings: WAL (persistent in the file), FULL sync.
         c.execute_batch("PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;")
             .unwrap();
-        let now = switchboard::__private::store::now_ms();
+        let now = switchboard::__private::now_ms();
         let started = Instant::now();
         let mut deleted = 0u64;
         loop {
@@ -449,7 +449,7 @@ async fn postgres_floor(url: &str, rows: usize) -> Rate {
     let (backend, store) = open(url).await;
     let prefill_per_s = prefill(&store, rows).await;
     let floor = pg_floor::PgFloor::connect(url).await;
-    let now = switchboard::__private::store::now_ms();
+    let now = switchboard::__private::now_ms();
     let started = Instant::now();
     let deleted = floor.delete_due(now).await;
     let elapsed = started.elapsed();

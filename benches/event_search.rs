@@ -26,7 +26,7 @@
 //! last hour; a rare kind (10 matches among N); `since=` alone in an empty window
 //! (nothing received since: the case where a time filter walking the primary key
 //! reads the whole table to find none; on SQLite it took 250 ms at 1M events before
-//! the store counted small windows on `events_by_received` first); and the event detail's store reads (`DeliverOps::event_detail` does
+//! the store counted small windows on `events_by_received` first); and the event detail's store reads (`Operations::event_detail` does
 //! `Backend::events` by `event_id`, then `event_deliveries`, and those two calls are
 //! timed here: the rest of it is formatting and needs the runtime's registry).
 //!

@@ -252,7 +252,7 @@ async fn drive_store(
             let mut lat = Vec::new();
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, Ordering::Relaxed);
-                let now = switchboard::__private::store::now_ms();
+                let now = switchboard::__private::now_ms();
                 let ev = switchboard::TriggerEvent::new(
                     "gh",
                     "github",

@@ -56,7 +56,7 @@ async fn append(store: &Store, per_event: usize, dur: Duration) -> Sample {
                 let mut lat = Vec::new();
                 while Instant::now() < deadline {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let now = switchboard::__private::store::now_ms();
+                    let now = switchboard::__private::now_ms();
                     let ev = switchboard::TriggerEvent::new(
                         "gh",
                         "github",
@@ -99,7 +99,7 @@ async fn drain(backend: &Arc<dyn Backend>) -> Sample {
     let mut latencies = Vec::new();
     let mut ops = 0;
     for token in 1.. {
-        let now = switchboard::__private::store::now_ms();
+        let now = switchboard::__private::now_ms();
         let t = Instant::now();
         let got = backend
             .claim(&ClaimRequest {

@@ -15,8 +15,8 @@ pub mod store {
     /// The SQLite WAL's documented cap under steady load, for `tests/sqlite_wal.rs`.
     pub use crate::store::sqlite::WAL_CAP as SQLITE_WAL_CAP;
     pub use crate::store::{
-        now_ms, open_backend, redact_url, Appended, Backend, EventQuery, GroupAppend, StateWrite,
-        Store, StoreOptions, Write,
+        open_backend, redact_url, Appended, Backend, EventQuery, GroupAppend, StateWrite, Store,
+        StoreOptions, Write,
     };
 
     /// The outbox's claim, next-due and depth statements with literal arguments, for

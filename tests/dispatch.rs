@@ -764,7 +764,7 @@ max_concurrent = 1
     eventually("rows that got no permit not to be held", || async {
         let stats = store
             .backend()
-            .stats(switchboard::__private::store::now_ms())
+            .stats(switchboard::__private::now_ms())
             .await
             .unwrap();
         (stats.total.leased, stats.total.due) == (1, 3)
@@ -774,7 +774,7 @@ max_concurrent = 1
     rt.stop().await;
     let stats = store
         .backend()
-        .stats(switchboard::__private::store::now_ms())
+        .stats(switchboard::__private::now_ms())
         .await
         .unwrap();
     assert_eq!(

@@ -84,7 +84,7 @@ async fn an_expired_claim_lets_the_key_in_again_and_is_swept(kind: StoreKind) {
     .await;
     assert_ne!(second["id"], first["id"]);
     assert_eq!(h.events("gh").await.len(), 2);
-    let far_future = switchboard::__private::store::now_ms() + 60_000;
+    let far_future = switchboard::__private::now_ms() + 60_000;
     let hr = &h;
     let sweep = |before: i64| async move {
         hr.runtime()

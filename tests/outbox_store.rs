@@ -598,9 +598,9 @@ async fn a_message_past_its_max_receives_becomes_a_dead_letter_and_replays_to_it
 async fn stats_count_due_leased_scheduled_queues_and_dead_letters(kind: StoreKind) {
     let f = Fixture::open(&kind).await;
     // Rows are stamped with the wall clock when committed; the oldest is this one.
-    let before = switchboard::__private::store::now_ms();
+    let before = switchboard::__private::now_ms();
     f.append("leased", vec![due_at(T - 300)]).await;
-    let after = switchboard::__private::store::now_ms();
+    let after = switchboard::__private::now_ms();
     f.append("expired", vec![due_at(T - 200)]).await;
     f.append("due", vec![due_at(T - 100)]).await;
     f.append("scheduled", vec![due_at(T + 10_000)]).await;

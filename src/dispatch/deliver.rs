@@ -263,7 +263,7 @@ impl Deliver for Handlers {
                 let client = self.http.as_ref().ok_or_else(|| {
                     AttemptFailure::new(FailureKind::Platform, "no outbound HTTP client is set up")
                 })?;
-                let target = super::http::Target {
+                let target = super::http::HttpTarget {
                     url,
                     secret_env,
                     secret_file,
@@ -271,7 +271,7 @@ impl Deliver for Handlers {
                     retry_4xx: *retry_4xx,
                 };
                 let context = input.context();
-                let delivery = super::http::Delivery {
+                let delivery = super::http::HttpInput {
                     event_id: input.event_id,
                     binding_id: &input.binding.id,
                     payload: input.payload,

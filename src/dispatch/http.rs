@@ -53,7 +53,7 @@ const CONTEXT_HEADERS: [(&str, &str); 6] = [
 
 /// The handler's options, as the binding holds them.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Target<'a> {
+pub(crate) struct HttpTarget<'a> {
     /// The URL.
     pub(crate) url: &'a str,
     /// The secrets' variables.
@@ -68,7 +68,7 @@ pub(crate) struct Target<'a> {
 
 /// One delivery's facts (the parts of an attempt's input the request needs).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Delivery<'a> {
+pub(crate) struct HttpInput<'a> {
     /// The event's id.
     pub(crate) event_id: &'a str,
     /// The binding's id.
@@ -81,8 +81,8 @@ pub(crate) struct Delivery<'a> {
 
 /// The request for `input` to `target`, signed with `keys`.
 pub(crate) fn request(
-    input: Delivery<'_>,
-    target: Target<'_>,
+    input: HttpInput<'_>,
+    target: HttpTarget<'_>,
     keys: Vec<sign::SigningKey>,
 ) -> HttpRequest {
     let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(input.payload).is_ok();
@@ -117,8 +117,8 @@ pub(crate) fn request(
 /// Runs one attempt of an `http` binding.
 pub(crate) async fn deliver(
     client: &HttpDelivery,
-    input: Delivery<'_>,
-    target: Target<'_>,
+    input: HttpInput<'_>,
+    target: HttpTarget<'_>,
 ) -> Result<Payload, AttemptFailure> {
     let keys = client
         .keys(target.secret_env, target.secret_file)

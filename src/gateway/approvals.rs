@@ -14,7 +14,7 @@
 //! against that issuer's JWKS instead (`issuers.rs`) and, when valid, approves the same
 //! way; an `iss` that is neither the gateway's nor trusted is `untrusted_issuer:`.
 //!
-//! [`Approvals`] holds the gateway key, the issuer and the [`Credentials`] behind one
+//! [`Approvals`] holds the gateway key, the issuer and the [`CredentialBook`] behind one
 //! short lock, and writes each persistent change to the data dir after the lock is
 //! released. [`Approvals::decide`] verifies an external JWT (which may fetch a JWKS)
 //! before it takes that lock, never while holding it. [`decide`] takes `now`, the
@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::config::{ApprovalMode, GatewayConfig};
-use super::credentials::Credentials;
+use super::credentials::CredentialBook;
 use super::issuers::{self, Issuers, Source};
 use super::persist::Persister;
 use super::tokens::{GatewayKey, TokenError};
@@ -63,7 +63,7 @@ pub(crate) struct Approvals {
     pub(crate) issuer: String,
     pub(crate) ott_lifetime: Duration,
     pub(crate) token_lifetime: Duration,
-    creds: Mutex<Credentials>,
+    creds: Mutex<CredentialBook>,
     persister: Option<Persister>,
     issuers: Issuers,
 }
@@ -77,7 +77,7 @@ impl Approvals {
                 let (k, c, p) = super::persist::open(dir)?;
                 (k, c, Some(p))
             }
-            None => (GatewayKey::generate(), Credentials::default(), None),
+            None => (GatewayKey::generate(), CredentialBook::default(), None),
         };
         let issuers = Issuers::new(config).map_err(crate::error::Error::Config)?;
         let issuer = config
@@ -105,7 +105,7 @@ impl Approvals {
     /// Runs `f` on the credentials under the lock; a persistent change is written to
     /// the data dir once the lock is released (a failed write is logged with the
     /// path: the change holds in memory, and the next write retries it).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Credentials) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut CredentialBook) -> R) -> R {
         let (r, snapshot) = {
             let mut c = self.creds.lock().expect("credentials lock");
             let before = c.generation();
@@ -177,7 +177,7 @@ pub(crate) fn now_ms() -> u64 {
 /// then stands in for the check with the gateway key.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decide(
-    creds: &mut Credentials,
+    creds: &mut CredentialBook,
     gateway_key: &GatewayKey,
     issuer: &str,
     key: &RegistrationKey,
@@ -310,13 +310,13 @@ mod tests {
         })
     }
 
-    fn run(c: &mut Credentials, key: &RegistrationKey, session: &str, jwt: &str) -> Decision {
+    fn run(c: &mut CredentialBook, key: &RegistrationKey, session: &str, jwt: &str) -> Decision {
         decide(c, &gw_key(), ISS, key, session, jwt, None, NOW, [9; 16])
     }
 
     #[test]
     fn an_external_verdict_stands_in_for_the_gateway_key() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let mut ext = |v| {
             decide(
                 &mut c,
@@ -357,14 +357,14 @@ mod tests {
     #[test]
     fn no_credential_is_pending() {
         assert_eq!(
-            run(&mut Credentials::default(), &k("a"), "", ""),
+            run(&mut CredentialBook::default(), &k("a"), "", ""),
             Decision::Pending
         );
     }
 
     #[test]
     fn a_valid_jwt_approves_with_a_session_token_that_approves_later() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let jwt = jwt_for(&gw_key(), &k("a"), NOW + 60);
         let Decision::Approved { session_token } = run(&mut c, &k("a"), "", &jwt) else {
             panic!("approved")
@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_bad_credential_is_refused_with_its_code() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let other = jwt_for(&gw_key(), &k("b"), NOW + 60);
         let expired = jwt_for(&gw_key(), &k("a"), NOW - 1);
         let foreign = jwt_for(
@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn a_valid_jwt_wins_over_a_stale_session_token() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let jwt = jwt_for(&gw_key(), &k("a"), NOW + 60);
         assert!(matches!(
             run(&mut c, &k("a"), "stale", &jwt),
@@ -416,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_rejected_identity_stays_rejected() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         c.reject(&k("a"), "unknown host", 0);
         assert_eq!(
             run(&mut c, &k("a"), "", ""),

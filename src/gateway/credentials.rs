@@ -5,7 +5,7 @@
 //! Plain data with `now` (milliseconds or seconds since the epoch) and randomness as
 //! inputs. Clients, session tokens and rejections are persistent ([`Persisted`]);
 //! one-time tokens and seen `jti`s are short-lived and kept in memory only. Every
-//! persistent change bumps [`Credentials::generation`], so that the writer knows a
+//! persistent change bumps [`CredentialBook::generation`], so that the writer knows a
 //! snapshot is newer than the file.
 
 use std::collections::{BTreeMap, HashMap};
@@ -85,7 +85,7 @@ pub(crate) struct Rejection {
 
 /// Everything above, in memory.
 #[derive(Default)]
-pub(crate) struct Credentials {
+pub(crate) struct CredentialBook {
     clients: BTreeMap<String, Client>,
     sessions: BTreeMap<String, Vec<String>>,
     rejected: BTreeMap<String, Rejection>,
@@ -98,10 +98,10 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl Credentials {
+impl CredentialBook {
     /// Rebuilds the state from its persisted form; an unusable entry is an error
     /// naming it.
-    pub(crate) fn from_persisted(p: Persisted) -> Result<Credentials, String> {
+    pub(crate) fn from_persisted(p: Persisted) -> Result<CredentialBook, String> {
         let mut clients = BTreeMap::new();
         for (id, c) in p.clients {
             let key = RegistrationKey::new(&c.tenant_id, &c.connector_type, &c.instance_id);
@@ -115,7 +115,7 @@ impl Credentials {
                 ClientKey::from_pem(&c.public_key).map_err(|e| format!("client {id:?}: {e}"))?;
             clients.insert(id, Client { key, public_key });
         }
-        Ok(Credentials {
+        Ok(CredentialBook {
             clients,
             sessions: p.session_tokens,
             rejected: p.rejected,
@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_one_time_token_registers_a_key_once() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let ott = c.issue_ott(&k("a"), 1_000, 600_000, [1; 32]);
         let id = c
             .redeem_ott(&ott, &k("a"), true, some_public_key(), 2_000)
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_one_time_token_expires_at_its_lifetime() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let ott = c.issue_ott(&k("a"), 1_000, 600_000, [1; 32]);
         assert_eq!(
             c.redeem_ott(&ott, &k("a"), true, some_public_key(), 601_000)
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn a_one_time_token_of_another_identity_is_refused_and_kept() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let ott = c.issue_ott(&k("a"), 0, 600_000, [1; 32]);
         assert_eq!(
             c.redeem_ott(&ott, &k("b"), true, some_public_key(), 1)
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn a_new_one_time_token_withdraws_the_old_one() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let first = c.issue_ott(&k("a"), 0, 600_000, [1; 32]);
         let _second = c.issue_ott(&k("a"), 0, 600_000, [2; 32]);
         assert_eq!(
@@ -344,7 +344,7 @@ mod tests {
 
     #[test]
     fn session_tokens_are_found_by_identity_and_capped() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let first = c.issue_session(&k("a"), [1; 16]);
         assert!(c.session_valid(&k("a"), &first));
         assert!(
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_replayed_jti_is_refused_until_it_expires() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         assert!(c.note_jti("acme.echo.a", "j1", 100, 10));
         assert!(!c.note_jti("acme.echo.a", "j1", 100, 20));
         assert!(c.note_jti("acme.echo.b", "j1", 100, 20), "per client");
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_rejection_revokes_the_identitys_session_tokens_key_and_one_time_token() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let t = c.issue_session(&k("a"), [4; 16]);
         let ott = c.issue_ott(&k("a"), 0, 600_000, [5; 32]);
         let id = c
@@ -397,14 +397,14 @@ mod tests {
 
     #[test]
     fn a_rejection_is_remembered_and_survives_persistence() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         c.reject(&k("a"), "not ours", 5);
         let t = c.issue_session(&k("b"), [4; 16]);
         let ott = c.issue_ott(&k("c"), 0, 600_000, [5; 32]);
         c.redeem_ott(&ott, &k("c"), true, some_public_key(), 1)
             .unwrap();
         let json = serde_json::to_string(&c.persisted()).unwrap();
-        let again = Credentials::from_persisted(serde_json::from_str(&json).unwrap()).unwrap();
+        let again = CredentialBook::from_persisted(serde_json::from_str(&json).unwrap()).unwrap();
         assert_eq!(again.rejection(&k("a")).unwrap().reason, "not ours");
         assert!(again.rejection(&k("b")).is_none());
         assert!(again.session_valid(&k("b"), &t));
@@ -413,7 +413,7 @@ mod tests {
 
     #[test]
     fn persistent_changes_bump_the_generation() {
-        let mut c = Credentials::default();
+        let mut c = CredentialBook::default();
         let g0 = c.generation();
         c.issue_ott(&k("a"), 0, 1, [1; 32]);
         assert_eq!(c.generation(), g0, "one-time tokens are memory only");

@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::credentials::{Credentials, Persisted};
+use super::credentials::{CredentialBook, Persisted};
 use super::tokens::GatewayKey;
 use crate::error::{Error, Result};
 
@@ -31,7 +31,7 @@ pub(crate) struct Persister {
 }
 
 /// Opens `dir` (creating it 0700), reads or creates the key, reads the state.
-pub(crate) fn open(dir: &Path) -> Result<(GatewayKey, Credentials, Persister)> {
+pub(crate) fn open(dir: &Path) -> Result<(GatewayKey, CredentialBook, Persister)> {
     create_dir(dir)?;
     let key_path = dir.join(KEY_FILE);
     let key = match read_key(&key_path)? {
@@ -90,11 +90,11 @@ fn read_key(path: &Path) -> Result<Option<GatewayKey>> {
 }
 
 /// The approval state at `path`; `None` when the file does not exist.
-fn read_state(path: &Path) -> Result<Option<Credentials>> {
+fn read_state(path: &Path) -> Result<Option<CredentialBook>> {
     match fs::read(path) {
         Ok(bytes) => {
             let p: Persisted = serde_json::from_slice(&bytes).map_err(|e| corrupt(path, &e))?;
-            Credentials::from_persisted(p)
+            CredentialBook::from_persisted(p)
                 .map(Some)
                 .map_err(|e| corrupt(path, &e))
         }

@@ -39,8 +39,9 @@ use super::hosted::{materialise_each, stored_headers, HostedSource, Origin};
 use super::limits::{is_body_timeout, PeerAddr};
 use super::redact::redact_headers;
 use super::state::Ingress;
+use crate::clock::now_ms;
 use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Received, Refusal};
-use crate::store::{now_ms, Appended, Rejected};
+use crate::store::{Appended, Rejected};
 use crate::triggers::SignatureStatus;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 
 use super::redact::{redact_headers, REDACTED};
 use super::source::SourceSpec;
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::inbound::context::SourceSecrets;
 use crate::inbound::metrics::CustomCounters;
@@ -20,7 +21,7 @@ use crate::inbound::{
     Commit, Committed, ContextParts, InboundConnector, InboundEvent, InboundSource, SourceContext,
     SourceKind, StateBackend,
 };
-use crate::store::{now_ms, Appended, GroupAppend, StateWrite, Store};
+use crate::store::{Appended, GroupAppend, StateWrite, Store};
 use crate::triggers::binding_match::BindingMatcher;
 use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
 

@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use super::hosted::{Committer, HostedSource, SourceCommit, CURSOR_KEY};
 use super::lease::{Held, Lease};
 use crate::backoff::{Backoff, BackoffPolicy};
+use crate::clock::now_ms;
 use crate::inbound::{EventSink, Polled, SourceKind};
-use crate::store::now_ms;
 use crate::triggers::live::LiveTriggers;
 
 /// How long a poll source waits between polls when it names no time itself.

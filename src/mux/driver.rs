@@ -45,7 +45,7 @@ use super::core::{Credential, Event, ExecId};
 use super::routing::HandleId;
 use super::socket::{now, Command, Core, SocketHandle};
 use super::socket_invoker::SocketInvoker;
-use super::socket_io::{SocketIo, Target};
+use super::socket_io::{SocketIo, Upstream};
 use crate::backoff::{Backoff, BackoffPolicy};
 use crate::connector::{run_execute, ExecuteContext};
 use crate::error::{Error, Result};
@@ -57,7 +57,7 @@ use crate::transport::dial::Dialer;
 /// Settings of one socket's connection.
 #[derive(Debug, Clone)]
 pub(crate) struct SocketOptions {
-    pub(crate) target: Target,
+    pub(crate) target: Upstream,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect: BackoffPolicy,
     pub(crate) max_frame_bytes: usize,

@@ -15,7 +15,7 @@ use crate::proto::RegistrationStatus;
 
 /// What the driver publishes about a registration.
 #[derive(Debug, Default)]
-pub(crate) struct Session {
+pub(crate) struct StatusReport {
     pub(crate) status: Option<RegistrationStatus>,
     pub(crate) last_error: Option<String>,
     /// The ARN of a registration accepted as PENDING (not executable yet).
@@ -34,7 +34,7 @@ pub(crate) struct Published {
 /// State shared by a registration's handle(s) and its socket's driver.
 #[derive(Debug)]
 pub(crate) struct HandleState {
-    session: Mutex<Session>,
+    session: Mutex<StatusReport>,
     /// The ARN of the current successful registration (`None` while unregistered or
     /// pending), or the operator's rejection.
     published: watch::Sender<Published>,
@@ -53,7 +53,7 @@ impl HandleState {
     }
 
     /// What the handle reads: status, errors, the pending ARN.
-    pub(crate) fn session(&self) -> MutexGuard<'_, Session> {
+    pub(crate) fn session(&self) -> MutexGuard<'_, StatusReport> {
         self.session.lock().expect("session lock poisoned")
     }
 

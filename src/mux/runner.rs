@@ -38,7 +38,7 @@ use super::health::{self, Probe};
 use super::metrics::{socket_snapshot, ConnectorMetrics, HandleMetrics, SocketMetrics};
 use super::options::RunnerOptions;
 use super::socket::{now, Command, Core, RegUser, SocketHandle};
-use super::socket_io::Target;
+use super::socket_io::Upstream;
 use crate::connector::config::ConnectorConfig;
 use crate::connector::{register_request, BaseConnector};
 use crate::error::{Error, Result};
@@ -520,10 +520,15 @@ impl Inner {
             reason = "the pool state and the dialer serve gRPC only"
         )
     )]
-    fn target(&self, state: &mut State, p: &Prepared, dialer: &Dialer) -> (Target, Framing, usize) {
+    fn target(
+        &self,
+        state: &mut State,
+        p: &Prepared,
+        dialer: &Dialer,
+    ) -> (Upstream, Framing, usize) {
         match &p.grpc {
             None => (
-                Target::WebSocket(p.url.clone()),
+                Upstream::WebSocket(p.url.clone()),
                 Framing::Phoenix,
                 self.options.max_handlers_per_socket,
             ),
@@ -541,7 +546,7 @@ impl Inner {
                         ))
                     })
                     .clone();
-                (Target::Grpc(pool), Framing::Stream, 1)
+                (Upstream::Grpc(pool), Framing::Stream, 1)
             }
             #[cfg(not(feature = "grpc"))]
             Some(never) => match *never {},

@@ -52,7 +52,7 @@ pub(crate) fn is_going_away(reason: &str) -> bool {
 
 /// Where a socket's driver connects.
 #[derive(Debug, Clone)]
-pub(crate) enum Target {
+pub(crate) enum Upstream {
     /// A Phoenix WebSocket URL.
     WebSocket(String),
     /// A stream on a pooled gRPC connection.
@@ -70,18 +70,18 @@ pub(crate) enum SocketIo {
 impl SocketIo {
     /// Dials `target` within `timeout`; `max_message` bounds every inbound message.
     pub(crate) async fn dial(
-        target: Target,
+        target: Upstream,
         dialer: &Dialer,
         timeout: Duration,
         max_message: usize,
     ) -> Result<SocketIo> {
         match target {
-            Target::WebSocket(url) => {
+            Upstream::WebSocket(url) => {
                 let ws = websocket::connect(&url, dialer, timeout, max_message).await?;
                 Ok(SocketIo::WebSocket(Box::new(Open::new(ws))))
             }
             #[cfg(feature = "grpc")]
-            Target::Grpc(pool) => {
+            Upstream::Grpc(pool) => {
                 let stream = GrpcStream::open(&pool, max_message).await?;
                 Ok(SocketIo::Grpc(Box::new(Open::new(stream))))
             }

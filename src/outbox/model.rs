@@ -440,7 +440,7 @@ pub struct QueueMessage {
 
 /// What a receive did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Received {
+pub struct ReceiveOutcome {
     /// The messages handed out.
     pub messages: Vec<QueueMessage>,
     /// Messages past the maximum receives moved to the dead letters instead.

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 
 use super::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
-    Finish, HolderRelease, OutboxDepth, OutboxStats, ReceiveRequest, Received, RunRecord,
+    Finish, HolderRelease, OutboxDepth, OutboxStats, ReceiveOutcome, ReceiveRequest, RunRecord,
 };
 use crate::error::Result;
 
@@ -114,7 +114,7 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// Hands out up to `req.max` visible messages of a queue, each invisible for the
     /// visibility timeout under a new receipt; messages already received
     /// `req.max_receives` times are dead-lettered instead.
-    async fn receive(&self, req: &ReceiveRequest) -> Result<Received>;
+    async fn receive(&self, req: &ReceiveRequest) -> Result<ReceiveOutcome>;
 
     /// Deletes a received message. `false` when the receipt no longer holds it.
     async fn ack(&self, queue: &str, id: i64, receipt: i64) -> Result<bool>;

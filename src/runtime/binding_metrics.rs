@@ -15,9 +15,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::clock::now_ms;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::outbox::OutboxStore;
-use crate::store::now_ms;
 use crate::triggers::filter_breaker::Breakers;
 use crate::triggers::live::LiveTriggers;
 use crate::triggers::versions::VersionState;

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ops::{DeliverOps, EnqueueRequest, OpError};
+use super::ops::{EnqueueRequest, OpError, Operations};
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{CONTEXT_DEPTH, CONTEXT_TRACE_ID};
 use crate::encoding::Payload;
@@ -49,7 +49,7 @@ pub(crate) struct RuntimeConnector {
 }
 
 /// Where the runtime's operations are put once they exist.
-pub(crate) type OpsSlot = Arc<std::sync::OnceLock<Arc<DeliverOps>>>;
+pub(crate) type OpsSlot = Arc<std::sync::OnceLock<Arc<Operations>>>;
 
 impl RuntimeConnector {
     /// A connector of `connector_type` over the operations `ops` will hold.
@@ -60,7 +60,7 @@ impl RuntimeConnector {
         }
     }
 
-    fn ops(&self) -> Result<&DeliverOps> {
+    fn ops(&self) -> Result<&Operations> {
         self.ops
             .get()
             .map(|o| &**o)

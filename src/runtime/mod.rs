@@ -44,7 +44,7 @@ use crate::inbound::InboundConnector;
 use crate::mux::{RegistrationHandle, ShutdownHandle};
 use crate::runtime::config::ResolvedConfig;
 use crate::store::Store;
-use ops::{DeliverOps, EnqueueRequest, Enqueued};
+use ops::{EnqueueRequest, Enqueued, Operations};
 use trigger_control::TriggerControl;
 
 /// How long the sources' `shutdown` may take, together.
@@ -68,7 +68,7 @@ pub struct Runtime {
     dispatcher: Option<Dispatcher>,
     runner: Option<(ShutdownHandle, JoinHandle<()>)>,
     registration: Option<RegistrationHandle>,
-    ops: Arc<DeliverOps>,
+    ops: Arc<Operations>,
     control: Arc<TriggerControl>,
     sources: Vec<Arc<crate::ingress::hosted::HostedSource>>,
 }
@@ -233,11 +233,11 @@ impl Runtime {
         self.registration.as_ref()
     }
 
-    /// The deliver operations (enqueue, sync invoke, queues, dead letters, stats), as
+    /// The operations (enqueue, sync invoke, queues, dead letters, stats), as
     /// the admin API and the runtime's capabilities run them. Hidden and unstable:
     /// [`Runtime::enqueue`] is the supported way in.
     #[doc(hidden)]
-    pub fn ops(&self) -> &Arc<DeliverOps> {
+    pub fn ops(&self) -> &Arc<Operations> {
         &self.ops
     }
 

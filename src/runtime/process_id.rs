@@ -89,7 +89,7 @@ pub(crate) async fn release_previous(
     sources: &[Arc<HostedSource>],
     identity: &str,
 ) {
-    let now = crate::store::now_ms();
+    let now = crate::clock::now_ms();
     let leases = crate::ingress::poller::release_previous_leases(sources, identity, now).await;
     let polls: Vec<&str> = leases.iter().map(|(source, _)| source.as_str()).collect();
     match backend.release_holder(identity, now).await {

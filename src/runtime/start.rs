@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{GatewaySettings, ResolvedConfig};
-use super::ops::{DeliverOps, QueueLimits};
+use super::ops::{Operations, QueueLimits};
 use super::trigger_control::{Scope, TriggerControl};
 use super::{
     binding_metrics, connector, console, http, life, outbox_series, process_id,
@@ -80,7 +80,7 @@ pub(super) struct Started {
     pub(super) dispatcher: Dispatcher,
     pub(super) runner: Option<(ShutdownHandle, JoinHandle<()>)>,
     pub(super) registration: Option<RegistrationHandle>,
-    pub(super) ops: Arc<DeliverOps>,
+    pub(super) ops: Arc<Operations>,
     pub(super) control: Arc<TriggerControl>,
     pub(super) sources: Vec<Arc<crate::ingress::hosted::HostedSource>>,
 }
@@ -319,7 +319,7 @@ fn operations(
     ingress: &Ingress,
     handlers: Handlers,
     custom: Option<Arc<dyn Deliver>>,
-) -> Arc<DeliverOps> {
+) -> Arc<Operations> {
     let handlers = Arc::new(handlers);
     let any_handler = custom.is_some();
     let judge = handlers.clone();
@@ -329,7 +329,7 @@ fn operations(
         d.max_in_flight,
     );
     let deliver: Arc<dyn Deliver> = custom.unwrap_or(handlers);
-    Arc::new(DeliverOps {
+    Arc::new(Operations {
         store: store.clone(),
         triggers: control.live().clone(),
         control: control.clone(),
@@ -373,7 +373,7 @@ async fn background(
     store: &Store,
     control: &Arc<TriggerControl>,
     ingress: &Ingress,
-    ops: &DeliverOps,
+    ops: &Operations,
     identity: &str,
     cancel: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
@@ -407,7 +407,7 @@ async fn background(
         move || {
             let store = sampled.clone();
             async move {
-                let d = store.backend().depth(crate::store::now_ms()).await.ok()?;
+                let d = store.backend().depth(crate::clock::now_ms()).await.ok()?;
                 Some(outbox_series::Sample {
                     due: d.due,
                     leased: d.leased,
@@ -415,7 +415,7 @@ async fn background(
                 })
             }
         },
-        crate::store::now_ms,
+        crate::clock::now_ms,
         cancel.clone(),
     )));
     tasks
@@ -426,7 +426,7 @@ fn dispatch(
     config: &ResolvedConfig,
     backend: &Arc<dyn Backend>,
     control: &TriggerControl,
-    ops: &DeliverOps,
+    ops: &Operations,
     identity: String,
 ) -> Dispatcher {
     let d = &config.dispatcher;
@@ -465,7 +465,7 @@ impl Served {
         backend: &Arc<dyn Backend>,
         control: &TriggerControl,
         ingress: Arc<Ingress>,
-        ops: &Arc<DeliverOps>,
+        ops: &Arc<Operations>,
         registration: &Option<RegistrationHandle>,
         cancel: &CancellationToken,
     ) -> Served {

@@ -6,7 +6,8 @@
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{now_ms, Store};
+use crate::clock::now_ms;
+use crate::store::Store;
 
 /// Rows one retention statement deletes at most: small enough that the writer is
 /// held for a millisecond or two, large enough that a day's backlog clears in seconds.

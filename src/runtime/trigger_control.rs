@@ -27,8 +27,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::store::now_ms;
 use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::config::{rebuild, TriggerConfig};
 use crate::triggers::lifecycle::Lifecycle;

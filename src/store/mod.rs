@@ -37,5 +37,3 @@ pub use group_commit::{GroupAppend, Store};
 pub use open::open_backend;
 pub(crate) use open::probe_schema;
 pub use options::{redact_url, StoreOptions};
-
-pub use crate::clock::now_ms;

@@ -14,7 +14,7 @@ use super::sqlite;
 use crate::error::{Error, Result};
 
 /// What a store URL names.
-enum Target<'a> {
+enum StoreLocation<'a> {
     /// A PostgreSQL URL, as written.
     Postgres(&'a str),
     /// A SQLite file's path.
@@ -23,9 +23,9 @@ enum Target<'a> {
 
 /// `postgres://…` / `postgresql://…`, else `sqlite:PATH`, `sqlite://PATH` or a bare
 /// path; an empty path is an error.
-fn target(url: &str) -> Result<Target<'_>> {
+fn locate(url: &str) -> Result<StoreLocation<'_>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Target::Postgres(url));
+        return Ok(StoreLocation::Postgres(url));
     }
     let path = url
         .strip_prefix("sqlite://")
@@ -34,7 +34,7 @@ fn target(url: &str) -> Result<Target<'_>> {
     if path.is_empty() {
         return Err(Error::Config("store \"sqlite:\" names no file".into()));
     }
-    Ok(Target::Sqlite(path))
+    Ok(StoreLocation::Sqlite(path))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -49,14 +49,16 @@ fn needs_postgres(url: &str) -> Error {
 /// `postgres` feature, `postgres://…` / `postgresql://…`. Runs the embedded
 /// migrations before returning.
 pub async fn open_backend(url: &str, options: &StoreOptions) -> Result<Arc<dyn Backend>> {
-    match target(url)? {
+    match locate(url)? {
         #[cfg(feature = "postgres")]
-        Target::Postgres(url) => Ok(Arc::new(
+        StoreLocation::Postgres(url) => Ok(Arc::new(
             postgres::PostgresBackend::connect(url, options).await?,
         )),
         #[cfg(not(feature = "postgres"))]
-        Target::Postgres(url) => Err(needs_postgres(url)),
-        Target::Sqlite(path) => Ok(Arc::new(sqlite::SqliteBackend::open(path, options).await?)),
+        StoreLocation::Postgres(url) => Err(needs_postgres(url)),
+        StoreLocation::Sqlite(path) => {
+            Ok(Arc::new(sqlite::SqliteBackend::open(path, options).await?))
+        }
     }
 }
 
@@ -106,9 +108,9 @@ impl std::fmt::Display for SchemaProbe {
 /// server in a read-only transaction. Errors name the store (redacted) and why it
 /// cannot be read (unreachable server, not a database).
 pub(crate) async fn probe_schema(url: &str) -> Result<SchemaProbe> {
-    match target(url)? {
+    match locate(url)? {
         #[cfg(feature = "postgres")]
-        Target::Postgres(url) => Ok(SchemaProbe {
+        StoreLocation::Postgres(url) => Ok(SchemaProbe {
             version: Some(
                 postgres::read_schema_version(url, &redact_url(url))
                     .await?
@@ -117,8 +119,8 @@ pub(crate) async fn probe_schema(url: &str) -> Result<SchemaProbe> {
             known: postgres::newest_schema(),
         }),
         #[cfg(not(feature = "postgres"))]
-        Target::Postgres(url) => Err(needs_postgres(url)),
-        Target::Sqlite(path) => {
+        StoreLocation::Postgres(url) => Err(needs_postgres(url)),
+        StoreLocation::Sqlite(path) => {
             let known = sqlite::newest_schema();
             if !std::path::Path::new(path).exists() {
                 return Ok(SchemaProbe {

@@ -8,7 +8,7 @@ use axum::response::Response;
 
 use crate::console::{page, ConsoleKit, Page, SessionInfo};
 use crate::ingress::state::Ingress;
-use crate::runtime::ops::{DeliverOps, OpError, OutboxReport};
+use crate::runtime::ops::{OpError, Operations, OutboxReport};
 
 /// How long the outbox totals are reused across live pages: they are several
 /// grouped counts over the outbox, and every open overview would otherwise run them
@@ -18,7 +18,7 @@ const STATS_TTL: Duration = Duration::from_secs(2);
 /// What the console's handlers share.
 pub(crate) struct RuntimeConsole {
     pub(crate) kit: Arc<ConsoleKit>,
-    pub(crate) ops: Arc<DeliverOps>,
+    pub(crate) ops: Arc<Operations>,
     pub(crate) ingress: Arc<Ingress>,
     /// The last outbox totals and when they were read ([`RuntimeConsole::stats`]).
     stats: Mutex<Option<(Instant, OutboxReport)>>,
@@ -26,7 +26,7 @@ pub(crate) struct RuntimeConsole {
 
 impl RuntimeConsole {
     /// The console over `ops` and `ingress`.
-    pub(crate) fn new(kit: Arc<ConsoleKit>, ops: Arc<DeliverOps>, ingress: Arc<Ingress>) -> Self {
+    pub(crate) fn new(kit: Arc<ConsoleKit>, ops: Arc<Operations>, ingress: Arc<Ingress>) -> Self {
         RuntimeConsole {
             kit,
             ops,

@@ -23,7 +23,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use super::ops::DeliverOps;
+use super::ops::Operations;
 use crate::console::ConsoleKit;
 
 /// How often the runtime's live pages render again: they read the store, so once a
@@ -35,7 +35,7 @@ use app::RuntimeConsole;
 
 /// The console's routes: sign-in and assets, and the pages behind the session.
 pub(crate) fn routes(
-    ops: Arc<DeliverOps>,
+    ops: Arc<Operations>,
     ingress: Arc<Ingress>,
     token: Option<Secret>,
     closing: CancellationToken,

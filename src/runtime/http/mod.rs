@@ -35,7 +35,7 @@ use axum::Router;
 use api_error::ApiError;
 
 use super::binding_metrics::RuntimeMetrics;
-use super::ops::DeliverOps;
+use super::ops::Operations;
 use crate::ingress::state::Ingress;
 use crate::secret::Secret;
 
@@ -44,8 +44,8 @@ use crate::secret::Secret;
 pub(crate) struct Surface {
     /// The sources, their endpoint and ingest's metrics.
     pub(crate) ingress: Arc<Ingress>,
-    /// The operations the deliver half's API serialises.
-    pub(crate) ops: Arc<DeliverOps>,
+    /// The operator verbs the ops API serialises.
+    pub(crate) ops: Arc<Operations>,
     /// The dispatcher's and the bindings' part of `/metrics`.
     pub(crate) metrics: Arc<RuntimeMetrics>,
     /// `admin_token_env`'s token, when set.

@@ -1,4 +1,4 @@
-//! The operations' admin API: the routes over [`DeliverOps`], on the runtime's
+//! The operations' admin API: the routes over [`Operations`], on the runtime's
 //! listener behind the admin token (`runtime::http`):
 //!
 //! - `GET /api/v1/triggers`: every binding, its definition, fingerprint, whether this
@@ -82,10 +82,10 @@ use crate::encoding::{encode_payload, Payload};
 use crate::ingress::event_search::{list_events, EventFilter};
 use crate::outbox::model::DeadLetterQuery;
 use crate::runtime::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
-use crate::runtime::ops::{DeliverOps, EnqueueRequest, OpError};
+use crate::runtime::ops::{EnqueueRequest, OpError, Operations};
 
 /// The routes, with their state applied (the caller adds the token check).
-pub(crate) fn routes(ops: Arc<DeliverOps>) -> Router {
+pub(crate) fn routes(ops: Arc<Operations>) -> Router {
     Router::new()
         .route("/api/v1/triggers", get(triggers).post(register))
         .route("/api/v1/triggers/reload", post(reload))
@@ -121,7 +121,7 @@ fn error(e: OpError) -> Response {
         .into_response()
 }
 
-type Ops = State<Arc<DeliverOps>>;
+type Ops = State<Arc<Operations>>;
 
 async fn events(
     State(ops): Ops,

@@ -1,4 +1,4 @@
-//! The operations' handle, [`DeliverOps`], and their one error, [`OpError`]: what
+//! The operations' handle, [`Operations`], and their one error, [`OpError`]: what
 //! every operation file below `ops` implements on and answers with. In a file of its
 //! own, beside them, so that they import a sibling, not their facade.
 
@@ -121,7 +121,7 @@ impl From<Error> for OpError {
 }
 
 /// The operations, over one store, registry and set of handlers.
-pub struct DeliverOps {
+pub struct Operations {
     pub(crate) store: Store,
     pub(crate) triggers: Arc<LiveTriggers>,
     pub(crate) control: Arc<TriggerControl>,
@@ -140,8 +140,8 @@ pub struct DeliverOps {
     pub(crate) tenant: String,
 }
 
-impl std::fmt::Debug for DeliverOps {
+impl std::fmt::Debug for Operations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeliverOps").finish_non_exhaustive()
+        f.debug_struct("Operations").finish_non_exhaustive()
     }
 }

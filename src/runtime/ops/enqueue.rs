@@ -4,13 +4,14 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::base::{DeliverOps, OpError, API_SOURCE};
+use super::base::{OpError, Operations, API_SOURCE};
+use crate::clock::now_ms;
 use crate::dispatch::deliver::AttemptInput;
 use crate::dispatch::permits::NoPermit;
 use crate::encoding::Payload;
 use crate::outbox::model::{Destination, Enqueue, RunRecord};
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
-use crate::store::{now_ms, Appended};
+use crate::store::Appended;
 use crate::triggers::binding::Handler;
 use crate::triggers::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
 
@@ -89,7 +90,7 @@ pub struct Enqueued {
     pub dropped: bool,
 }
 
-impl DeliverOps {
+impl Operations {
     fn api_event(
         &self,
         kind: String,

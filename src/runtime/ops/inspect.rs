@@ -8,14 +8,15 @@ use base64::Engine;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::base::{DeliverOps, OpError};
+use super::base::{OpError, Operations};
+use crate::clock::now_ms;
 use crate::outbox::model::{AttemptError, OutboxStats};
 use crate::runtime::outbox_series::SeriesView;
-use crate::store::{now_ms, EventQuery};
+use crate::store::EventQuery;
 use crate::triggers::lifecycle::label;
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
-/// What [`DeliverOps::stats`] answers (`GET /api/v1/outbox/stats`, the
+/// What [`Operations::stats`] answers (`GET /api/v1/outbox/stats`, the
 /// `outbox.stats` capability, the console's outbox cards): the outbox's depth in
 /// total, per binding and per queue, and the events dropped for exceeding the
 /// handler-hop limit. Serialised with the [`OutboxStats`] fields at the top level.
@@ -28,7 +29,7 @@ pub struct OutboxReport {
     pub depth_dropped: u64,
 }
 
-impl DeliverOps {
+impl Operations {
     /// Outbox totals, per binding and queue, plus the depth drops.
     pub async fn stats(&self) -> Result<OutboxReport, OpError> {
         let stats = self.store.backend().stats(now_ms()).await?;
@@ -162,7 +163,7 @@ fn last_error(errors: &[AttemptError]) -> Value {
     errors.last().map_or(Value::Null, |e| json!(e))
 }
 
-/// One event in full, with what became of it ([`DeliverOps::event_detail`],
+/// One event in full, with what became of it ([`Operations::event_detail`],
 /// `GET /api/v1/events/{id}`, the console's event page).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct EventDetail {
@@ -216,7 +217,7 @@ pub(crate) struct Delivery {
     pub(crate) more: serde_json::Map<String, Value>,
 }
 
-impl DeliverOps {
+impl Operations {
     /// One event in full, with what became of it: `{"event": {id, source, provider,
     /// kind, delivery_id, received_at_ms, occurred_at_ms, tenant, trace_id, signature,
     /// headers, encoding, payload}, "deliveries": [...]}`. The headers are the stored,
@@ -242,7 +243,7 @@ impl DeliverOps {
         let d = backend.event_deliveries(&e.id).await?;
         let current = self.triggers.current();
         let version = |b: &str, fp: &str| current.number(b, fp).map(|n| label(b, n));
-        let now = crate::store::now_ms();
+        let now = crate::clock::now_ms();
         let mut deliveries = Vec::new();
         for r in d.pending {
             let state = if r.leased && r.next_attempt_at_ms > now {

@@ -4,7 +4,7 @@
 //! answers with a type (the admin API serialises it, the console renders it); each
 //! failure is an [`OpError`], which each front end translates into its own status.
 //!
-//! - [`base`]: the handle, [`DeliverOps`], and [`OpError`];
+//! - [`base`]: the handle, [`Operations`], and [`OpError`];
 //! - [`enqueue`]: enqueue, and one synchronous attempt of a binding;
 //! - [`queues`]: queue receive, ack, nack, and the dead-letter listing;
 //! - [`triggers`]: reload, register, deregister, pause, resume, drain, pin, history;
@@ -21,7 +21,7 @@ pub(crate) mod replay;
 pub(crate) mod sources;
 pub(crate) mod triggers;
 
-pub(crate) use base::{DeliverOps, OpError, QueueLimits, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE};
+pub(crate) use base::{OpError, Operations, QueueLimits, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE};
 pub use enqueue::{EnqueueRequest, Enqueued};
 pub(crate) use inspect::OutboxReport;
 pub(crate) use triggers::HistoryPage;

@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use super::base::{
-    DeliverOps, OpError, QueueLimits, DEFAULT_RECEIVE, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE,
+    OpError, Operations, QueueLimits, DEFAULT_RECEIVE, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE,
 };
-use crate::outbox::model::{DeadLetter, DeadLetterQuery, ReceiveRequest, Received};
-use crate::store::now_ms;
+use crate::clock::now_ms;
+use crate::outbox::model::{DeadLetter, DeadLetterQuery, ReceiveOutcome, ReceiveRequest};
 
-impl DeliverOps {
+impl Operations {
     fn queue(&self, name: &str) -> Result<QueueLimits, OpError> {
         self.queues
             .get(name)
@@ -23,7 +23,7 @@ impl DeliverOps {
         queue: &str,
         max: Option<usize>,
         visibility: Option<Duration>,
-    ) -> Result<Received, OpError> {
+    ) -> Result<ReceiveOutcome, OpError> {
         let limits = self.queue(queue)?;
         let req = ReceiveRequest {
             queue: queue.to_owned(),

@@ -14,9 +14,10 @@
 
 use serde::Serialize;
 
-use super::base::{DeliverOps, OpError};
+use super::base::{OpError, Operations};
+use crate::clock::now_ms;
 use crate::outbox::model::{DeadLetterQuery, Enqueue};
-use crate::store::{now_ms, EventQuery};
+use crate::store::EventQuery;
 use crate::triggers::binding::Binding;
 use crate::triggers::filter::EventContext;
 use crate::triggers::lifecycle::{label, AsOf, Lifecycle};
@@ -79,7 +80,7 @@ fn choose<'a>(
     }
 }
 
-impl DeliverOps {
+impl Operations {
     async fn stored_event(&self, event_id: &str) -> Result<TriggerEvent, OpError> {
         let found = self
             .store
@@ -247,7 +248,7 @@ impl DeliverOps {
     }
 }
 
-/// What [`DeliverOps::replay_event`] answers: the versions the event was enqueued for
+/// What [`Operations::replay_event`] answers: the versions the event was enqueued for
 /// again, and notes (a version collected from memory, a binding that would not take
 /// it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -267,7 +268,7 @@ pub(crate) struct ReplayedTo {
     pub(crate) version: String,
 }
 
-/// What [`DeliverOps::replay_dead_letter`] answers.
+/// What [`Operations::replay_dead_letter`] answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct DeadLetterReplay {
     /// The dead letter's id.
@@ -305,7 +306,7 @@ pub(crate) struct DeadLetterSelection {
     pub(crate) include_replayed: bool,
 }
 
-/// What a bulk replay of dead letters answers ([`DeliverOps::replay_dead_letters`]).
+/// What a bulk replay of dead letters answers ([`Operations::replay_dead_letters`]).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct BulkReplay {
     /// How many were replayed.
@@ -327,9 +328,9 @@ pub(crate) struct ReplayFailure {
     pub(crate) message: String,
 }
 
-impl DeliverOps {
+impl Operations {
     /// Replays the dead letters `sel` selects, newest first, each through the single
-    /// replay ([`DeliverOps::replay_dead_letter`]: under the version it ran under),
+    /// replay ([`Operations::replay_dead_letter`]: under the version it ran under),
     /// at most `sel.limit` of them. Answers `{"replayed": n, "failed": [{"id",
     /// "error", "message"}], "ids": [...], "next": id or null}`: `next` is set when
     /// the page was full (more may match); pass it as `after` to go on. A dead letter

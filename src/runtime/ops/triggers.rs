@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::base::{DeliverOps, OpError};
+use super::base::{OpError, Operations};
 use crate::triggers::config::TriggerConfig;
 use crate::triggers::lifecycle::label;
 use crate::triggers::versions::{LifecycleCommit, LifecycleEntry};
@@ -43,7 +43,7 @@ fn changes(commit: LifecycleCommit) -> Value {
     json!({ "changes": commit.entries })
 }
 
-impl DeliverOps {
+impl Operations {
     /// Re-reads the configuration file's `[[triggers]]`.
     pub async fn reload(&self) -> Result<Value, OpError> {
         Ok(changes(self.control.reload().await?))

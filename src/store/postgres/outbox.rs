@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Enqueue, EventDeliveries, Expired,
     Finish, HeldRows, HolderRelease, OutboxDepth, OutboxStats, PendingRow, QueueMessage,
-    QueuedMessage, ReceiveRequest, Received, RunRecord,
+    QueuedMessage, ReceiveOutcome, ReceiveRequest, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
@@ -433,9 +433,9 @@ impl OutboxStore for PostgresBackend {
 
     /// One receipt per receive (as one token per claim): it fences this receiver's
     /// acks against a later receiver's.
-    async fn receive(&self, req: &ReceiveRequest) -> Result<Received> {
+    async fn receive(&self, req: &ReceiveRequest) -> Result<ReceiveOutcome> {
         if req.max == 0 {
-            return Ok(Received::default());
+            return Ok(ReceiveOutcome::default());
         }
         let receipt: i64 = rand::random();
         let error = rows::max_receives_error(req.max_receives, req.max_receives, req.now_ms);
@@ -457,7 +457,7 @@ impl OutboxStore for PostgresBackend {
             )
             .await
             .map_err(pg_err("receive queue messages"))?;
-        let mut out = Received::default();
+        let mut out = ReceiveOutcome::default();
         for r in &found {
             out.dead_lettered = r.get::<_, i64>(0) as u64;
             let Some(id) = r.get::<_, Option<i64>>(1) else {

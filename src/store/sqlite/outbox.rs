@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::outbox::model::{
     ClaimRequest, ClaimedRow, DeadLetter, DeadLetterQuery, Destination, Enqueue, EventDeliveries,
     Expired, Finish, HolderRelease, OutboxDepth, OutboxStats, PendingRow, QueuedMessage,
-    ReceiveRequest, Received, RunRecord,
+    ReceiveOutcome, ReceiveRequest, RunRecord,
 };
 use crate::outbox::OutboxStore;
 use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
@@ -460,9 +460,9 @@ impl OutboxStore for SqliteBackend {
         Ok(created)
     }
 
-    async fn receive(&self, req: &ReceiveRequest) -> Result<Received> {
+    async fn receive(&self, req: &ReceiveRequest) -> Result<ReceiveOutcome> {
         if req.max == 0 {
-            return Ok(Received::default());
+            return Ok(ReceiveOutcome::default());
         }
         let req = req.clone();
         let receipt: i64 = rand::random();

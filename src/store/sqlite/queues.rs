@@ -11,16 +11,16 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::{sql_err, SqliteBackend};
 use crate::error::Result;
-use crate::outbox::model::{QueueMessage, ReceiveRequest, Received};
+use crate::outbox::model::{QueueMessage, ReceiveOutcome, ReceiveRequest};
 use crate::store::outbox_rows::{self as rows, to_u32};
 
 pub(super) fn receive(
     c: &mut Connection,
     req: &ReceiveRequest,
     receipt: i64,
-) -> rusqlite::Result<Received> {
+) -> rusqlite::Result<ReceiveOutcome> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let mut out = Received::default();
+    let mut out = ReceiveOutcome::default();
     {
         let mut select = tx.prepare_cached(
             "SELECT m.id, m.receives, m.binding_id, m.fingerprint, m.event_id, m.depth,
