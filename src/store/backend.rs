@@ -137,23 +137,6 @@ pub(crate) fn delivery_tail(key: &str) -> &str {
     key.split_once(':').map_or(key, |(_, tail)| tail)
 }
 
-/// The condition of a search by delivery id `id`, over `tail` (the backend's spelling
-/// of [`delivery_tail`] of the `dedupe_key` column, exactly as its index has it, so the
-/// index serves it) with `mark` as each parameter's placeholder, and the parameters in
-/// order: the events whose key's tail is `id`, or whose key is `id` itself (then its
-/// tail is `id`'s tail, so both branches are lookups of that one index).
-pub(crate) fn delivery_condition(id: &str, tail: &str, mark: char) -> (String, Vec<String>) {
-    let id_tail = delivery_tail(id);
-    if id_tail == id {
-        (format!("{tail} = {mark}"), vec![id.to_owned()])
-    } else {
-        (
-            format!("({tail} = {mark} OR ({tail} = {mark} AND dedupe_key = {mark}))"),
-            vec![id.to_owned(), id_tail.to_owned(), id.to_owned()],
-        )
-    }
-}
-
 /// A stored event with its sequence number (the paging cursor).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {

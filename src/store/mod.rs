@@ -23,6 +23,7 @@ pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 mod backend;
+mod listing;
 mod open;
 mod options;
 mod outbox_rows;

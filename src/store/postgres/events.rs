@@ -15,9 +15,9 @@ use super::{pg_err, PostgresBackend};
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
 use crate::store::backend::{
-    delivery_condition, Appended, Backend, EventQuery, Rejected, StateWrite, StoredEvent, Swept,
-    Write,
+    Appended, Backend, EventQuery, Rejected, StateWrite, StoredEvent, Swept, Write,
 };
+use crate::store::listing::{self, Arg, Dialect};
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
 /// One statement per batch: the appends arrive as arrays, a data-modifying CTE claims
@@ -94,58 +94,33 @@ const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = $1 AND key =
 /// [`crate::store::backend::delivery_tail`] in SQL, exactly as `events_by_delivery`
 /// (migration 9) indexes it, so the planner matches the index.
 const DELIVERY_TAIL: &str = "substr(dedupe_key, strpos(dedupe_key, ':') + 1)";
+
+/// PostgreSQL's spellings for the filtered listings.
+pub(super) const DIALECT: Dialect = Dialect {
+    mark: '$',
+    delivery_tail: DELIVERY_TAIL,
+    last_error_kind: "errors -> -1 ->> 'kind'",
+};
+
+/// A boxed query parameter (the filtered statements' lists are built at run time).
+pub(super) type PgArg = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+
+/// A listing's parameter as tokio-postgres binds it.
+pub(super) fn pg_arg(a: Arg) -> PgArg {
+    match a {
+        Arg::Text(s) => Box::new(s),
+        Arg::Int(i) => Box::new(i),
+    }
+}
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, body, signature FROM events";
 
-/// The events page's SQL with only the filters `q` sets, and its parameters: plain
-/// equalities the planner matches to `events_by_source`, `events_by_kind` or
-/// `events_by_delivery` whatever the parameter values (a generic plan of
-/// `($1 IS NULL OR source = $1)` terms could not use them).
-fn events_sql(
-    q: &EventQuery,
-) -> (
-    String,
-    Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>,
-) {
-    let mut sql = String::from(SELECT_EVENTS);
-    let mut args: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = Vec::new();
-    type Param = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
-    // Each `$` of `cond` takes the next of `values`, numbered.
-    let mut terms = |sql: &mut String, cond: &str, values: Vec<Param>| {
-        sql.push_str(if args.is_empty() { " WHERE " } else { " AND " });
-        let mut parts = cond.split('$');
-        sql.push_str(parts.next().unwrap_or_default());
-        for (part, v) in parts.zip(values) {
-            args.push(v);
-            sql.push_str(&format!("${}{part}", args.len()));
-        }
-    };
-    if let Some(s) = &q.source {
-        terms(&mut sql, "source = $", vec![Box::new(s.clone())]);
-    }
-    if let Some(k) = &q.kind {
-        terms(&mut sql, "kind = $", vec![Box::new(k.clone())]);
-    }
-    if let Some(d) = &q.dedupe_key {
-        let (cond, values) = delivery_condition(d, DELIVERY_TAIL, '$');
-        let values = values.into_iter().map(|v| Box::new(v) as Param).collect();
-        terms(&mut sql, &cond, values);
-    }
-    if let Some(id) = &q.event_id {
-        terms(&mut sql, "id = $", vec![Box::new(id.clone())]);
-    }
-    if let Some(b) = q.before_seq {
-        terms(&mut sql, "seq < $", vec![Box::new(b)]);
-    }
-    if let Some(t) = q.since_ms {
-        terms(&mut sql, "received_at >= $", vec![Box::new(t)]);
-    }
-    if let Some(t) = q.until_ms {
-        terms(&mut sql, "received_at < $", vec![Box::new(t)]);
-    }
-    args.push(Box::new(q.limit as i64));
-    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", args.len()));
-    (sql, args)
+/// The events page's SQL ([`crate::store::listing::events`]: only the filters `q`
+/// sets, plain equalities the planner matches to their indexes whatever the values)
+/// and its parameters.
+fn events_sql(q: &EventQuery) -> (String, Vec<PgArg>) {
+    let (sql, args) = listing::events(q, SELECT_EVENTS, &DIALECT);
+    (sql, args.into_iter().map(pg_arg).collect())
 }
 
 fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {

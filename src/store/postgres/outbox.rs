@@ -18,6 +18,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::enqueue::{insert_rows, INSERT_ROWS};
+use super::events::{pg_arg, PgArg, DIALECT};
 use super::finish::{self, row_to_dead_letter, DEAD_LETTER_COLUMNS};
 use super::{pg_err, prepared, queues, PostgresBackend};
 use crate::error::Result;
@@ -27,43 +28,16 @@ use crate::outbox::model::{
     QueuedMessage, ReceiveOutcome, ReceiveRequest, RunRecord,
 };
 use crate::outbox::OutboxStore;
+use crate::store::listing;
 use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
 
-/// A boxed query parameter (the filtered statements' lists are built at run time).
-type Arg = Box<dyn ToSql + Sync + Send>;
-
-/// The dead-letter page's SQL with only the filters `q` sets, so each filter is a
-/// plain condition the planner can match to `dead_letters_by_binding` or the primary
-/// key's newest-first walk; the error kind is the last attempt's (`errors->-1`).
-fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<Arg>) {
-    let mut sql = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
-    let mut args: Vec<Arg> = Vec::new();
-    let mut term = |sql: &mut String, cond: &str, v: Arg| {
-        args.push(v);
-        sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
-        sql.push_str(&cond.replace('$', &format!("${}", args.len())));
-    };
-    if let Some(b) = &q.binding_id {
-        term(&mut sql, "binding_id = $", Box::new(b.clone()));
-    }
-    if let Some(b) = q.before_id {
-        term(&mut sql, "id < $", Box::new(b));
-    }
-    if let Some(t) = q.since_ms {
-        term(&mut sql, "dead_at >= $", Box::new(t));
-    }
-    if let Some(t) = q.until_ms {
-        term(&mut sql, "dead_at < $", Box::new(t));
-    }
-    if let Some(k) = &q.error_kind {
-        term(&mut sql, "errors -> -1 ->> 'kind' = $", Box::new(k.clone()));
-    }
-    if q.unreplayed {
-        term(&mut sql, "replays = $", Box::new(0_i32));
-    }
-    args.push(Box::new(q.limit as i64));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
-    (sql, args)
+/// The dead-letter page's SQL ([`crate::store::listing::dead_letters`]: only the
+/// filters `q` sets, so each is a plain condition the planner can match to
+/// `dead_letters_by_binding` or the primary key's newest-first walk).
+fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<PgArg>) {
+    let select = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
+    let (sql, args) = listing::dead_letters(q, &select, &DIALECT);
+    (sql, args.into_iter().map(pg_arg).collect())
 }
 
 const RELEASE: &str = "WITH released AS (

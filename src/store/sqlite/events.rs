@@ -8,10 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use super::enqueue::Enqueuer;
 use super::{sql_err, SqliteBackend};
 use crate::error::Result;
-use crate::store::backend::{
-    delivery_condition, Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write,
-};
+use crate::store::backend::{Appended, Backend, EventQuery, Rejected, StoredEvent, Swept, Write};
 use crate::store::body_codec::BodyCompression;
+use crate::store::listing::{self, Arg, Dialect};
 use crate::triggers::{SignatureStatus, TriggerEvent};
 
 const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
@@ -32,6 +31,21 @@ const DELETE_STATE: &str = "DELETE FROM source_state WHERE source = ?1 AND key =
 /// (migration 9) indexes it: SQLite uses an expression index only for the same
 /// expression.
 const DELIVERY_TAIL: &str = "substr(dedupe_key, instr(dedupe_key, ':') + 1)";
+
+/// SQLite's spellings for the filtered listings.
+pub(super) const DIALECT: Dialect = Dialect {
+    mark: '?',
+    delivery_tail: DELIVERY_TAIL,
+    last_error_kind: "json_extract(errors, '$[#-1].kind')",
+};
+
+/// A listing's parameter as rusqlite binds it.
+pub(super) fn sqlite_arg(a: Arg) -> rusqlite::types::Value {
+    match a {
+        Arg::Text(s) => rusqlite::types::Value::Text(s),
+        Arg::Int(i) => rusqlite::types::Value::Integer(i),
+    }
+}
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events";
 
@@ -40,55 +54,18 @@ const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at
 /// primary key newest first. See [`window_is_small`].
 const SMALL_WINDOW: i64 = 1_000;
 
-/// The events page's SQL with only the filters `q` sets, and its parameters. Built per
-/// query rather than one statement with `(?1 IS NULL OR source = ?1)` terms: SQLite
-/// plans a statement once, before it sees the parameters, so such a term would keep
-/// it off `events_by_source` / `events_by_kind` / `events_by_delivery` and walk the whole
-/// table; with plain equalities each filter is served by its index. `by_received`
-/// reads the rows through `events_by_received` (`INDEXED BY`): the same rows, another
-/// plan ([`window_is_small`] says when).
+/// The events page's SQL ([`crate::store::listing::events`]: only the filters `q`
+/// sets, each served by its index) and its parameters. `by_received` reads the rows
+/// through `events_by_received` (`INDEXED BY`): the same rows, another plan
+/// ([`window_is_small`] says when).
 fn events_sql(q: &EventQuery, by_received: bool) -> (String, Vec<rusqlite::types::Value>) {
-    use rusqlite::types::Value as V;
-    let mut sql = String::from(SELECT_EVENTS);
-    if by_received {
-        sql.push_str(" INDEXED BY events_by_received");
-    }
-    let mut args: Vec<V> = Vec::new();
-    // Each `?` of `cond` takes the next of `values`, numbered.
-    let mut terms = |sql: &mut String, cond: &str, values: Vec<V>| {
-        sql.push_str(if args.is_empty() { " WHERE " } else { " AND " });
-        let mut parts = cond.split('?');
-        sql.push_str(parts.next().unwrap_or_default());
-        for (part, v) in parts.zip(values) {
-            args.push(v);
-            sql.push_str(&format!("?{}{part}", args.len()));
-        }
+    let select = if by_received {
+        format!("{SELECT_EVENTS} INDEXED BY events_by_received")
+    } else {
+        SELECT_EVENTS.to_owned()
     };
-    if let Some(s) = &q.source {
-        terms(&mut sql, "source = ?", vec![V::Text(s.clone())]);
-    }
-    if let Some(k) = &q.kind {
-        terms(&mut sql, "kind = ?", vec![V::Text(k.clone())]);
-    }
-    if let Some(d) = &q.dedupe_key {
-        let (cond, values) = delivery_condition(d, DELIVERY_TAIL, '?');
-        terms(&mut sql, &cond, values.into_iter().map(V::Text).collect());
-    }
-    if let Some(id) = &q.event_id {
-        terms(&mut sql, "id = ?", vec![V::Text(id.clone())]);
-    }
-    if let Some(b) = q.before_seq {
-        terms(&mut sql, "seq < ?", vec![V::Integer(b)]);
-    }
-    if let Some(t) = q.since_ms {
-        terms(&mut sql, "received_at >= ?", vec![V::Integer(t)]);
-    }
-    if let Some(t) = q.until_ms {
-        terms(&mut sql, "received_at < ?", vec![V::Integer(t)]);
-    }
-    args.push(V::Integer(q.limit as i64));
-    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", args.len()));
-    (sql, args)
+    let (sql, args) = listing::events(q, &select, &DIALECT);
+    (sql, args.into_iter().map(sqlite_arg).collect())
 }
 
 /// Whether `q` is bounded by received time alone (no equality filter) and its window,

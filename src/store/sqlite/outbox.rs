@@ -18,6 +18,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::enqueue::Enqueuer;
+use super::events::{sqlite_arg, DIALECT};
 use super::{claim, finish, queues, sql_err, SqliteBackend};
 use crate::error::Result;
 use crate::outbox::model::{
@@ -26,6 +27,7 @@ use crate::outbox::model::{
     ReceiveOutcome, ReceiveRequest, RunRecord,
 };
 use crate::outbox::OutboxStore;
+use crate::store::listing;
 use crate::store::outbox_rows::{self as rows, next_attempt_sql, to_u32};
 
 const DEAD_LETTER_COLUMNS: &str = "id, binding_id, fingerprint, event_id, trace_id, attempts,
@@ -54,39 +56,9 @@ fn row_to_dead_letter(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
 /// The binding filter walks `dead_letters_by_binding`, the others the primary key
 /// newest first; the error kind is the last attempt's, read from the JSON history.
 fn dead_letters_sql(q: &DeadLetterQuery) -> (String, Vec<rusqlite::types::Value>) {
-    use rusqlite::types::Value as V;
-    let mut sql = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
-    let mut args: Vec<V> = Vec::new();
-    let mut term = |sql: &mut String, cond: &str, v: V| {
-        args.push(v);
-        sql.push_str(if args.len() == 1 { " WHERE " } else { " AND " });
-        sql.push_str(&cond.replace('?', &format!("?{}", args.len())));
-    };
-    if let Some(b) = &q.binding_id {
-        term(&mut sql, "binding_id = ?", V::Text(b.clone()));
-    }
-    if let Some(b) = q.before_id {
-        term(&mut sql, "id < ?", V::Integer(b));
-    }
-    if let Some(t) = q.since_ms {
-        term(&mut sql, "dead_at >= ?", V::Integer(t));
-    }
-    if let Some(t) = q.until_ms {
-        term(&mut sql, "dead_at < ?", V::Integer(t));
-    }
-    if let Some(k) = &q.error_kind {
-        term(
-            &mut sql,
-            "json_extract(errors, '$[#-1].kind') = ?",
-            V::Text(k.clone()),
-        );
-    }
-    if q.unreplayed {
-        term(&mut sql, "replays = ?", V::Integer(0));
-    }
-    args.push(V::Integer(q.limit as i64));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", args.len()));
-    (sql, args)
+    let select = format!("SELECT {DEAD_LETTER_COLUMNS} FROM dead_letters");
+    let (sql, args) = listing::dead_letters(q, &select, &DIALECT);
+    (sql, args.into_iter().map(sqlite_arg).collect())
 }
 
 /// Everything the outbox holds for one event, each table read through its
