@@ -214,7 +214,7 @@ pub mod stream_core {
     use crate::connector::config::HeartbeatSettings;
     use crate::identity::RegistrationKey;
     use crate::mux::core::{
-        Connection, CoreOptions, Event, Framing, Inbound, InvokeSpec, Now, RegistrationSpec,
+        Connection, CoreOptions, Event, Framing, Incoming, InvokeSpec, Now, RegistrationSpec,
         Transmit,
     };
     use crate::mux::metrics::{HandleMetrics, SocketMetrics};
@@ -360,7 +360,7 @@ pub mod stream_core {
 
         /// One message read off the stream.
         pub fn message(&mut self, msg: StreamMessage) {
-            self.conn.handle_frame(self.now(), Inbound::Message(msg));
+            self.conn.handle_frame(self.now(), Incoming::Message(msg));
         }
 
         /// The connector answered execute `exec`.

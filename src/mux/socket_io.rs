@@ -7,7 +7,7 @@
 //! transmits into the sink (flushing once the core has none left) and feeds up to a
 //! batch of received messages into the core, the same two loops for both transports;
 //! only how a transmit becomes a message and how a received item becomes the core's
-//! [`Inbound`] differ per transport.
+//! [`Incoming`] differ per transport.
 
 use std::pin::Pin;
 #[cfg(feature = "grpc")]
@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
-use super::core::{Inbound, Transmit};
+use super::core::{Incoming, Transmit};
 use super::metrics::SocketMetrics;
 use super::socket::{now, Core};
 use crate::error::Result;
@@ -181,8 +181,8 @@ fn read_ws(
     };
     let now = now();
     match msg {
-        WsMessage::Text(text) => core.handle_frame(now, Inbound::Text(text.as_str())),
-        WsMessage::Binary(bytes) => core.handle_frame(now, Inbound::Binary(bytes)),
+        WsMessage::Text(text) => core.handle_frame(now, Incoming::Text(text.as_str())),
+        WsMessage::Binary(bytes) => core.handle_frame(now, Incoming::Binary(bytes)),
         WsMessage::Close(Some(frame))
             if frame.code == tungstenite::protocol::frame::coding::CloseCode::Away =>
         {
@@ -190,7 +190,7 @@ fn read_ws(
         }
         WsMessage::Close(frame) => return Some(format!("server closed the socket: {frame:?}")),
         // Pings are answered by tungstenite itself.
-        _ => core.handle_frame(now, Inbound::Activity),
+        _ => core.handle_frame(now, Incoming::Activity),
     }
     None
 }
@@ -204,7 +204,7 @@ fn read_grpc(
 ) -> Option<String> {
     match item {
         Ok(msg) => {
-            core.handle_frame(now(), Inbound::Message(msg));
+            core.handle_frame(now(), Incoming::Message(msg));
             None
         }
         Err(failed) => {

@@ -20,7 +20,7 @@ use super::executes::{Admission, Ended, ExecId, Executes, Start};
 use super::pending_invokes::{self, InvokeSpec, Opened, Routes};
 use super::registrations::{Accepted, Answer, RegisterTimer, RegistrationSpec, Registrations};
 use super::timers::{Timer, Timers};
-use super::{kind, CoreOptions, Event, Framing, Inbound, Now, Transmit};
+use super::{kind, CoreOptions, Event, Framing, Incoming, Now, Transmit};
 use crate::error::{Error, Result};
 use crate::identity::RegistrationKey;
 use crate::mux::metrics::SocketMetrics;
@@ -222,15 +222,15 @@ impl<W, U> Connection<W, U> {
     }
 
     /// Handles one inbound message.
-    pub(crate) fn handle_frame(&mut self, now: Now, frame: Inbound<'_>) {
+    pub(crate) fn handle_frame(&mut self, now: Now, frame: Incoming<'_>) {
         if let Link::Joining { since: c, .. } | Link::Joined(c) = &mut self.link {
             c.last_inbound = now.instant;
         } else {
             return;
         }
         let msg = match frame {
-            Inbound::Activity => return,
-            Inbound::Message(msg) => {
+            Incoming::Activity => return,
+            Incoming::Message(msg) => {
                 self.metrics.frames_in.fetch_add(1, Relaxed);
                 if !matches!(self.link, Link::Joined(_)) {
                     self.metrics.drop_frame("message_before_open");
@@ -238,7 +238,7 @@ impl<W, U> Connection<W, U> {
                 }
                 msg
             }
-            Inbound::Text(text) => {
+            Incoming::Text(text) => {
                 self.metrics.frames_in.fetch_add(1, Relaxed);
                 if text.len() > self.opts.max_frame_bytes {
                     tracing::warn!(tenant = %self.opts.tenant, size = text.len(), "dropping oversized frame");
@@ -250,7 +250,7 @@ impl<W, U> Connection<W, U> {
                     None => return,
                 }
             }
-            Inbound::Binary(bytes) => {
+            Incoming::Binary(bytes) => {
                 self.metrics.frames_in.fetch_add(1, Relaxed);
                 if !matches!(self.link, Link::Joined(_)) {
                     self.metrics.drop_frame("binary_before_join");

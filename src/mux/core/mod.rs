@@ -192,11 +192,12 @@ pub(crate) enum Event<W> {
     Close,
 }
 
-/// One inbound message, as the core takes it. Passed by value once and never
+/// One message from the gateway, as the core takes it ("incoming": "inbound" names the
+/// event sources of `crate::inbound`). Passed by value once and never
 /// stored, so its large variant costs nothing worth a box.
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Inbound<'a> {
+pub(crate) enum Incoming<'a> {
     /// A message of a gRPC stream, already decoded (and size-checked) by the
     /// transport.
     Message(StreamMessage),

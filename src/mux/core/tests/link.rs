@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::support::*;
 use super::wire::*;
-use crate::mux::core::Inbound;
+use crate::mux::core::Incoming;
 use crate::phoenix::{LOBBY_TOPIC, PHOENIX_TOPIC};
 use crate::proto::{stream_message::Message, HeartbeatRequest, HeartbeatResponse};
 
@@ -160,7 +160,7 @@ fn a_control_frame_postpones_the_idle_watchdog() {
     let mut h = Harness::with_opts(short_idle(), [spec("a")]);
     h.join_and_register();
     h.tick(Duration::from_secs(6));
-    h.conn.handle_frame(h.now(), Inbound::Activity);
+    h.conn.handle_frame(h.now(), Incoming::Activity);
     h.tick(Duration::from_secs(6));
     assert!(reconnect_reason(&h.events()).is_none());
 }

@@ -3,7 +3,7 @@
 
 use super::support::*;
 use super::wire::*;
-use crate::mux::core::{Framing, Inbound, Transmit};
+use crate::mux::core::{Framing, Incoming, Transmit};
 use crate::proto::{stream_message::Message, StreamMessage};
 
 fn stream_opts() -> crate::mux::core::CoreOptions {
@@ -28,7 +28,7 @@ fn feed(h: &mut Harness, message: Message) {
     let msg = StreamMessage {
         message: Some(message),
     };
-    h.conn.handle_frame(h.now(), Inbound::Message(msg));
+    h.conn.handle_frame(h.now(), Incoming::Message(msg));
 }
 
 /// A stream core whose registration is registered.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Inbound, Now, Transmit};
+use super::super::{Connection, CoreOptions, Event, ExecId, Framing, Incoming, Now, Transmit};
 use super::wire::registered;
 pub(super) use super::wire::{arn, TENANT, TYPE};
 use crate::backoff::BackoffPolicy;
@@ -269,7 +269,7 @@ impl Harness {
     /// Feeds one text frame.
     pub(super) fn text(&mut self, text: &str) {
         self.conn
-            .handle_frame(self.clock.now(), Inbound::Text(text));
+            .handle_frame(self.clock.now(), Incoming::Text(text));
     }
 
     /// Feeds one protobuf message as a `proto` text frame of the current join.
@@ -291,7 +291,7 @@ impl Harness {
     /// Feeds one binary frame.
     pub(super) fn binary(&mut self, bytes: Bytes) {
         self.conn
-            .handle_frame(self.clock.now(), Inbound::Binary(bytes));
+            .handle_frame(self.clock.now(), Incoming::Binary(bytes));
     }
 
     /// Advances the clock by `d` and handles the timeout there.
