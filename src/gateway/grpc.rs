@@ -3,7 +3,7 @@
 //!
 //! Each accepted stream is a [`ConnectorLink`] with an [`Outbound::Grpc`]: the registry binds
 //! registrations to it, executes and invokes reach it, and its messages are handled
-//! by `session.rs`, exactly as a Phoenix socket's, so registrations of both
+//! by `connector_messages.rs`, exactly as a Phoenix socket's, so registrations of both
 //! transports are listed, executed and invoked side by side. The stream's reader task
 //! has the same idle timeout as a socket; its writer is the response stream, which
 //! ends (with status OK) when the link is killed or its reader stops.
@@ -146,7 +146,7 @@ async fn read_loop(
                 match msg {
                     Ok(Some(msg)) => {
                         state.counters.frames_in.fetch_add(1, Relaxed);
-                        super::session::on_message(&state, &link, msg).await;
+                        super::connector_messages::on_message(&state, &link, msg).await;
                     }
                     Ok(None) => break,
                     Err(status) => {

@@ -39,7 +39,7 @@
 //! JWT does.
 //!
 //! Waiting: the decision runs inside the link's message handler
-//! (`session::on_message`), and the fetch is awaited there. No `std::sync::Mutex`
+//! (`connector_messages::on_message`), and the fetch is awaited there. No `std::sync::Mutex`
 //! guard is held across it: the approval state's lock is taken only before and after,
 //! and the cache's lock is a `tokio::sync::Mutex` per issuer. So only the link whose
 //! register needs the fetch waits for it (at most `jwks_fetch_timeout`; its later

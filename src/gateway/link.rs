@@ -5,7 +5,7 @@
 //! a gRPC `Connect` stream carries one registration. Both are a "link" here: an id the
 //! registry binds registrations to, a writer queue, a pending-execute map, in-flight
 //! slots and a kill switch. Only the [`Outbound`] side differs, so the HTTP API,
-//! executes, invokes and the registration logic (`session.rs`) are written once for
+//! executes, invokes and the registration logic (`connector_messages.rs`) are written once for
 //! both.
 //!
 //! A message is queued in two steps when something must become visible exactly when

@@ -3,7 +3,7 @@
 //! One port serves the Phoenix socket at `/socket/connector/websocket` and an HTTP API;
 //! with [`GatewayConfig::grpc_listen`] another serves gRPC (`ConnectorService.Connect`,
 //! one stream per registration, `grpc.rs`). Registrations of both transports share the
-//! registry, the execute and invoke paths and the limits (`link.rs`, `session.rs`), and
+//! registry, the execute and invoke paths and the limits (`link.rs`, `connector_messages.rs`), and
 //! are counted by transport. The HTTP API:
 //! `GET /api/v1/connectors`, `POST /api/v1/connectors/{arn}/execute`,
 //! `GET /api/v1/stats` and `GET /metrics` (Prometheus text), and the operator console's
@@ -67,6 +67,7 @@ mod approvals;
 mod auth_api;
 mod check;
 mod config;
+mod connector_messages;
 mod console;
 mod credentials;
 mod execute;
@@ -88,7 +89,6 @@ mod report;
 mod schemas;
 mod series;
 mod server;
-mod session;
 mod socket;
 mod socket_writes;
 mod state;

@@ -1,6 +1,6 @@
 //! One accepted Phoenix socket, server side: Phoenix semantics (join, heartbeat,
 //! duplicate join, `unmatched topic`, idle close). The protocol's messages it unwraps
-//! are handled in `session.rs`, as a gRPC stream's are.
+//! are handled in `connector_messages.rs`, as a gRPC stream's are.
 //!
 //! A client may send a `StreamMessage` either as a `proto` text frame or as a binary
 //! WebSocket frame carrying the raw protobuf bytes; both are accepted on the joined
@@ -241,7 +241,7 @@ impl Conn<'_> {
                 if self.state.config.binary_frames {
                     self.link.use_binary_frames();
                 }
-                super::session::on_message(self.state, self.link, msg).await
+                super::connector_messages::on_message(self.state, self.link, msg).await
             }
             Err(e) => {
                 tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable binary frame");
@@ -276,7 +276,7 @@ impl Conn<'_> {
                 self.leave().await;
             }
             EVENT_PROTO => match frame.proto() {
-                Ok(msg) => super::session::on_message(self.state, self.link, msg).await,
+                Ok(msg) => super::connector_messages::on_message(self.state, self.link, msg).await,
                 Err(e) => {
                     tracing::warn!(socket_id = self.link.id, error = %e, "dropping undecodable proto frame");
                     counters.drop_frame(e.reason());
