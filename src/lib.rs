@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `secret`, `breaker`, `signals`, `check`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `trace_context`, `secret`, `breaker`, `signals`, `check`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -30,7 +30,7 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, secrets that never print, the circuit-breaker core, the stop signals, a
+//! keys, the W3C trace context's rules, secrets that never print, the circuit-breaker core, the stop signals, a
 //! deploy check's report, the generated messages)
 //! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
@@ -100,6 +100,8 @@ pub(crate) mod secret;
 pub(crate) mod signals;
 #[cfg(feature = "runtime")]
 pub(crate) mod store;
+#[cfg(feature = "runtime")]
+pub(crate) mod trace_context;
 pub(crate) mod transport;
 #[cfg(feature = "runtime")]
 pub(crate) mod triggers;

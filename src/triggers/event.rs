@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::trace_context::traceparent_trace_id;
+
 /// How a delivery's authenticity was established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -147,8 +149,9 @@ pub(crate) fn event_id(now_ms: i64, r: u64) -> String {
 }
 
 /// The trace id of a W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`) when it
-/// is well formed and not all zeros, otherwise a fresh random one: a bad header from a
-/// sender must not become a trace id that collides with others.
+/// is valid by the Recommendation's rules (`crate::trace_context`), otherwise a fresh
+/// random one: a bad header from a sender must not become a trace id that collides
+/// with others.
 pub fn trace_id_from(traceparent: Option<&str>) -> String {
     trace_id_or(traceparent, rand::random())
 }
@@ -156,18 +159,12 @@ pub fn trace_id_from(traceparent: Option<&str>) -> String {
 /// [`trace_id_from`] with the fresh id given: `fallback` when `traceparent` is absent
 /// or malformed.
 pub(crate) fn trace_id_or(traceparent: Option<&str>, fallback: u128) -> String {
-    if let Some(tp) = traceparent {
-        let parts: Vec<&str> = tp.trim().split('-').collect();
-        if let [_, id, _, _] = parts.as_slice() {
-            let hex = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
-            if hex && id.bytes().any(|b| b != b'0') {
-                return id.to_ascii_lowercase();
-            }
-        }
-    }
-    let mut id = String::with_capacity(32);
-    let _ = write!(id, "{fallback:032x}");
-    id
+    let id = traceparent
+        .and_then(traceparent_trace_id)
+        .unwrap_or(fallback);
+    let mut out = String::with_capacity(32);
+    let _ = write!(out, "{id:032x}");
+    out
 }
 
 /// Bodies are JSON text almost always; the admin API shows them as a string when they
@@ -209,10 +206,16 @@ mod tests {
 
     #[test]
     fn a_valid_traceparent_gives_its_trace_id_and_junk_gives_a_fresh_one() {
-        let tp = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(trace_id_from(Some(tp)), "4bf92f3577b34da6a3ce929d0e0e4736");
         let zeros = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
-        for bad in [Some(zeros), Some("nonsense"), None] {
+        // Upper-case hex is not a traceparent (the Recommendation's rule): a fresh id.
+        let upper = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
+        assert_ne!(
+            trace_id_from(Some(upper)),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        for bad in [Some(zeros), Some(upper), Some("nonsense"), None] {
             let id = trace_id_from(bad);
             assert_eq!(id.len(), 32);
             assert_ne!(id, "00000000000000000000000000000000");
