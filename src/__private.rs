@@ -193,6 +193,7 @@ pub mod outbound {
 pub mod runtime {
     pub mod ops {
         pub use crate::runtime::ops::base::OpError;
+        pub use crate::runtime::ops::enqueue::ApiTrace;
     }
 }
 

@@ -31,6 +31,16 @@ pub const CONTEXT_EVENT_ID: &str = "switchboard.event_id";
 /// Context key: the event's W3C trace id (set by the runtime's dispatcher, carried on
 /// by every invoke made inside the execute).
 pub const CONTEXT_TRACE_ID: &str = "switchboard.trace_id";
+/// Context key: the W3C `traceparent` of the span the execute runs under: a dispatch
+/// attempt's (or, through a reference gateway, its round trip's), and inside a
+/// switchboard connector the execute's own. The same key as the HTTP header, so an
+/// OpenTelemetry propagator reads the context map as it reads headers; every invoke
+/// made inside the execute carries it on, and `http` deliveries send it as the header.
+/// A peer SDK that knows nothing of it ignores it, as the family does unknown keys.
+pub const CONTEXT_TRACEPARENT: &str = "traceparent";
+/// Context key: the W3C `tracestate` that goes with [`CONTEXT_TRACEPARENT`] (absent
+/// when the sender sent none).
+pub const CONTEXT_TRACESTATE: &str = "tracestate";
 /// Context key: this attempt's number, 1-based.
 pub const CONTEXT_ATTEMPT: &str = "switchboard.attempt";
 /// Context key: the binding being delivered.
@@ -65,5 +75,11 @@ pub const CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS: &str = "switchboard.dead_letter.
 pub const CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS: &str = "switchboard.dead_letter.last_attempt_ms";
 
 /// Context keys an [`ExecuteContext::invoke`](crate::ExecuteContext::invoke) carries
-/// over from the execute it is made in: the delivery's trace id and its hop depth.
-pub(crate) const PROPAGATED_KEYS: &[&str] = &[CONTEXT_TRACE_ID, CONTEXT_DEPTH];
+/// over from the execute it is made in: the delivery's trace (its id, and the W3C
+/// context the next hop nests under) and its hop depth.
+pub(crate) const PROPAGATED_KEYS: &[&str] = &[
+    CONTEXT_TRACE_ID,
+    CONTEXT_TRACEPARENT,
+    CONTEXT_TRACESTATE,
+    CONTEXT_DEPTH,
+];

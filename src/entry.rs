@@ -46,12 +46,37 @@ use crate::mux::{MultiConnectorRunner, Registration, RunnerOptions};
 ///     switchboard::run(Echo).await
 /// }
 /// ```
+///
+/// With the `otel` feature, the `OTEL_*` variables install span export
+/// ([`crate::Telemetry`]) for the run: each execute is a span under the caller's
+/// trace, and so are the connector's own `tracing` spans inside it (when no `tracing`
+/// subscriber is installed yet, one is, carrying only the export layer; with one
+/// installed, add [`crate::Telemetry::layer`] to it yourself before calling `run`).
 pub async fn run(connector: impl BaseConnector) -> Result<()> {
     let config = ConnectorConfig::from_env()?;
     let options = RunnerOptions::from_env()?;
-    MultiConnectorRunner::new(options, [Registration::new(config, connector)])?
+    #[cfg(feature = "otel")]
+    let telemetry = crate::Telemetry::from_env()?;
+    #[cfg(feature = "otel")]
+    if let Some(t) = &telemetry {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        if tracing_subscriber::registry()
+            .with(t.layer())
+            .try_init()
+            .is_err()
+        {
+            tracing::warn!("a tracing subscriber is already installed: add switchboard::Telemetry::layer() to it to export execute spans");
+        }
+    }
+    let result = MultiConnectorRunner::new(options, [Registration::new(config, connector)])?
         .run_until_signal()
-        .await
+        .await;
+    #[cfg(feature = "otel")]
+    if let Some(t) = telemetry {
+        t.shutdown().await;
+    }
+    result
 }
 
 /// Runs `connector` under `config` until `stop` completes, then deregisters and

@@ -18,7 +18,7 @@
 //! each other in a circle. `tests/layers.rs` checks both rules over every `use` and
 //! path on each test run, so the list below is the tree's, not an aspiration.
 //!
-//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `trace_context`, `secret`, `breaker`, `signals`, `check`
+//! 1. ground: `proto`, `error`, `clock`, `identity`, `encoding`, `backoff`, `duration`, `context_keys`, `trace_context`, `telemetry`, `secret`, `breaker`, `signals`, `check`
 //! 2. wire formats and connections: `phoenix`, `transport`
 //! 3. the connector's world: `connector`, `auth`
 //! 4. the multiplexer: `mux`, `entry`
@@ -30,7 +30,7 @@
 //!
 //! What each layer holds: the ground is vocabulary every layer speaks (errors, the
 //! wall clock, ARNs, payload encodings, reconnect backoff, durations, execute-context
-//! keys, the W3C trace context's rules, secrets that never print, the circuit-breaker core, the stop signals, a
+//! keys, the W3C trace context's rules and the spans over it, secrets that never print, the circuit-breaker core, the stop signals, a
 //! deploy check's report, the generated messages)
 //! and imports nothing of the crate. `phoenix` is the
 //! Phoenix v2 codec and channel state; `transport` opens WebSocket and gRPC
@@ -100,7 +100,7 @@ pub(crate) mod secret;
 pub(crate) mod signals;
 #[cfg(feature = "runtime")]
 pub(crate) mod store;
-#[cfg(feature = "runtime")]
+pub(crate) mod telemetry;
 pub(crate) mod trace_context;
 pub(crate) mod transport;
 #[cfg(feature = "runtime")]
@@ -141,7 +141,8 @@ pub use context_keys::{
     CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ATTEMPTS,
     CONTEXT_DEAD_LETTER_BINDING, CONTEXT_DEAD_LETTER_ERRORS, CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS,
     CONTEXT_DEAD_LETTER_ID, CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_LAST_ERROR,
-    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
+    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACEPARENT,
+    CONTEXT_TRACESTATE, CONTEXT_TRACE_ID,
 };
 pub use encoding::{decode_payload, encode_payload, Payload, PayloadEncoding};
 #[cfg(feature = "websocket")]
@@ -168,6 +169,8 @@ pub use runtime::{ReloadHandle, Runtime, RuntimeBuilder};
 #[cfg(any(feature = "runtime", feature = "gateway"))]
 pub use secret::Secret;
 pub use signals::{shutdown_signal, StopSignal};
+#[cfg(feature = "otel")]
+pub use telemetry::Telemetry;
 pub use transport::{GatewayAddress, Transport};
 #[cfg(feature = "runtime")]
 pub use triggers::{SignatureStatus, TriggerEvent};

@@ -507,7 +507,9 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
     })
     .await;
     let ops = runtime.ops().clone();
-    let second = ops.invoke_now("sync", b"{}".to_vec(), 0, None).await;
+    let second = ops
+        .invoke_now("sync", b"{}".to_vec(), 0, Default::default())
+        .await;
     assert!(
         matches!(
             second,

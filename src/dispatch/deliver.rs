@@ -23,7 +23,8 @@ use crate::context_keys::{
     CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ATTEMPTS,
     CONTEXT_DEAD_LETTER_BINDING, CONTEXT_DEAD_LETTER_ERRORS, CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS,
     CONTEXT_DEAD_LETTER_ID, CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_LAST_ERROR,
-    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACE_ID,
+    CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACEPARENT,
+    CONTEXT_TRACESTATE, CONTEXT_TRACE_ID,
 };
 use crate::encoding::{decode_payload, Payload};
 use crate::mux::RegistrationHandle;
@@ -31,6 +32,7 @@ use crate::outbound::http::HttpDelivery;
 use crate::outbox::model::DeadLetter;
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::proto::PayloadEncoding;
+use crate::trace_context::TraceParent;
 use crate::triggers::binding::{Binding, Handler};
 
 /// One attempt's input.
@@ -42,6 +44,12 @@ pub struct AttemptInput<'a> {
     pub event_id: &'a str,
     /// The event's trace id.
     pub trace_id: &'a str,
+    /// The attempt's trace context (its span's, or the row's creation context when
+    /// spans are not recorded): the handler's `traceparent`. `None` for a row whose
+    /// event carries no context (stored before schema 10 and without a trace id).
+    pub(crate) traceparent: Option<TraceParent>,
+    /// The event's `tracestate`, passed on with `traceparent` (may be empty).
+    pub(crate) tracestate: &'a str,
     /// This attempt's number (1-based).
     pub attempt: u32,
     /// Handler hops that produced the event.
@@ -59,9 +67,15 @@ pub struct AttemptInput<'a> {
 impl AttemptInput<'_> {
     /// The context entries every handler gets.
     pub fn context(&self) -> HashMap<String, String> {
-        let mut values = HashMap::with_capacity(6);
+        let mut values = HashMap::with_capacity(8);
         values.insert(CONTEXT_EVENT_ID.to_owned(), self.event_id.to_owned());
         values.insert(CONTEXT_TRACE_ID.to_owned(), self.trace_id.to_owned());
+        if let Some(tp) = self.traceparent {
+            values.insert(CONTEXT_TRACEPARENT.to_owned(), tp.header());
+            if !self.tracestate.is_empty() {
+                values.insert(CONTEXT_TRACESTATE.to_owned(), self.tracestate.to_owned());
+            }
+        }
         values.insert(CONTEXT_ATTEMPT.to_owned(), self.attempt.to_string());
         values.insert(CONTEXT_BINDING.to_owned(), self.binding.id.clone());
         if self.binding.version > 0 {

@@ -49,6 +49,8 @@ pub struct DispatchMetrics {
     stale: Counter,
     store_errors: Counter,
     depth_dropped: Counter,
+    /// Mirrors `crate::telemetry::spans_dropped` (a process-wide count) on render.
+    spans_dropped: Counter,
 }
 
 impl std::fmt::Debug for DispatchMetrics {
@@ -100,6 +102,7 @@ impl DispatchMetrics {
             stale: Counter::default(),
             store_errors: Counter::default(),
             depth_dropped: Counter::default(),
+            spans_dropped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -150,6 +153,11 @@ impl DispatchMetrics {
             "depth_dropped",
             "Handler-produced events past the maximum depth, dropped",
             m.depth_dropped.clone(),
+        );
+        registry.register(
+            "spans_dropped",
+            "Trace spans of this process lost before the collector had them (export queue full, export failed or timed out)",
+            m.spans_dropped.clone(),
         );
         DispatchMetrics { registry, ..m }
     }
@@ -247,6 +255,11 @@ impl DispatchMetrics {
 
     /// The Prometheus text format.
     pub fn render(&self) -> String {
+        // The process-wide count (crate::telemetry), brought up to date on read.
+        let behind = crate::telemetry::spans_dropped().saturating_sub(self.spans_dropped.get());
+        if behind > 0 {
+            self.spans_dropped.inc_by(behind);
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

@@ -2,6 +2,7 @@
 //! `[deliver]` config shares with it. Apart from the dispatcher so that the tasks'
 //! module holds only the tasks.
 
+use crate::telemetry::Relationship;
 use std::time::Duration;
 
 /// Default attempts in flight per process: enough to keep a few hundred remote
@@ -42,6 +43,9 @@ pub struct DispatcherOptions {
     /// the same process started again recognises its rows and makes them due at once
     /// instead of waiting out their lease. Default `None`: rows carry no holder.
     pub process_id: Option<String>,
+    /// How each attempt's span relates to its row's creation context
+    /// (`[telemetry] span_relationship`); see [`Relationship`]. Default `Child`.
+    pub(crate) span_relationship: Relationship,
 }
 
 impl Default for DispatcherOptions {
@@ -53,11 +57,18 @@ impl Default for DispatcherOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             process_id: None,
+            span_relationship: Relationship::default(),
         }
     }
 }
 
 impl DispatcherOptions {
+    /// Sets how attempt spans relate to their rows' creation context.
+    pub(crate) fn with_span_relationship(mut self, r: Relationship) -> Self {
+        self.span_relationship = r;
+        self
+    }
+
     /// Sets `max_in_flight` (at least 1).
     pub fn with_max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);

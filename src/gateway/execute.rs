@@ -13,11 +13,15 @@ use tokio::sync::oneshot;
 use super::figures::{ExecuteEnd, RegistrationFigures};
 use super::link::ConnectorLink;
 use super::state::GatewayState;
-use crate::context_keys::{CONNECTOR_ARN_CONTEXT_KEY, TIMEOUT_MS_CONTEXT_KEY};
+use crate::context_keys::{
+    CONNECTOR_ARN_CONTEXT_KEY, CONTEXT_TRACEPARENT, CONTEXT_TRACESTATE, TIMEOUT_MS_CONTEXT_KEY,
+};
 use crate::error::{Error, Result};
 use crate::proto::{
     stream_message::Message, ExecuteRequest, ExecuteResponse, PayloadEncoding, StreamMessage,
 };
+use crate::telemetry::{Parent, Span, SpanKind};
+use crate::trace_context::TraceParent;
 
 /// The result of one execute.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -98,6 +102,7 @@ impl GatewayState {
         let timeout = self.config.effective_timeout(call.timeout);
         let request_id = format!("gw-{:x}", self.next_request.fetch_add(1, Relaxed));
         let mut context = call.context;
+        let mut span = round_trip_span(arn, &call.capability_id, &mut context);
         context.insert(CONNECTOR_ARN_CONTEXT_KEY.into(), arn.to_owned());
         context.insert(
             TIMEOUT_MS_CONTEXT_KEY.into(),
@@ -155,12 +160,48 @@ impl GatewayState {
                 ExecuteEnd::TimedOut,
             ),
         };
+        match (&result, end) {
+            (Err(e), _) => span.fail(|| e.to_string()),
+            (Ok(resp), ExecuteEnd::Failed) => span.fail(|| resp.error.clone()),
+            _ => {}
+        }
+        span.set(|| vec![("switchboard.outcome", end.label().into())]);
+        span.end();
         figures.end_execute(end);
         let answered_in = result.is_ok().then(|| sent.elapsed());
         self.counters
             .execute_ended(answered_in, end == ExecuteEnd::Ok);
         result
     }
+}
+
+/// The gateway's span for one execute's round trip: `execute {capability}`, kind
+/// CLIENT, a child of the caller's `traceparent` (a dispatch attempt's, a connector's
+/// invoke). When it records, the request carries its context instead, so the
+/// connector's execute nests under the round trip; otherwise the caller's context
+/// passes through unchanged.
+fn round_trip_span(arn: &str, capability: &str, context: &mut HashMap<String, String>) -> Span {
+    let parent = context
+        .get(CONTEXT_TRACEPARENT)
+        .and_then(|v| TraceParent::parse(v));
+    let state = context.get(CONTEXT_TRACESTATE).cloned().unwrap_or_default();
+    let span = Span::start(
+        format!("execute {capability}"),
+        SpanKind::Client,
+        Parent::child_of(parent),
+        &state,
+        || {
+            vec![
+                ("rpc.system", "matrix_connector".into()),
+                ("rpc.method", capability.to_owned().into()),
+                ("switchboard.connector_arn", arn.to_owned().into()),
+            ]
+        },
+    );
+    if span.is_recording() {
+        context.insert(CONTEXT_TRACEPARENT.to_owned(), span.context().header());
+    }
+    span
 }
 
 /// Turns a connector's response into the API's outcome.

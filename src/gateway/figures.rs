@@ -67,6 +67,17 @@ pub(crate) enum ExecuteEnd {
     TimedOut,
 }
 
+impl ExecuteEnd {
+    /// How spans and metrics spell it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ExecuteEnd::Ok => "ok",
+            ExecuteEnd::Failed => "failed",
+            ExecuteEnd::TimedOut => "timeout",
+        }
+    }
+}
+
 impl RegistrationFigures {
     /// Counts an execute as routed to this registration and in flight until the
     /// returned guard drops.

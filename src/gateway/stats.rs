@@ -280,6 +280,11 @@ impl GatewayStats {
             "Inbound frames dropped, by reason",
             labelled("reason", &self.frames_dropped),
         );
+        registry.register(
+            "spans_dropped",
+            "Trace spans of this process lost before the collector had them (export queue full, export failed or timed out)",
+            counter(crate::telemetry::spans_dropped()),
+        );
         let mut out = String::new();
         encode(&mut out, &registry).expect("writing to a String cannot fail");
         out

@@ -42,6 +42,7 @@ use super::state::Ingress;
 use crate::clock::now_ms;
 use crate::inbound::{InboundEvent, InboundRequest, InboundResponse, Received, Refusal};
 use crate::store::{Appended, Rejected};
+use crate::telemetry::{Parent, Span, SpanKind};
 use crate::triggers::SignatureStatus;
 
 /// `Retry-After` seconds when the store cannot take a write: long enough for a
@@ -314,11 +315,37 @@ async fn store_events(
         return Err(refuse_here(refusal));
     }
     let headers = stored_headers(req.headers, source.source.secret_headers());
-    let origin = Origin {
-        received_at_ms: req.received_at_ms,
-        traceparent: req.header("traceparent"),
-        signature: SignatureStatus::Verified,
-    };
+    let mut origin = Origin::untraced(req.received_at_ms, SignatureStatus::Verified)
+        .with_sender_context(req.header("traceparent"), req.header("tracestate"));
+    // The span that creates the delivery's events (messaging conventions: `create`,
+    // kind PRODUCER, destination the source). When it records, its context is the
+    // events' creation context, so the attempts nest under ingress, which nests under
+    // the sender's span.
+    let mut span = Span::start(
+        format!("create {id}"),
+        SpanKind::Producer,
+        Parent::child_of(origin.trace),
+        origin.tracestate.unwrap_or_default(),
+        || {
+            vec![
+                ("messaging.system", "switchboard".into()),
+                ("messaging.operation.type", "create".into()),
+                ("messaging.operation.name", "create".into()),
+                ("messaging.destination.name", id.to_owned().into()),
+                (
+                    "messaging.batch.message_count",
+                    (events.len() as i64).into(),
+                ),
+                (
+                    "switchboard.provider",
+                    source.stamp().provider.to_owned().into(),
+                ),
+            ]
+        },
+    );
+    if span.is_recording() {
+        origin.trace = Some(span.context());
+    }
     let stored = match materialise_each(source.stamp(), events, &origin, headers) {
         Ok(stored) => stored,
         Err(e) => return Err(refuse_here(Refusal::new(400, "malformed", e.to_string()))),
@@ -333,7 +360,10 @@ async fn store_events(
                 })
                 .collect(),
         )),
-        Err(e) => Err(store_unavailable(app, id, &e)),
+        Err(e) => {
+            span.fail(|| e.to_string());
+            Err(store_unavailable(app, id, &e))
+        }
     }
 }
 

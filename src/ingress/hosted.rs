@@ -22,8 +22,9 @@ use crate::inbound::{
     SourceKind, StateBackend,
 };
 use crate::store::{Appended, GroupAppend, StateWrite, Store};
+use crate::trace_context::TraceParent;
 use crate::triggers::binding_match::BindingMatcher;
-use crate::triggers::{event_id, trace_id_or, IdSeed, SignatureStatus, TriggerEvent};
+use crate::triggers::{event_id, root_context, IdSeed, SignatureStatus, TriggerEvent};
 
 /// State key of a poll or stream source's cursor, written with its events.
 pub const CURSOR_KEY: &str = "switchboard.cursor";
@@ -219,8 +220,12 @@ pub(crate) async fn start(
 pub(crate) struct Origin<'a> {
     /// Receipt time, unix ms.
     pub(crate) received_at_ms: i64,
-    /// The delivery's `traceparent`, if any.
-    pub(crate) traceparent: Option<&'a str>,
+    /// The trace context the delivery's events are created under: the sender's
+    /// `traceparent` when valid (continued by the ingress's span when spans are
+    /// exported); `None` starts a new root per event.
+    pub(crate) trace: Option<TraceParent>,
+    /// The sender's `tracestate` when valid and beside a valid `traceparent`.
+    pub(crate) tracestate: Option<&'a str>,
     /// Verified (a webhook) or internal (a poll, a stream, a tick).
     pub(crate) signature: SignatureStatus,
 }
@@ -231,6 +236,35 @@ pub(crate) struct Stamp<'a> {
     pub(crate) source: &'a str,
     pub(crate) provider: &'a str,
     pub(crate) tenant: &'a str,
+}
+
+impl<'a> Origin<'a> {
+    /// An origin without a sender's trace context: a poll, a stream, a tick, a test.
+    pub(crate) fn untraced(received_at_ms: i64, signature: SignatureStatus) -> Self {
+        Origin {
+            received_at_ms,
+            trace: None,
+            tracestate: None,
+            signature,
+        }
+    }
+
+    /// `self` with the sender's trace context read from its `traceparent` and
+    /// `tracestate` headers by the W3C rules: an invalid `traceparent` is ignored (a
+    /// new root is started, the request is not refused), and a `tracestate` counts
+    /// only beside a valid `traceparent`.
+    pub(crate) fn with_sender_context(
+        mut self,
+        traceparent: Option<&str>,
+        tracestate: Option<&'a str>,
+    ) -> Self {
+        self.trace = traceparent.and_then(TraceParent::parse);
+        self.tracestate = self
+            .trace
+            .and(tracestate)
+            .and_then(crate::trace_context::tracestate);
+        self
+    }
 }
 
 impl HostedSource {
@@ -304,6 +338,9 @@ pub(crate) fn materialise(
             "an event needs a non-empty kind and dedupe key".into(),
         ));
     }
+    let trace = origin
+        .trace
+        .unwrap_or_else(|| root_context(ids.trace, ids.span));
     let body = match event.body {
         Some(b) => b,
         None => serde_json::to_vec(&event.payload)
@@ -317,7 +354,9 @@ pub(crate) fn materialise(
         received_at_ms: origin.received_at_ms,
         occurred_at_ms: event.occurred_at_ms,
         dedupe_key: event.dedupe_key,
-        trace_id: trace_id_or(origin.traceparent, ids.trace),
+        trace_id: trace.trace_id_hex(),
+        traceparent: trace.header(),
+        tracestate: origin.tracestate.unwrap_or_default().to_owned(),
         tenant: stamp.tenant.to_owned(),
         headers,
         body,
@@ -381,11 +420,7 @@ pub(crate) struct SourceCommit {
 impl SourceCommit {
     /// Materialises `events` as of now.
     pub(crate) fn materialise_all(&self, events: Vec<InboundEvent>) -> Result<Vec<TriggerEvent>> {
-        let origin = Origin {
-            received_at_ms: now_ms(),
-            traceparent: None,
-            signature: SignatureStatus::Internal,
-        };
+        let origin = Origin::untraced(now_ms(), SignatureStatus::Internal);
         materialise_each(self.source.stamp(), events, &origin, BTreeMap::new())
     }
 }
@@ -421,11 +456,7 @@ mod tests {
             provider: "github",
             tenant: "default",
         };
-        let origin = Origin {
-            received_at_ms: 1_000,
-            traceparent: None,
-            signature: SignatureStatus::Verified,
-        };
+        let origin = Origin::untraced(1_000, SignatureStatus::Verified);
         let headers = BTreeMap::from([("x-github-event".to_owned(), "issues".to_owned())]);
         let events = (0..3)
             .map(|i| InboundEvent::new("issues.opened", format!("d{i}"), serde_json::Value::Null))

@@ -32,6 +32,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use futures_util::future::{AbortHandle, Abortable, BoxFuture};
 use futures_util::stream::FuturesUnordered;
@@ -448,12 +449,17 @@ impl Driver {
             })
             .clone();
         let mut fut: ExecFuture = async move {
-            let ctx = ExecuteContext::attached(
-                request.request_id.clone(),
-                request.context.clone(),
-                invoker,
+            let mut values = request.context.clone();
+            let span = crate::telemetry::execute_span(
+                &request.capability_id,
+                &request.request_id,
+                &mut values,
             );
-            (exec, run_execute(connector.as_ref(), request, &ctx).await)
+            let ctx = ExecuteContext::attached(request.request_id.clone(), values, invoker);
+            let resp = run_execute(connector.as_ref(), request, &ctx)
+                .instrument(span)
+                .await;
+            (exec, resp)
         }
         .boxed();
         if let Some((exec, resp)) = (&mut fut).now_or_never() {

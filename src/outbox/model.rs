@@ -164,6 +164,12 @@ pub struct ClaimedRow {
     pub kind: String,
     /// The event's W3C trace id.
     pub trace_id: String,
+    /// The row's creation context: its event's `traceparent` (empty for an event
+    /// stored before schema 10, or a row whose event was swept), from which each
+    /// attempt's span and the handler's `traceparent` derive.
+    pub traceparent: String,
+    /// The event's `tracestate`, passed on with `traceparent`.
+    pub tracestate: String,
     /// The event's tenant.
     pub tenant: String,
     /// This attempt's number (1-based): attempts made before it, plus one. An attempt

@@ -239,6 +239,8 @@ mod tests {
             source: "s".into(),
             kind: "k".into(),
             trace_id: "t".into(),
+            traceparent: String::new(),
+            tracestate: String::new(),
             tenant: "default".into(),
             attempt,
             depth: 2,

@@ -48,6 +48,7 @@ use crate::triggers::registry::TriggerRegistry;
 mod check;
 pub(crate) mod deliver;
 pub(crate) mod outbound;
+pub(crate) mod telemetry;
 
 pub(crate) use crate::duration::DurationSetting;
 pub(crate) use deliver::{
@@ -149,6 +150,9 @@ pub struct RuntimeConfig {
     /// per-endpoint breaker.
     #[serde(default)]
     pub outbound: outbound::OutboundConfig,
+    /// How spans relate and where the console links trace ids (`[telemetry]`).
+    #[serde(default)]
+    pub telemetry: telemetry::TelemetryConfig,
 }
 
 fn default_listen() -> SocketAddr {
@@ -212,6 +216,8 @@ pub struct ResolvedConfig {
     pub gateway: Option<GatewaySettings>,
     /// Dispatcher settings.
     pub dispatcher: DispatcherSettings,
+    /// `[telemetry]`, resolved.
+    pub(crate) telemetry: telemetry::TelemetrySettings,
     /// Retention of events, dead letters and run records, ms.
     pub event_retention_ms: i64,
     /// Outbound HTTP settings and the `http` handlers' signing secrets.
@@ -385,6 +391,7 @@ impl RuntimeConfig {
             queues,
             gateway,
             dispatcher: self.dispatcher.resolve()?,
+            telemetry: self.telemetry.resolve()?,
             event_retention_ms: i64::try_from(event_retention.as_millis()).unwrap_or(i64::MAX),
             sources,
             outbound,

@@ -15,9 +15,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ops::{EnqueueRequest, OpError, Operations};
+use super::ops::{ApiTrace, EnqueueRequest, OpError, Operations};
 use crate::connector::{BaseConnector, ExecuteContext};
-use crate::context_keys::{CONTEXT_DEPTH, CONTEXT_TRACE_ID};
+use crate::context_keys::CONTEXT_DEPTH;
 use crate::encoding::Payload;
 use crate::error::{Error, Result};
 use crate::outbox::model::DeadLetterQuery;
@@ -177,7 +177,7 @@ impl BaseConnector for RuntimeConnector {
     ) -> Result<Payload> {
         let cap = capability_id.unwrap_or_default();
         let ops = self.ops()?;
-        let trace = ctx.get(CONTEXT_TRACE_ID).map(String::as_str);
+        let trace = ApiTrace::of_context(|k| ctx.get(k).map(String::as_str));
         match cap {
             "outbox.enqueue" => {
                 let i: EnqueueInput = input(&payload, cap)?;
@@ -189,7 +189,9 @@ impl BaseConnector for RuntimeConnector {
                         kind: i.kind,
                         idempotency_key: i.idempotency_key,
                         depth: produced_depth(ctx),
-                        trace_id: trace.map(str::to_owned),
+                        trace_id: trace.trace_id.map(str::to_owned),
+                        traceparent: trace.traceparent.map(str::to_owned),
+                        tracestate: trace.tracestate.map(str::to_owned),
                     })
                     .await)?;
                 ok(serde_json::to_value(done).unwrap_or(Value::Null))

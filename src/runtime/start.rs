@@ -442,7 +442,8 @@ fn dispatch(
             .with_lease(d.lease)
             .with_poll_interval(d.poll_interval)
             .with_shutdown_grace(d.shutdown_grace)
-            .with_process_id(identity),
+            .with_process_id(identity)
+            .with_span_relationship(config.telemetry.span_relationship),
         control.unknown_version.clone(),
     )
 }
@@ -480,6 +481,7 @@ impl Served {
             ops.clone(),
             ingress.clone(),
             config.admin_token.clone(),
+            config.telemetry.clone(),
             cancel.child_token(),
         );
         let life = life::Life::new(backend.clone(), registration.clone(), ingress.order.len());

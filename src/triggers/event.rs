@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::trace_context::traceparent_trace_id;
+use crate::trace_context::{traceparent_trace_id, TraceParent};
 
 /// How a delivery's authenticity was established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,16 @@ pub struct TriggerEvent {
     pub dedupe_key: String,
     /// W3C trace id: from an incoming `traceparent` when valid, otherwise new.
     pub trace_id: String,
+    /// The W3C trace context the event was created under, as a `traceparent`: the
+    /// sender's (continued by the ingress's own span when spans are exported), or a new
+    /// root. Every attempt to deliver the event, and every outbox row made from it,
+    /// traces from here. Empty for events stored before schema 10.
+    #[serde(default)]
+    pub traceparent: String,
+    /// The sender's `tracestate`, passed on beside `traceparent` unchanged; empty when
+    /// the sender sent none or an invalid one.
+    #[serde(default)]
+    pub tracestate: String,
     /// Tenant the source belongs to.
     pub tenant: String,
     /// Request headers, names lower-cased, sensitive values blanked.
@@ -78,7 +88,9 @@ pub struct TriggerEvent {
 impl TriggerEvent {
     /// Builds an event with a fresh id. `payload` is `body` parsed (the caller has
     /// parsed it already to classify it; parsing a 5 KiB body twice per request was
-    /// measurable), or JSON `null` for a body that is not JSON.
+    /// measurable), or JSON `null` for a body that is not JSON. The event's
+    /// `traceparent` is a new root in trace `trace_id` (when that is 32 hex digits);
+    /// set the field to continue a sender's context instead.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         source: &str,
@@ -94,6 +106,11 @@ impl TriggerEvent {
         payload: serde_json::Value,
         signature: SignatureStatus,
     ) -> Self {
+        let traceparent = u128::from_str_radix(&trace_id, 16)
+            .ok()
+            .filter(|t| *t != 0 && trace_id.len() == 32)
+            .map(|trace_id| root_context(trace_id, rand::random()).header())
+            .unwrap_or_default();
         TriggerEvent {
             id: new_event_id(received_at_ms),
             source: source.to_owned(),
@@ -103,6 +120,8 @@ impl TriggerEvent {
             occurred_at_ms,
             dedupe_key,
             trace_id,
+            traceparent,
+            tracestate: String::new(),
             tenant: tenant.to_owned(),
             headers,
             body,
@@ -122,6 +141,8 @@ pub(crate) struct IdSeed {
     pub(crate) event: u64,
     /// The trace id of a delivery without a valid `traceparent`.
     pub(crate) trace: u128,
+    /// The root span id of a delivery without a valid `traceparent`.
+    pub(crate) span: u64,
 }
 
 impl IdSeed {
@@ -130,6 +151,7 @@ impl IdSeed {
         IdSeed {
             event: rand::random(),
             trace: rand::random(),
+            span: rand::random(),
         }
     }
 }
@@ -154,6 +176,19 @@ pub(crate) fn event_id(now_ms: i64, r: u64) -> String {
 /// with others.
 pub fn trace_id_from(traceparent: Option<&str>) -> String {
     trace_id_or(traceparent, rand::random())
+}
+
+/// The context an event is created under when its sender sent none (or an invalid
+/// one): a new root, trace `trace_id`, parent `span_id` (the ingress's span when spans
+/// are exported, else an id that names no recorded span), not sampled: nothing here
+/// recorded it, so a downstream parent-based sampler decides for itself. Zero ids,
+/// which the Recommendation forbids, become one.
+pub(crate) fn root_context(trace_id: u128, span_id: u64) -> TraceParent {
+    TraceParent {
+        trace_id: trace_id.max(1),
+        parent_id: span_id.max(1),
+        flags: 0,
+    }
 }
 
 /// [`trace_id_from`] with the fresh id given: `fallback` when `traceparent` is absent

@@ -16,5 +16,5 @@ pub(crate) mod registry;
 pub(crate) mod testing;
 pub(crate) mod versions;
 
-pub(crate) use event::{event_id, new_event_id, trace_id_or, IdSeed};
+pub(crate) use event::{event_id, new_event_id, root_context, IdSeed};
 pub use event::{trace_id_from, SignatureStatus, TriggerEvent};

@@ -6,6 +6,9 @@
 use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
 
 #[cfg(feature = "runtime")]
 mod admin;
@@ -140,16 +143,29 @@ async fn main() -> std::process::ExitCode {
         // the one a start logs of what this process identity held before.
         _ => "warn,switchboard::stop=info,switchboard::runtime::process_id=info",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colours for a person at a terminal only: journald, `kubectl logs` and files
         // get plain text, not escape codes.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+        );
+    let subscriber = tracing_subscriber::registry().with(logs);
+    // Span export when the OTEL_* variables ask for it (feature `otel`); its layer
+    // filters for itself, so RUST_LOG shapes the logs, not the traces.
+    #[cfg(feature = "otel")]
+    let telemetry = match switchboard::Telemetry::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    #[cfg(feature = "otel")]
+    let subscriber = subscriber.with(telemetry.as_ref().map(|t| t.layer()));
+    subscriber.init();
     let result = match cli.command {
         Command::Gateway {
             listen,
@@ -216,6 +232,10 @@ async fn main() -> std::process::ExitCode {
             delay_ms,
         } => echo(gateway, tenant, count, delay_ms).await,
     };
+    #[cfg(feature = "otel")]
+    if let Some(t) = telemetry {
+        t.shutdown().await;
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

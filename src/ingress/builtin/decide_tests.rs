@@ -80,15 +80,14 @@ fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> 
     let event = match &decision {
         IngestDecision::Store(e) => {
             let stored = stored_headers(headers, &s.secret_headers);
-            let traceparent = headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("traceparent"))
-                .map(|(_, v)| *v);
-            let origin = Origin {
-                received_at_ms: NOW_MS,
-                traceparent,
-                signature: SignatureStatus::Verified,
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| *v)
             };
+            let origin = Origin::untraced(NOW_MS, SignatureStatus::Verified)
+                .with_sender_context(header("traceparent"), header("tracestate"));
             let stamp = Stamp {
                 source: "s",
                 provider: &s.provider,
@@ -105,6 +104,7 @@ fn run(s: &Spec, token: Option<&str>, headers: &[(&str, &str)], body: &[u8]) -> 
 const IDS: IdSeed = IdSeed {
     event: 0x0123_4567_89ab_cdef,
     trace: 0xfeed_0000_0000_0000_0000_0000_0000_beef,
+    span: 0x5eed_0000_0000_0001,
 };
 
 fn stored(r: Ran) -> TriggerEvent {
@@ -378,11 +378,38 @@ fn the_same_request_and_seed_always_decide_the_same_event() {
     assert_eq!(a, b, "decide must not draw randomness of its own");
     assert_eq!(a.id, format!("evt_{:012x}0123456789abcdef", NOW_MS));
     assert_eq!(a.trace_id, "feed000000000000000000000000beef");
-    // A valid traceparent wins over the seed's trace id.
+    // Without a sender's context, a new root, not sampled (nothing recorded it).
+    assert_eq!(
+        a.traceparent,
+        "00-feed000000000000000000000000beef-5eed000000000001-00"
+    );
+    assert_eq!(a.tracestate, "");
+    // A valid traceparent wins over the seed's trace id, and its tracestate rides along.
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let with_tp = [h[0], h[1], h[2], ("traceparent", tp)];
+    let with_tp = [
+        h[0],
+        h[1],
+        h[2],
+        ("traceparent", tp),
+        ("tracestate", "congo=t61"),
+    ];
     let c = stored(run(&s, None, &with_tp, body));
     assert_eq!(c.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(c.traceparent, tp);
+    assert_eq!(c.tracestate, "congo=t61");
+    // A tracestate beside a broken traceparent is dropped with it.
+    let broken = [
+        h[0],
+        h[1],
+        h[2],
+        ("traceparent", "00-x"),
+        ("tracestate", "congo=t61"),
+    ];
+    let d = stored(run(&s, None, &broken, body));
+    assert_eq!(
+        (d.trace_id.as_str(), d.tracestate.as_str()),
+        (a.trace_id.as_str(), "")
+    );
 }
 
 #[test]

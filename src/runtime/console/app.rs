@@ -8,6 +8,7 @@ use axum::response::Response;
 
 use crate::console::{page, ConsoleKit, Page, SessionInfo};
 use crate::ingress::state::Ingress;
+use crate::runtime::config::telemetry::TelemetrySettings;
 use crate::runtime::ops::{OpError, Operations, OutboxReport};
 
 /// How long the outbox totals are reused across live pages: they are several
@@ -20,17 +21,25 @@ pub(crate) struct RuntimeConsole {
     pub(crate) kit: Arc<ConsoleKit>,
     pub(crate) ops: Arc<Operations>,
     pub(crate) ingress: Arc<Ingress>,
+    /// `[telemetry]`: the trace link's template.
+    pub(crate) telemetry: TelemetrySettings,
     /// The last outbox totals and when they were read ([`RuntimeConsole::stats`]).
     stats: Mutex<Option<(Instant, OutboxReport)>>,
 }
 
 impl RuntimeConsole {
     /// The console over `ops` and `ingress`.
-    pub(crate) fn new(kit: Arc<ConsoleKit>, ops: Arc<Operations>, ingress: Arc<Ingress>) -> Self {
+    pub(crate) fn new(
+        kit: Arc<ConsoleKit>,
+        ops: Arc<Operations>,
+        ingress: Arc<Ingress>,
+        telemetry: TelemetrySettings,
+    ) -> Self {
         RuntimeConsole {
             kit,
             ops,
             ingress,
+            telemetry,
             stats: Mutex::default(),
         }
     }

@@ -239,10 +239,14 @@ pub(crate) async fn detail(
                 ("tenant", e.tenant.clone()),
                 ("signature", e.signature.as_str().to_owned()),
             ];
+            let trace_link = app.telemetry.trace_link(&e.trace_id);
             let body = html! {
                 h1 { "Event " code { (id) } }
                 p { (button(&format!("{}/replay", href(&id)), "Replay", &csrf, &href(&id), "secondary")) }
                 (super::widgets::pairs(&facts))
+                @if let Some(url) = &trace_link {
+                    p { a #event-trace href=(url) rel="noopener noreferrer" { "Open trace " code { (e.trace_id) } } }
+                }
                 h2 { "Bindings and attempts" }
                 (deliveries(&found.deliveries))
                 h2 { "Headers (as stored: secrets redacted)" }

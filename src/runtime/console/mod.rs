@@ -30,6 +30,7 @@ use crate::console::ConsoleKit;
 /// second (the gateway's in-memory pages take half that).
 const LIVE_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 use crate::ingress::state::Ingress;
+use crate::runtime::config::telemetry::TelemetrySettings;
 use crate::secret::Secret;
 use app::RuntimeConsole;
 
@@ -38,6 +39,7 @@ pub(crate) fn routes(
     ops: Arc<Operations>,
     ingress: Arc<Ingress>,
     token: Option<Secret>,
+    telemetry: TelemetrySettings,
     closing: CancellationToken,
 ) -> Router {
     let kit = ConsoleKit::new(
@@ -54,7 +56,7 @@ pub(crate) fn routes(
         LIVE_TICK,
         closing,
     );
-    let app = Arc::new(RuntimeConsole::new(kit.clone(), ops, ingress));
+    let app = Arc::new(RuntimeConsole::new(kit.clone(), ops, ingress, telemetry));
     let pages = Router::new()
         .route("/console", get(overview::overview))
         .route("/console/sources", get(overview::sources))

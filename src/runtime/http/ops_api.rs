@@ -82,7 +82,7 @@ use crate::encoding::{encode_payload, Payload};
 use crate::ingress::event_search::{list_events, EventFilter};
 use crate::outbox::model::DeadLetterQuery;
 use crate::runtime::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
-use crate::runtime::ops::{EnqueueRequest, OpError, Operations};
+use crate::runtime::ops::{ApiTrace, EnqueueRequest, OpError, Operations};
 
 /// The routes, with their state applied (the caller adds the token check).
 pub(crate) fn routes(ops: Arc<Operations>) -> Router {
@@ -219,8 +219,15 @@ async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // A caller's W3C context: the invocation's spans nest under the caller's.
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if q.wait {
-        return match ops.invoke_now(&id, body.to_vec(), 0, None).await {
+        let trace = ApiTrace {
+            trace_id: None,
+            traceparent: header("traceparent"),
+            tracestate: header("tracestate"),
+        };
+        return match ops.invoke_now(&id, body.to_vec(), 0, trace).await {
             Ok(Payload::Json(v)) => Json(v).into_response(),
             Ok(other) => (StatusCode::OK, encode_payload(&other)).into_response(),
             Err(e) => error(e),
@@ -234,6 +241,8 @@ async fn invoke(
         binding: Some(id),
         payload: body.to_vec(),
         idempotency_key: key,
+        traceparent: header("traceparent").map(str::to_owned),
+        tracestate: header("tracestate").map(str::to_owned),
         ..Default::default()
     };
     match ops.enqueue(req).await {

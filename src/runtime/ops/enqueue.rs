@@ -6,14 +6,16 @@ use serde_json::Value;
 
 use super::base::{OpError, Operations, API_SOURCE};
 use crate::clock::now_ms;
+use crate::context_keys::{CONTEXT_TRACEPARENT, CONTEXT_TRACESTATE, CONTEXT_TRACE_ID};
 use crate::dispatch::deliver::AttemptInput;
 use crate::dispatch::permits::NoPermit;
 use crate::encoding::Payload;
 use crate::outbox::model::{Destination, Enqueue, RunRecord};
 use crate::outbox::outcome::{AttemptFailure, FailureKind};
 use crate::store::Appended;
+use crate::trace_context::TraceParent;
 use crate::triggers::binding::Handler;
-use crate::triggers::{new_event_id, trace_id_from, SignatureStatus, TriggerEvent};
+use crate::triggers::{new_event_id, root_context, SignatureStatus, TriggerEvent};
 
 /// An enqueue request: build one with [`EnqueueRequest::to_binding`] or
 /// [`EnqueueRequest::to_queue`] and the `with_*` setters (the struct is
@@ -37,6 +39,11 @@ pub struct EnqueueRequest {
     pub depth: u32,
     /// The trace id to keep, if the request continues a trace.
     pub trace_id: Option<String>,
+    /// The W3C `traceparent` the event is created under, if the request continues a
+    /// trace (wins over `trace_id` when valid).
+    pub traceparent: Option<String>,
+    /// The `tracestate` that goes with `traceparent`.
+    pub tracestate: Option<String>,
 }
 
 impl EnqueueRequest {
@@ -76,6 +83,61 @@ impl EnqueueRequest {
         self.trace_id = Some(trace_id.into());
         self
     }
+
+    /// Creates the event under this W3C context (a `traceparent` header's value, and
+    /// the `tracestate` beside it if any), so its deliveries' spans nest under the
+    /// caller's. An invalid `traceparent` is ignored.
+    pub fn with_traceparent(
+        mut self,
+        traceparent: impl Into<String>,
+        tracestate: Option<String>,
+    ) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self.tracestate = tracestate;
+        self
+    }
+}
+
+/// The trace an event made through the operations continues: the caller's W3C
+/// context when it has a valid one, else its trace id alone, else a new trace.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiTrace<'a> {
+    /// A trace id (32 hex digits), for a caller without a full context.
+    pub trace_id: Option<&'a str>,
+    /// The caller's `traceparent`.
+    pub traceparent: Option<&'a str>,
+    /// The caller's `tracestate`.
+    pub tracestate: Option<&'a str>,
+}
+
+impl<'a> ApiTrace<'a> {
+    /// The trace of an execute's context (`switchboard.trace_id`, `traceparent`,
+    /// `tracestate`): an event a handler makes continues its delivery's trace.
+    pub(crate) fn of_context(get: impl Fn(&str) -> Option<&'a str>) -> Self {
+        ApiTrace {
+            trace_id: get(CONTEXT_TRACE_ID),
+            traceparent: get(CONTEXT_TRACEPARENT),
+            tracestate: get(CONTEXT_TRACESTATE),
+        }
+    }
+
+    /// The event's trace id, `traceparent` and `tracestate`.
+    fn resolve(self) -> (String, String, String) {
+        let parent = self.traceparent.and_then(TraceParent::parse);
+        let state = parent
+            .and(self.tracestate)
+            .and_then(crate::trace_context::tracestate)
+            .unwrap_or_default();
+        let ctx = parent.unwrap_or_else(|| {
+            let trace = self
+                .trace_id
+                .filter(|t| t.len() == 32)
+                .and_then(|t| u128::from_str_radix(t, 16).ok())
+                .unwrap_or_else(rand::random);
+            root_context(trace, rand::random())
+        });
+        (ctx.trace_id_hex(), ctx.header(), state.to_owned())
+    }
 }
 
 /// What an enqueue did.
@@ -96,15 +158,12 @@ impl Operations {
         kind: String,
         dedupe_key: String,
         payload: Vec<u8>,
-        trace: Option<&str>,
+        trace: ApiTrace<'_>,
     ) -> TriggerEvent {
         let now = now_ms();
         let parsed = serde_json::from_slice(&payload).unwrap_or(Value::Null);
-        let trace_id = match trace {
-            Some(t) if t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit()) => t.to_owned(),
-            _ => trace_id_from(None),
-        };
-        TriggerEvent::new(
+        let (trace_id, traceparent, tracestate) = trace.resolve();
+        let mut event = TriggerEvent::new(
             API_SOURCE,
             "api",
             kind,
@@ -117,7 +176,10 @@ impl Operations {
             payload,
             parsed,
             SignatureStatus::Internal,
-        )
+        );
+        event.traceparent = traceparent;
+        event.tracestate = tracestate;
+        event
     }
 
     /// Stores an event for one binding or queue, with its row, in one transaction.
@@ -177,7 +239,11 @@ impl Operations {
             req.kind.unwrap_or_else(|| "enqueue".into()),
             dedupe_key,
             req.payload,
-            req.trace_id.as_deref(),
+            ApiTrace {
+                trace_id: req.trace_id.as_deref(),
+                traceparent: req.traceparent.as_deref(),
+                tracestate: req.tracestate.as_deref(),
+            },
         );
         let row = match row {
             Some(r) => r,
@@ -222,7 +288,7 @@ impl Operations {
         binding_id: &str,
         payload: Vec<u8>,
         depth: u32,
-        trace_id: Option<&str>,
+        trace: ApiTrace<'_>,
     ) -> Result<Payload, OpError> {
         let binding = self
             .triggers
@@ -245,7 +311,7 @@ impl Operations {
                 binding.max_concurrent
             )),
         })?;
-        let event = self.api_event("invoke".into(), new_event_id(now_ms()), payload, trace_id);
+        let event = self.api_event("invoke".into(), new_event_id(now_ms()), payload, trace);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deliver = self.deliver.clone();
         let store = self.store.clone();
@@ -256,6 +322,8 @@ impl Operations {
                 binding: &binding,
                 event_id: &event.id,
                 trace_id: &event.trace_id,
+                traceparent: TraceParent::parse(&event.traceparent),
+                tracestate: &event.tracestate,
                 attempt: 1,
                 depth,
                 dead_letter_id: None,

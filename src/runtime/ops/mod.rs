@@ -22,6 +22,7 @@ pub(crate) mod sources;
 pub(crate) mod triggers;
 
 pub(crate) use base::{OpError, Operations, QueueLimits, MAX_DEAD_LETTER_PAGE, MAX_RECEIVE};
+pub(crate) use enqueue::ApiTrace;
 pub use enqueue::{EnqueueRequest, Enqueued};
 pub(crate) use inspect::OutboxReport;
 pub(crate) use triggers::HistoryPage;

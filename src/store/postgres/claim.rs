@@ -60,7 +60,7 @@ const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
         COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''), o.attempts,
         o.depth, o.ordering_key, o.enqueued_at, o.due_at,
         COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
-        o.priority";
+        o.priority, COALESCE(e.traceparent, ''), COALESCE(e.tracestate, '')";
 
 /// Sent before [`CLAIM`] in its transaction: the claim's plan is index walks and
 /// nested loops whatever the statistics say. The statement is prepared, and the plan
@@ -145,6 +145,8 @@ fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRo
         source: r.get(4),
         kind: r.get(5),
         trace_id: r.get(6),
+        traceparent: r.get(18),
+        tracestate: r.get(19),
         tenant: r.get(7),
         attempt: to_u32(r.get::<_, i32>(8).into()),
         depth: to_u32(r.get::<_, i32>(9).into()),

@@ -44,9 +44,10 @@ pub(super) const APPEND_BATCH: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[],
             $6::BIGINT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[],
-            $12::TEXT[], $13::BIGINT[])
+            $12::TEXT[], $13::BIGINT[], $25::TEXT[], $26::TEXT[])
         WITH ORDINALITY AS t(id, source, provider, kind, received_at, occurred_at,
-            dedupe_key, trace_id, tenant, headers, body, signature, expires_at, ord)
+            dedupe_key, trace_id, tenant, headers, body, signature, expires_at,
+            traceparent, tracestate, ord)
     ), claimed AS (
         INSERT INTO dedupe_claims (source, dedupe_key, event_id, expires_at)
         SELECT source, dedupe_key, id, expires_at FROM input ORDER BY source, dedupe_key
@@ -56,9 +57,9 @@ pub(super) const APPEND_BATCH: &str = concat!(
         RETURNING event_id
     ), inserted AS (
         INSERT INTO events (id, source, provider, kind, received_at, occurred_at,
-            dedupe_key, trace_id, tenant, headers, body, signature)
+            dedupe_key, trace_id, tenant, headers, body, signature, traceparent, tracestate)
         SELECT id, source, provider, kind, received_at, occurred_at, dedupe_key,
-            trace_id, tenant, headers, body, signature
+            trace_id, tenant, headers, body, signature, traceparent, tracestate
         FROM input WHERE id IN (SELECT event_id FROM claimed) ORDER BY ord
         RETURNING id
     ), enq AS (
@@ -113,7 +114,8 @@ pub(super) fn pg_arg(a: Arg) -> PgArg {
     }
 }
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
-    dedupe_key, trace_id, tenant, headers, body, signature FROM events";
+    dedupe_key, trace_id, tenant, headers, body, signature, traceparent, tracestate
+    FROM events";
 
 /// The events page's SQL ([`crate::store::listing::events`]: only the filters `q`
 /// sets, plain equalities the planner matches to their indexes whatever the values)
@@ -139,6 +141,8 @@ fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
             occurred_at_ms: r.get(6),
             dedupe_key: r.get(7),
             trace_id: r.get(8),
+            traceparent: r.get(13),
+            tracestate: r.get(14),
             tenant: r.get(9),
             headers: serde_json::from_str(&headers).unwrap_or_default(),
             body,
@@ -163,6 +167,8 @@ struct Columns<'a> {
     occurred: Vec<Option<i64>>,
     keys: Vec<&'a str>,
     traces: Vec<&'a str>,
+    traceparents: Vec<&'a str>,
+    tracestates: Vec<&'a str>,
     tenants: Vec<&'a str>,
     headers: Vec<&'a str>,
     bodies: Vec<&'a [u8]>,
@@ -194,6 +200,8 @@ impl<'a> Columns<'a> {
             occurred: vec![],
             keys: vec![],
             traces: vec![],
+            traceparents: vec![],
+            tracestates: vec![],
             tenants: vec![],
             headers: vec![],
             bodies: vec![],
@@ -240,6 +248,8 @@ impl<'a> Columns<'a> {
             c.occurred.push(e.occurred_at_ms);
             c.keys.push(&e.dedupe_key);
             c.traces.push(&e.trace_id);
+            c.traceparents.push(&e.traceparent);
+            c.tracestates.push(&e.tracestate);
             c.tenants.push(&e.tenant);
             c.headers.push(&prepared.headers_json);
             c.bodies.push(&prepared.body);
@@ -310,7 +320,7 @@ impl Backend for PostgresBackend {
             }
             let c = &batch;
             let q = &c.enqueue;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 24] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
                 &c.ids,
                 &c.sources,
                 &c.providers,
@@ -335,6 +345,8 @@ impl Backend for PostgresBackend {
                 &q.payloads,
                 &q.dead_letter_ids,
                 &q.priorities,
+                &c.traceparents,
+                &c.tracestates,
             ];
             let plan = tx.batch_execute(APPEND_PLAN);
             let append = tx.query(&append, &params);

@@ -90,6 +90,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, HOLDER),
     (8, CLAIM_BY_BINDING),
     (9, DELIVERY_SEARCH),
+    (10, TRACE_CONTEXT),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -285,6 +286,13 @@ const CLAIM_BY_BINDING: &str =
 const DELIVERY_SEARCH: &str = "CREATE INDEX events_by_delivery ON events
         ((substr(dedupe_key, strpos(dedupe_key, ':') + 1)), seq);
     DROP INDEX events_by_dedupe;";
+
+/// Migration 10: the W3C trace context each event was created under
+/// ([`crate::triggers::TriggerEvent::traceparent`]), which every attempt to deliver
+/// it (and every outbox row made from it, which reads it through its event) traces
+/// from. Constant defaults: adding them rewrites no row.
+const TRACE_CONTEXT: &str = "ALTER TABLE events ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
+    ALTER TABLE events ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

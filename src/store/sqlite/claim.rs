@@ -27,7 +27,8 @@ fn claim_select() -> String {
             COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''),
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
             COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id,
-            o.errors, o.priority, o.next_attempt_at
+            o.errors, o.priority, o.next_attempt_at, COALESCE(e.traceparent, ''),
+            COALESCE(e.tracestate, '')
         FROM outbox o INDEXED BY outbox_by_binding LEFT JOIN events e ON e.id = o.event_id
         WHERE o.binding_id = ?2 AND o.priority = ?4 AND o.next_attempt_at <= ?1 AND {IS_HEAD}
             AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = ?2)
@@ -183,6 +184,8 @@ fn claimed_row(r: &rusqlite::Row<'_>, token: i64) -> rusqlite::Result<ClaimedRow
         source: r.get(4)?,
         kind: r.get(5)?,
         trace_id: r.get(6)?,
+        traceparent: r.get(18)?,
+        tracestate: r.get(19)?,
         tenant: r.get(7)?,
         attempt: to_u32(r.get::<_, i64>(8)? + 1),
         depth: to_u32(r.get(9)?),

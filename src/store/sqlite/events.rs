@@ -20,8 +20,9 @@ const CLAIM: &str = "INSERT INTO dedupe_claims (source, dedupe_key, event_id, ex
     WHERE dedupe_claims.expires_at <= ?5";
 const HOLDER: &str = "SELECT event_id FROM dedupe_claims WHERE source = ?1 AND dedupe_key = ?2";
 const INSERT_EVENT: &str = "INSERT INTO events (id, source, provider, kind, received_at,
-    occurred_at, dedupe_key, trace_id, tenant, headers, body, signature, body_codec)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    occurred_at, dedupe_key, trace_id, tenant, headers, body, signature, body_codec,
+    traceparent, tracestate)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 const INSERT_REJECTION: &str = "INSERT INTO rejections (source, reason, detail, received_at,
     headers, body_len) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const PUT_STATE: &str = "INSERT INTO source_state (source, key, value) VALUES (?1, ?2, ?3)
@@ -47,7 +48,8 @@ pub(super) fn sqlite_arg(a: Arg) -> rusqlite::types::Value {
     }
 }
 const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
-    dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature FROM events";
+    dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature,
+    traceparent, tracestate FROM events";
 
 /// A page bounded by received time alone reads its window through `events_by_received`
 /// (and sorts it) when the window holds fewer events than this, else walks the
@@ -158,7 +160,9 @@ fn write_all(
                             prepared.headers_json,
                             prepared.body,
                             e.signature.as_str(),
-                            prepared.codec
+                            prepared.codec,
+                            e.traceparent,
+                            e.tracestate
                         ])?;
                         enqueuer.insert(&e.id, enqueue, now_ms)?;
                         out.push(Some(Appended::Stored(e.id.clone())));
@@ -210,6 +214,8 @@ fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
             occurred_at_ms: r.get(6)?,
             dedupe_key: r.get(7)?,
             trace_id: r.get(8)?,
+            traceparent: r.get(13)?,
+            tracestate: r.get(14)?,
             tenant: r.get(9)?,
             headers: serde_json::from_str(&headers).unwrap_or_default(),
             body,

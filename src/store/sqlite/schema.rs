@@ -150,6 +150,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (7, HOLDER),
     (8, CLAIM_BY_BINDING),
     (9, DELIVERY_SEARCH),
+    (10, TRACE_CONTEXT),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -325,6 +326,13 @@ const CLAIM_BY_BINDING: &str =
 const DELIVERY_SEARCH: &str =
     "CREATE INDEX events_by_delivery ON events (substr(dedupe_key, instr(dedupe_key, ':') + 1));
     DROP INDEX events_by_dedupe;";
+
+/// Migration 10: the W3C trace context each event was created under
+/// ([`crate::triggers::TriggerEvent::traceparent`]), which every attempt to deliver
+/// it (and every outbox row made from it, which reads it through its event) traces
+/// from. Constant defaults: adding them rewrites no row.
+const TRACE_CONTEXT: &str = "ALTER TABLE events ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
+    ALTER TABLE events ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';";
 
 /// Applies the migrations this database lacks, all in ONE `IMMEDIATE` transaction:
 /// the version is read under the write lock, so of several processes (or several

@@ -1,0 +1,342 @@
+//! Spans over the W3C trace context: the one place the crate starts, annotates and
+//! ends a span, so that every hop (ingress, a dispatch attempt, the gateway's round
+//! trip, the SDK's execute) is traced the same way whether spans are exported or not.
+//!
+//! Without the `otel` feature, or with it but no exporter installed
+//! ([`crate::Telemetry::from_env`] found no `OTEL_*` endpoint), a [`Span`] records
+//! nothing and costs nothing beyond its context: it passes its parent's context on
+//! unchanged (the next hop's span then becomes the child of the last span anybody
+//! recorded), or, without a parent, starts a new root. Attributes are taken as a
+//! closure, called only when the span records, so an unexported hop builds none.
+//!
+//! With an exporter installed, a span is a real OpenTelemetry span (`otel.rs`) and its
+//! context is its own, so the next hop nests under it.
+// The SDK uses the execute span; the runtime and the gateway the rest.
+#![cfg_attr(not(all(feature = "runtime", feature = "gateway")), allow(dead_code))]
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::trace_context::TraceParent;
+
+#[cfg(feature = "otel")]
+pub(crate) mod otel;
+
+/// A span's kind, as OpenTelemetry defines them (the messaging conventions use
+/// `Producer` for the span that creates a message and `Consumer` for processing it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+pub(crate) enum SpanKind {
+    /// Makes a remote call and waits for it (the gateway's round trip).
+    Client,
+    /// Creates messages for later processing (ingress storing an event).
+    Producer,
+    /// Processes a message (a dispatch attempt).
+    Consumer,
+}
+
+/// How a dispatch attempt's span relates to its row's creation context
+/// (`[telemetry] span_relationship`).
+///
+/// The messaging conventions require a link to the creation context (processing may
+/// be batched, and a parent cannot be several contexts) and allow it as the parent
+/// when one message is processed, which is always so here. The default, `Child`,
+/// therefore does both: the attempt is a child of the context AND links it, so one
+/// trace follows an event from its sender into the connector. `Link` starts each
+/// attempt in a trace of its own that links back: for backends that handle traces
+/// spanning hours badly (a row retried over a day makes its trace a day long).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Relationship {
+    /// Child of the creation context, and linked to it.
+    #[default]
+    Child,
+    /// A new trace, linked to the creation context.
+    Link,
+}
+
+/// How a span relates to the context it starts from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Parent {
+    /// No context: a new root.
+    None,
+    /// A plain child of a remote context.
+    Child(TraceParent),
+    /// A message's processing: by [`Relationship`].
+    Message(TraceParent, Relationship),
+}
+
+impl Parent {
+    /// A plain child of `ctx`, or a root without one.
+    pub(crate) fn child_of(ctx: Option<TraceParent>) -> Self {
+        ctx.map_or(Parent::None, Parent::Child)
+    }
+
+    fn context(self) -> Option<TraceParent> {
+        match self {
+            Parent::None => None,
+            Parent::Child(c) | Parent::Message(c, _) => Some(c),
+        }
+    }
+}
+
+/// An attribute value.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+pub(crate) enum Value {
+    /// A string.
+    Str(Cow<'static, str>),
+    /// An integer.
+    Int(i64),
+}
+
+impl From<&'static str> for Value {
+    fn from(s: &'static str) -> Self {
+        Value::Str(Cow::Borrowed(s))
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Str(Cow::Owned(s))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::Int(i)
+    }
+}
+
+/// An attribute: a key from the conventions (or `switchboard.*`) and its value.
+pub(crate) type Attribute = (&'static str, Value);
+
+/// One hop's span (module doc). Ends when [`Span::end`] is called or it is dropped.
+#[derive(Debug)]
+pub(crate) struct Span {
+    context: TraceParent,
+    #[cfg(feature = "otel")]
+    live: Option<otel::Live>,
+}
+
+impl Span {
+    /// Starts a span: recorded when an exporter is installed, else a context only.
+    /// `tracestate` is the sender's, carried in the span's context; `attributes` is
+    /// called only when the span records.
+    pub(crate) fn start(
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        parent: Parent,
+        tracestate: &str,
+        attributes: impl FnOnce() -> Vec<Attribute>,
+    ) -> Span {
+        #[cfg(feature = "otel")]
+        if let Some((live, context)) =
+            otel::start(name.into(), kind, parent, tracestate, attributes)
+        {
+            return Span {
+                context,
+                live: Some(live),
+            };
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (name, kind, tracestate, attributes);
+        let context = parent.context().unwrap_or_else(|| TraceParent {
+            trace_id: rand::random::<u128>().max(1),
+            parent_id: rand::random::<u64>().max(1),
+            flags: 0,
+        });
+        Span {
+            context,
+            #[cfg(feature = "otel")]
+            live: None,
+        }
+    }
+
+    /// The context the next hop continues: this span's own when it records, else its
+    /// parent's (module doc).
+    pub(crate) fn context(&self) -> TraceParent {
+        self.context
+    }
+
+    /// Whether the span records (an exporter is installed and the sampler kept it).
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
+    pub(crate) fn is_recording(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.live.is_some();
+        #[cfg(not(feature = "otel"))]
+        false
+    }
+
+    /// Adds an event (a point in time with attributes), e.g. `dead_lettered`.
+    pub(crate) fn event(
+        &mut self,
+        name: &'static str,
+        attributes: impl FnOnce() -> Vec<Attribute>,
+    ) {
+        #[cfg(feature = "otel")]
+        if let Some(live) = &mut self.live {
+            live.event(name, attributes());
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (name, attributes);
+    }
+
+    /// Sets attributes learnt after the start (an outcome, a status code).
+    pub(crate) fn set(&mut self, attributes: impl FnOnce() -> Vec<Attribute>) {
+        #[cfg(feature = "otel")]
+        if let Some(live) = &mut self.live {
+            live.set(attributes());
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = attributes;
+    }
+
+    /// Marks the span failed with `message` (status `Error`).
+    pub(crate) fn fail(&mut self, message: impl FnOnce() -> String) {
+        #[cfg(feature = "otel")]
+        if let Some(live) = &mut self.live {
+            live.fail(message());
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = message;
+    }
+
+    /// Ends the span now (dropping it does the same).
+    pub(crate) fn end(self) {}
+}
+
+/// OpenTelemetry export of this process's spans, installed from the standard
+/// environment variables (feature `otel`).
+///
+/// Read: `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (export
+/// is on when one is set), `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc`, the only one built
+/// in), `OTEL_EXPORTER_OTLP_HEADERS` and `_TIMEOUT`, `OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` / `_ARG` (default
+/// `parentbased_always_on`), and `OTEL_SDK_DISABLED` / `OTEL_TRACES_EXPORTER=none`
+/// (off). With none of them set nothing is installed and nothing is paid: spans stay
+/// contexts only.
+///
+/// `switchboard serve`, `switchboard gateway` and [`crate::run`] install it
+/// themselves; a program that embeds a `Runtime` or runs a `MultiConnectorRunner`
+/// calls [`Telemetry::from_env`] once inside its Tokio runtime, adds
+/// [`Telemetry::layer`] to its `tracing` subscriber (so a connector's execute, and the
+/// connector's own spans inside it, are exported) and calls [`Telemetry::shutdown`]
+/// before it exits. Spans that cannot be queued or exported are dropped and counted
+/// (`switchboard_spans_dropped_total`); a collector that is down never slows a delivery.
+#[cfg(feature = "otel")]
+#[derive(Debug)]
+pub struct Telemetry {
+    installed: otel::Installed,
+}
+
+#[cfg(feature = "otel")]
+impl Telemetry {
+    /// Installs export when the environment asks for it (type doc); `Ok(None)` when it
+    /// does not. Call once per process, inside a Tokio runtime. Errors: an unsupported
+    /// protocol, an exporter that cannot be built, a second installation.
+    pub fn from_env() -> crate::Result<Option<Telemetry>> {
+        if !otel::wanted(|k| std::env::var(k).ok()) {
+            return Ok(None);
+        }
+        otel::install().map(|installed| Some(Telemetry { installed }))
+    }
+
+    /// The `tracing` layer that exports `tracing` spans through this pipeline: add it
+    /// to the process's subscriber. It takes spans at `info` and above, and none from
+    /// the HTTP/2 and gRPC stacks (the exporter's own calls would otherwise trace
+    /// themselves).
+    pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        self.installed.layer()
+    }
+
+    /// Exports what is still queued (waiting at most 5 s) and stops.
+    pub async fn shutdown(self) {
+        self.installed
+            .shutdown(std::time::Duration::from_secs(5))
+            .await;
+    }
+}
+
+/// The `tracing` span a connector's `execute` runs inside, so the connector's own
+/// `tracing` spans nest under it: `execute {capability}`, kind SERVER, continuing the
+/// `traceparent` of `context` (the execute request's context map).
+///
+/// With the `otel` feature and its `tracing` layer installed (`Telemetry::layer`,
+/// which `switchboard::run` and the binary install), the span is exported and
+/// `context`'s `traceparent` is rewritten to the span's own, so an invoke made inside
+/// the execute nests under it. Otherwise it is a plain `tracing` span (its fields
+/// still correlate logs by trace id) and `context` is left as it came.
+pub(crate) fn execute_span(
+    capability: &str,
+    request_id: &str,
+    context: &mut std::collections::HashMap<String, String>,
+) -> tracing::Span {
+    let parent = context
+        .get(crate::context_keys::CONTEXT_TRACEPARENT)
+        .and_then(|v| TraceParent::parse(v));
+    let trace_id = parent.map(|p| p.trace_id_hex()).unwrap_or_default();
+    let span = tracing::info_span!(
+        "execute",
+        otel.name = %format_args!("execute {capability}"),
+        otel.kind = "server",
+        rpc.method = %capability,
+        switchboard.request_id = %request_id,
+        trace_id = %trace_id,
+    );
+    #[cfg(feature = "otel")]
+    otel::continue_in(&span, parent, context);
+    span
+}
+
+/// Spans lost before reaching the collector: the export queue was full, or an export
+/// failed or timed out (a collector that is down loses spans, never deliveries).
+/// Shown as `switchboard_spans_dropped_total` by both processes' `/metrics`.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// See [`DROPPED`].
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+pub(crate) fn spans_dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+fn count_dropped(n: u64) {
+    DROPPED.fetch_add(n, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CTX: TraceParent = TraceParent {
+        trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
+        parent_id: 0x00f067aa0ba902b7,
+        flags: 1,
+    };
+
+    #[test]
+    fn an_unrecorded_span_passes_its_parent_on_and_builds_no_attributes() {
+        for parent in [Parent::Child(CTX), Parent::Message(CTX, Relationship::Link)] {
+            let s = Span::start("x", SpanKind::Consumer, parent, "", || {
+                panic!("attributes are built only for a recorded span")
+            });
+            assert_eq!(s.context(), CTX);
+            assert!(!s.is_recording());
+        }
+    }
+
+    #[test]
+    fn an_unrecorded_root_gets_a_valid_new_context() {
+        let a = Span::start("x", SpanKind::Producer, Parent::None, "", Vec::new).context();
+        let b = Span::start("x", SpanKind::Producer, Parent::None, "", Vec::new).context();
+        assert_ne!(a.trace_id, b.trace_id);
+        assert!(TraceParent::parse(&a.header()).is_some());
+        assert_eq!(
+            a.flags, 0,
+            "nothing recorded it, so it is not marked sampled"
+        );
+    }
+}
