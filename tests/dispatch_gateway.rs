@@ -104,6 +104,11 @@ async fn an_invoke_binding_is_delivered_through_the_gateway_with_its_context() {
     assert_eq!(seen.ctx("switchboard.event_id"), id);
     assert_eq!(seen.ctx("switchboard.binding"), "to-target");
     assert_eq!(seen.ctx("switchboard.depth"), "0");
+    // The W3C context rides along in the same trace (spans are not exported in this
+    // binary, so it is the event's creation context, passed through).
+    let tp = seen.ctx("traceparent");
+    assert_eq!(tp.len(), 55, "{tp:?}");
+    assert_eq!(&tp[3..35], seen.ctx("switchboard.trace_id"));
     eventually("the dispatched count", || async {
         rt.get("/api/v1/triggers").await["triggers"][0]["counts"]["dispatched"] == 1
     })

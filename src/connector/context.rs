@@ -95,6 +95,15 @@ impl ExecuteContext {
     }
 
     fn propagate(&self, mut options: InvokeOptions) -> InvokeOptions {
+        // Exported spans: the invoke nests under the span it is made in (a span of the
+        // connector's own inside the execute, else the execute's).
+        #[cfg(feature = "otel")]
+        if let Some(tp) = crate::telemetry::otel::current_context() {
+            options
+                .context
+                .entry(crate::context_keys::CONTEXT_TRACEPARENT.to_owned())
+                .or_insert_with(|| tp.header());
+        }
         for key in PROPAGATED_KEYS {
             if let Some(v) = self.values.get(*key) {
                 options

@@ -140,6 +140,13 @@ pub(super) fn continue_in(
     }
 }
 
+/// The context of the current `tracing` span when the OpenTelemetry layer gave it one.
+pub(crate) fn current_context() -> Option<TraceParent> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let cx = tracing::Span::current().context();
+    trace_parent(cx.span().span_context())
+}
+
 fn key_values(attributes: Vec<Attribute>) -> Vec<KeyValue> {
     attributes
         .into_iter()
