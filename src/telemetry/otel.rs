@@ -22,7 +22,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _};
 use tokio::sync::mpsc;
 
-use super::{count_dropped, Attribute, Parent, Relationship, SpanKind, Value};
+use super::model::{count_dropped, Attribute, Parent, Relationship, SpanKind, Value};
 use crate::trace_context::TraceParent;
 
 /// Spans the export queue holds before it drops (`OTEL_BSP_MAX_QUEUE_SIZE`'s default).
