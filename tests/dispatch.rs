@@ -391,6 +391,16 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     let (_, third) = recv(50).await;
     assert_eq!(third["messages"].as_array().unwrap().len(), 0, "{third}");
     assert_eq!(third["dead_lettered"], 1);
+    let metrics = reqwest::get(format!("{}/metrics", rt.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"switchboard_dispatch_queue_dead_lettered_total{queue="work"} 1"#),
+        "{metrics}"
+    );
     let dl = rt.get("/api/v1/dead-letters").await;
     assert_eq!(dl["dead_letters"][0]["queue"], "work", "{dl}");
     // An ack of a live receipt deletes.
@@ -536,6 +546,16 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
         runs.iter().any(|r| r.abandoned && r.status == "ok")
     })
     .await;
+    let metrics = reqwest::get(format!("{}/metrics", rt.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"switchboard_dispatch_sync_abandoned_total{binding="sync"} 1"#),
+        "{metrics}"
+    );
     let runs = store.backend().runs(Some("sync"), 20).await.unwrap();
     let statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
     for s in ["ok", "handler", "overloaded", "timeout"] {

@@ -381,3 +381,98 @@ async fn triggers_register_over_the_execute_channel_replaces_a_binding_while_its
     assert_eq!(status, 502, "a deregistered binding takes no new events");
     rt.stop().await;
 }
+
+/// The line of `text` that starts with `prefix` (a series with its labels), parsed.
+fn series(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_answer_how_long_which_binding_took_and_what_waits() {
+    let gw = TestGateway::start().await;
+    let rec = Recorder::default();
+    let (_r, _join) = target(&gw, rec.clone()).await;
+    let failing = Recorder::failing(u32::MAX);
+    let config = format!(
+        "{}\n[[queues]]\nname = \"work\"\n\n[[triggers]]\nid = \"to-target\"\nhandler = {{ invoke = \"acme.recorder.target\", capability = \"record\" }}\n\n\
+         [[triggers]]\nid = \"doomed\"\nhandler = {{ local = \"failing\", capability = \"x\" }}\nretry = {{ max_attempts = 2, backoff = \"constant\", base = \"10ms\", jitter = 0.0 }}\n\n\
+         [[triggers]]\nid = \"to-work\"\nhandler = {{ queue = \"work\" }}\n",
+        gateway_section(&gw)
+    );
+    let mut rt = Rt::sqlite(&config, &[("failing", failing.clone())]).await;
+    registered(&rt).await;
+    rt.enqueue("to-target", json!({"n": 1})).await;
+    rt.enqueue("doomed", json!({"n": 2})).await;
+    rt.enqueue("to-work", json!({"n": 3})).await;
+    let metrics = || async {
+        reqwest::get(format!("{}/metrics", rt.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let text = support::eventually("the delivery and the dead letter in /metrics", || async {
+        let t = metrics().await;
+        let delivered = series(
+            &t,
+            r#"switchboard_dispatch_accepted_to_delivered_seconds_count{binding="to-target",version="1",source="@api",tenant="acme"}"#,
+        );
+        let dead = series(
+            &t,
+            r#"switchboard_dispatch_accepted_to_dead_lettered_seconds_count{binding="doomed",version="1",source="@api",tenant="acme"}"#,
+        );
+        (delivered == Some(1.0) && dead == Some(1.0)).then_some(t)
+    })
+    .await;
+    assert_eq!(
+        series(
+            &text,
+            r#"switchboard_dispatch_retry_delay_seconds_count{binding="doomed"}"#
+        ),
+        Some(1.0),
+        "one retry scheduled before the second attempt ran out: {text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            r#"switchboard_queue_depth{queue="work",state="due"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(series(
+        &text,
+        r#"switchboard_queue_oldest_age_seconds{queue="work"}"#
+    )
+    .is_some());
+    assert_eq!(
+        series(
+            &text,
+            r#"switchboard_outbox_lease_age_seconds{binding="to-target"}"#
+        ),
+        Some(0.0),
+        "nothing in flight: {text}"
+    );
+    assert!(text.contains("switchboard_dispatch_spans_dropped_total 0"));
+    assert!(text.ends_with("# EOF\n"));
+    // The gateway's side: the round trip by tenant and outcome.
+    let gw_text = reqwest::get(format!("{}/metrics", gw_base(&gw)))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        series(
+            &gw_text,
+            r#"switchboard_gateway_execute_seconds_count{tenant="acme",outcome="ok"}"#
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{gw_text}"
+    );
+    assert_eq!(gw_text.matches("# EOF").count(), 1);
+    rt.stop().await;
+}

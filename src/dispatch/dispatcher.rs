@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::deliver::{AttemptInput, Deliver};
-use super::metrics::DispatchMetrics;
+use super::metrics::{DispatchMetrics, EndLabels};
 use super::options::{DispatcherOptions, MAX_FINISH_BATCH};
 use super::permits::{claim_now, commit_finishes_now, Claiming, Permits, LINGER};
 use super::throttle::StartWindow;
@@ -659,6 +659,7 @@ async fn attempt(
     permits: [OwnedSemaphorePermit; 2],
 ) {
     let started = inner.clock.now_ms();
+    inner.metrics.attempt_began(row.id, &binding.id, started);
     let became_due = row.due_at_ms.max(row.enqueued_at_ms);
     inner
         .metrics
@@ -698,6 +699,7 @@ async fn attempt(
             // Shutdown ran out of grace: no finish; shutdown releases the row.
             span.fail(|| "abandoned at shutdown".into());
             inner.metrics.ended(&binding.id, t0.elapsed().as_secs_f64(), Some("platform"));
+            inner.metrics.attempt_over(row.id);
             return;
         }
     };
@@ -726,15 +728,27 @@ async fn attempt(
         rand::random(),
         &targets,
     );
-    record_outcome(&mut span, &result, &finish, inner.clock.now_ms());
+    let now = inner.clock.now_ms();
+    record_outcome(&mut span, &result, &finish, now);
+    inner.metrics.attempt_over(row.id);
+    let end = EndLabels {
+        binding: &binding.id,
+        version: binding.version,
+        source: &row.source,
+        tenant: &row.tenant,
+    };
+    let after_s = (now - row.enqueued_at_ms) as f64 / 1000.0;
     match &finish {
-        Finish::Retry { .. } => inner.metrics.retried(&binding.id),
+        Finish::Retry { at_ms, .. } => inner
+            .metrics
+            .retried(&binding.id, (at_ms - now) as f64 / 1000.0),
+        Finish::Done { .. } => inner.metrics.finished_after(end, after_s, false),
         Finish::DeadLetter { .. } => {
+            inner.metrics.finished_after(end, after_s, true);
             tracing::warn!(binding = %binding.id, event = %row.event_id, attempts = row.attempt, "attempts exhausted; dead-lettered");
             inner.metrics.dead_lettered(&binding.id)
         }
         Finish::Annotate { .. } => inner.metrics.annotated(&binding.id),
-        Finish::Done { .. } => {}
     }
     drop(permits);
     // Committed by the claim loop's next pass (which this wakes), or by shutdown once

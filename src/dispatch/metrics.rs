@@ -9,7 +9,21 @@
 //! `released_total` (claimed rows given back for want of a permit),
 //! `stale_finishes_total` (finishes that found their lease taken over),
 //! `store_errors_total` and `depth_dropped_total` (handler-produced events past
-//! the maximum depth, dropped).
+//! the maximum depth, dropped), `spans_dropped_total` (trace spans lost on the way to
+//! the collector).
+//!
+//! End to end, per `binding`, `version`, `source` and `tenant`:
+//! `accepted_to_delivered_seconds` and `accepted_to_dead_lettered_seconds`, from when
+//! the row was enqueued (for an event's rows, when ingress accepted it) to the attempt
+//! that delivered it or gave up. Per `binding`: `retry_delay_seconds` (how far ahead a
+//! failed row's next attempt was scheduled) and `sync_abandoned_total` (synchronous
+//! invocations that finished after their caller had left). Per `queue`:
+//! `queue_dead_lettered_total` (messages past their maximum receives).
+//!
+//! Cardinality: bindings, their versions, sources and tenants are configuration, not
+//! traffic, so the series are bounded by the configuration; a reload that makes a new
+//! version adds that version's series (reset with the process), and no label carries
+//! an event id, a kind or anything a sender chooses.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -32,6 +46,38 @@ impl MetricConstructor<Histogram> for Buckets {
     }
 }
 
+/// Buckets of the end-to-end and retry histograms: 1 ms to about 70 minutes,
+/// quadrupling; a row retried for an hour still lands in a bucket.
+#[derive(Clone, Copy, Debug, Default)]
+struct LongBuckets;
+
+impl MetricConstructor<Histogram> for LongBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(0.001, 4.0, 12))
+    }
+}
+
+/// Which binding (and version) took which source's event for which tenant: the
+/// labels of the end-to-end histograms.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EndLabels<'a> {
+    pub(crate) binding: &'a str,
+    pub(crate) version: u32,
+    pub(crate) source: &'a str,
+    pub(crate) tenant: &'a str,
+}
+
+impl EndLabels<'_> {
+    fn labels(self) -> Labels {
+        vec![
+            ("binding", self.binding.to_owned()),
+            ("version", self.version.to_string()),
+            ("source", self.source.to_owned()),
+            ("tenant", self.tenant.to_owned()),
+        ]
+    }
+}
+
 /// The dispatcher's counters and histograms. Shared by the dispatcher's tasks and the
 /// admin API; every method is lock-free but the families' label lookups.
 pub struct DispatchMetrics {
@@ -51,6 +97,14 @@ pub struct DispatchMetrics {
     depth_dropped: Counter,
     /// Mirrors `crate::telemetry::spans_dropped` (a process-wide count) on render.
     spans_dropped: Counter,
+    delivered_after: Family<Labels, Histogram, LongBuckets>,
+    dead_lettered_after: Family<Labels, Histogram, LongBuckets>,
+    retry_delay: Family<Labels, Histogram, LongBuckets>,
+    sync_abandoned: Family<Labels, Counter>,
+    queue_dead_lettered: Family<Labels, Counter>,
+    /// The attempts this process runs: row id → (binding, when its row was claimed,
+    /// unix ms), for the lease-age gauge ([`DispatchMetrics::lease_ages`]).
+    attempts: std::sync::Mutex<std::collections::HashMap<i64, (String, i64)>>,
 }
 
 impl std::fmt::Debug for DispatchMetrics {
@@ -103,6 +157,12 @@ impl DispatchMetrics {
             store_errors: Counter::default(),
             depth_dropped: Counter::default(),
             spans_dropped: Counter::default(),
+            delivered_after: Family::new_with_constructor(LongBuckets),
+            dead_lettered_after: Family::new_with_constructor(LongBuckets),
+            retry_delay: Family::new_with_constructor(LongBuckets),
+            sync_abandoned: Family::default(),
+            queue_dead_lettered: Family::default(),
+            attempts: Default::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -159,6 +219,31 @@ impl DispatchMetrics {
             "Trace spans of this process lost before the collector had them (export queue full, export failed or timed out)",
             m.spans_dropped.clone(),
         );
+        registry.register(
+            "accepted_to_delivered_seconds",
+            "From when a row was enqueued (an event's: when ingress accepted it) to the attempt that delivered it",
+            m.delivered_after.clone(),
+        );
+        registry.register(
+            "accepted_to_dead_lettered_seconds",
+            "From when a row was enqueued to the attempt after which it was dead-lettered",
+            m.dead_lettered_after.clone(),
+        );
+        registry.register(
+            "retry_delay_seconds",
+            "How far ahead a failed row's next attempt was scheduled",
+            m.retry_delay.clone(),
+        );
+        registry.register(
+            "sync_abandoned",
+            "Synchronous invocations that finished after their caller had left",
+            m.sync_abandoned.clone(),
+        );
+        registry.register(
+            "queue_dead_lettered",
+            "Queue messages moved to the dead letters past their maximum receives",
+            m.queue_dead_lettered.clone(),
+        );
         DispatchMetrics { registry, ..m }
     }
 
@@ -186,8 +271,74 @@ impl DispatchMetrics {
         };
     }
 
-    pub(crate) fn retried(&self, binding_id: &str) {
-        self.retried.get_or_create(&binding(binding_id)).inc();
+    pub(crate) fn retried(&self, binding_id: &str, delay_s: f64) {
+        let labels = binding(binding_id);
+        self.retried.get_or_create(&labels).inc();
+        self.retry_delay
+            .get_or_create(&labels)
+            .observe(delay_s.max(0.0));
+    }
+
+    /// A row's last attempt: delivered, or given up on (`dead`), `after_s` after its
+    /// row was enqueued.
+    pub(crate) fn finished_after(&self, labels: EndLabels<'_>, after_s: f64, dead: bool) {
+        let family = if dead {
+            &self.dead_lettered_after
+        } else {
+            &self.delivered_after
+        };
+        family
+            .get_or_create(&labels.labels())
+            .observe(after_s.max(0.0));
+    }
+
+    /// A synchronous invocation of `binding_id` finished after its caller left.
+    pub(crate) fn sync_abandoned(&self, binding_id: &str) {
+        self.sync_abandoned
+            .get_or_create(&binding(binding_id))
+            .inc();
+    }
+
+    /// `n` messages of `queue` were dead-lettered by a receive.
+    pub(crate) fn queue_dead_lettered(&self, queue: &str, n: u64) {
+        if n > 0 {
+            self.queue_dead_lettered
+                .get_or_create(&vec![("queue", queue.to_owned())])
+                .inc_by(n);
+        }
+    }
+
+    /// Row `row` of `binding_id`, claimed at `claimed_ms`, is being attempted here.
+    pub(crate) fn attempt_began(&self, row: i64, binding_id: &str, claimed_ms: i64) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row, (binding_id.to_owned(), claimed_ms));
+    }
+
+    /// Row `row`'s attempt here is over.
+    pub(crate) fn attempt_over(&self, row: i64) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&row);
+    }
+
+    /// Per binding, how long ago (ms) the oldest attempt this process runs had its
+    /// row claimed: a handler stuck in one attempt shows as a growing age.
+    pub(crate) fn lease_ages(&self, now_ms: i64) -> std::collections::BTreeMap<String, i64> {
+        let mut out = std::collections::BTreeMap::new();
+        for (b, at) in self
+            .attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            let age = (now_ms - at).max(0);
+            let e = out.entry(b.clone()).or_insert(0);
+            *e = (*e).max(age);
+        }
+        out
     }
 
     pub(crate) fn dead_lettered(&self, binding_id: &str) {

@@ -168,6 +168,12 @@ impl GatewayState {
         span.set(|| vec![("switchboard.outcome", end.label().into())]);
         span.end();
         figures.end_execute(end);
+        let tenant = crate::identity::Arn::parse(arn)
+            .map(|a| a.tenant)
+            .unwrap_or_default();
+        self.counters
+            .execute_seconds
+            .observe(&tenant, end.label(), sent.elapsed());
         let answered_in = result.is_ok().then(|| sent.elapsed());
         self.counters
             .execute_ended(answered_in, end == ExecuteEnd::Ok);

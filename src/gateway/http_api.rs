@@ -222,7 +222,7 @@ async fn stats(State(state): State<Arc<GatewayState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<GatewayState>>) -> Response {
-    let body = state.stats().to_prometheus();
+    let body = state.metrics_text();
     (
         [(
             header::CONTENT_TYPE,

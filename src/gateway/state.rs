@@ -122,6 +122,13 @@ impl GatewayState {
         self.counters.snapshot(by_transport)
     }
 
+    /// `/metrics`: the counters' snapshot and the execute latency histogram.
+    pub(crate) fn metrics_text(&self) -> String {
+        let text = self.stats().to_prometheus();
+        let body = text.trim_end_matches("# EOF\n");
+        format!("{body}{}# EOF\n", self.counters.execute_seconds.render())
+    }
+
     pub(crate) fn publish_registration_count(&self) {
         let n = self.registry().len();
         self.registration_count.send_replace(n);

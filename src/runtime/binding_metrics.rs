@@ -50,6 +50,12 @@ pub(crate) fn state_word(
     }
 }
 
+/// A gauge family's `# TYPE` and `# HELP` lines.
+fn gauge_header(out: &mut String, name: &str, help: &str) {
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    let _ = writeln!(out, "# HELP {name} {help}");
+}
+
 /// A label value, escaped as the text format asks.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -128,10 +134,47 @@ impl RuntimeMetrics {
                         label(id)
                     );
                 }
+                gauge_header(&mut out, "switchboard_queue_depth", "Queue messages: due (visible), leased (received, not acked), scheduled (delayed).");
+                for (q, d) in &stats.queues {
+                    for (state, n) in [
+                        ("due", d.due),
+                        ("leased", d.leased),
+                        ("scheduled", d.scheduled),
+                    ] {
+                        let _ = writeln!(
+                            out,
+                            "switchboard_queue_depth{{queue=\"{}\",state=\"{state}\"}} {n}",
+                            label(q)
+                        );
+                    }
+                }
+                gauge_header(
+                    &mut out,
+                    "switchboard_queue_oldest_age_seconds",
+                    "How long the queue's oldest message has waited.",
+                );
+                for (q, d) in &stats.queues {
+                    let age = d.oldest_age_ms.unwrap_or(0).max(0) as f64 / 1000.0;
+                    let _ = writeln!(
+                        out,
+                        "switchboard_queue_oldest_age_seconds{{queue=\"{}\"}} {age}",
+                        label(q)
+                    );
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "/metrics: could not read the outbox depth");
             }
+        }
+        gauge_header(&mut out, "switchboard_outbox_lease_age_seconds", "Per binding, how long ago the oldest row this process is attempting was claimed (a stuck handler shows as a growing age; 0 with none in flight).");
+        let ages = self.dispatch.lease_ages(now_ms());
+        for b in &view {
+            let age = ages.get(&b.id).copied().unwrap_or(0) as f64 / 1000.0;
+            let _ = writeln!(
+                out,
+                "switchboard_outbox_lease_age_seconds{{binding=\"{}\"}} {age}",
+                label(&b.id)
+            );
         }
         out.push_str("# EOF\n");
         out

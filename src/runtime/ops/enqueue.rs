@@ -315,6 +315,7 @@ impl Operations {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deliver = self.deliver.clone();
         let store = self.store.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let started = now_ms();
             let t0 = tokio::time::Instant::now();
@@ -356,6 +357,7 @@ impl Operations {
                 fingerprint: binding.fingerprint.clone(),
             };
             if abandoned {
+                metrics.sync_abandoned(&run.binding_id);
                 tracing::info!(binding = %run.binding_id, status = %run.status, "sync invocation finished after its caller left; recorded as abandoned");
             }
             if let Err(e) = store.backend().record_run(&run).await {

@@ -32,7 +32,9 @@ impl Operations {
             visibility_ms: visibility.unwrap_or(limits.visibility).as_millis() as i64,
             max_receives: limits.max_receives,
         };
-        Ok(self.store.backend().receive(&req).await?)
+        let got = self.store.backend().receive(&req).await?;
+        self.metrics.queue_dead_lettered(queue, got.dead_lettered);
+        Ok(got)
     }
 
     /// Deletes a received message; `false` when the receipt no longer holds it.
