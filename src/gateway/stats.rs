@@ -88,7 +88,10 @@ pub(crate) struct Counters {
 /// its link closing). The labels are bounded: tenants are the registrations', outcomes
 /// three (`ok`, `failed`, `timeout`).
 #[derive(Debug)]
-pub(crate) struct ExecuteLatency(Family<Vec<(String, String)>, Histogram, fn() -> Histogram>);
+pub(crate) struct ExecuteLatency(Family<LabelPairs, Histogram, fn() -> Histogram>);
+
+/// A series' labels as `(name, value)` pairs.
+type LabelPairs = Vec<(String, String)>;
 
 impl Default for ExecuteLatency {
     fn default() -> Self {
