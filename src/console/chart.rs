@@ -58,6 +58,64 @@ pub(crate) fn line(title: &str, series: &[Series<'_>], slots: usize) -> Markup {
     }
 }
 
+/// One bar of a [`timeline`]: an interval (unix ms) and whether it went well.
+pub(crate) struct Bar {
+    pub(crate) start_ms: i64,
+    pub(crate) end_ms: i64,
+    pub(crate) ok: bool,
+    /// Shown on hover (an SVG `title`), e.g. `#2 timeout 10012 ms`.
+    pub(crate) label: String,
+}
+
+/// One lane of a [`timeline`]: a row's attempts.
+pub(crate) struct Lane {
+    pub(crate) label: String,
+    pub(crate) bars: Vec<Bar>,
+}
+
+/// Lane height in the timeline's SVG units.
+const LANE: f64 = 22.0;
+
+/// A timeline of `lanes`' bars from `origin_ms` (an event's receipt) to the last
+/// bar's end, one lane per row, failures in the bad colour: where the time of an
+/// event's deliveries went, at a glance. Bars narrower than a pixel are drawn one
+/// pixel wide, so a 2 ms attempt among hour-long backoffs still shows.
+pub(crate) fn timeline(title: &str, origin_ms: i64, lanes: &[Lane]) -> Markup {
+    let end = lanes
+        .iter()
+        .flat_map(|l| l.bars.iter().map(|b| b.end_ms))
+        .fold(origin_ms + 1, i64::max);
+    let span = (end - origin_ms).max(1) as f64;
+    let x = |ms: i64| ((ms - origin_ms).max(0) as f64 / span * W).min(W);
+    let h = LANE * lanes.len().max(1) as f64;
+    html! {
+        figure.chart {
+            svg.timeline viewBox=(format!("0 0 {W} {h}")) preserveAspectRatio="none" role="img" aria-label=(title) {
+                @for (i, lane) in lanes.iter().enumerate() {
+                    @let y = i as f64 * LANE;
+                    line x1="0" y1=(y + LANE - 0.5) x2=(W) y2=(y + LANE - 0.5) stroke="#eef0f3" {}
+                    @for b in &lane.bars {
+                        rect class=(if b.ok { "bar ok" } else { "bar bad" })
+                            x=(format!("{:.1}", x(b.start_ms)))
+                            y=(format!("{:.1}", y + 4.0))
+                            width=(format!("{:.1}", (x(b.end_ms) - x(b.start_ms)).max(1.0)))
+                            height=(format!("{:.1}", LANE - 8.0)) {
+                            title { (lane.label) " " (b.label) }
+                        }
+                    }
+                }
+            }
+            figcaption.legend {
+                strong { (title) } " "
+                span.muted { "(0 to " (format_value(span / 1000.0)) " s after receipt) " }
+                @for (i, lane) in lanes.iter().enumerate() {
+                    span class=(format!("k{}", i % 3)) { (i + 1) ": " (lane.label) }
+                }
+            }
+        }
+    }
+}
+
 /// The smallest of 1, 2 or 5 times a power of ten at or above `v` (at least 1), so
 /// the axis reads round numbers.
 pub(crate) fn nice_ceiling(v: f64) -> f64 {

@@ -646,6 +646,7 @@ fn strand(inner: &Arc<Inner>, row: ClaimedRow, number: u32) {
             at_ms: inner.clock.now_ms(),
             kind: "stranded".into(),
             message: format!("{label} is recorded but its definition cannot be built by this runtime, so the row cannot run under the definition it was enqueued for"),
+            took_ms: None,
         },
         fanout: Vec::new(),
     };
@@ -720,7 +721,7 @@ async fn attempt(
         }
         _ => Vec::new(),
     };
-    let finish = decide(
+    let mut finish = decide(
         &row,
         &binding.retry,
         result.as_ref().map(|_| ()),
@@ -728,6 +729,13 @@ async fn attempt(
         rand::random(),
         &targets,
     );
+    // The attempt's duration rides with its error, for the console's timeline.
+    if let Finish::Retry { error, .. }
+    | Finish::DeadLetter { error, .. }
+    | Finish::Annotate { error, .. } = &mut finish
+    {
+        error.took_ms = Some(t0.elapsed().as_millis() as i64);
+    }
     let now = inner.clock.now_ms();
     record_outcome(&mut span, &result, &finish, now);
     inner.metrics.attempt_over(row.id);

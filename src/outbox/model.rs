@@ -98,6 +98,12 @@ pub struct AttemptError {
     pub kind: String,
     /// What went wrong, for a person.
     pub message: String,
+    /// How long the attempt ran (ms), when the dispatcher timed it: the console's
+    /// timeline draws the attempt from `at_ms - took_ms` to `at_ms`. `None` for
+    /// errors not made by an attempt (a stranded row, a queue message past its
+    /// receives) and for those stored before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<i64>,
 }
 
 /// What a claim asks for.

@@ -144,6 +144,7 @@ impl AttemptFailure {
             at_ms,
             kind: self.kind.as_str().to_owned(),
             message: self.message.clone(),
+            took_ms: None,
         }
     }
 }

@@ -75,6 +75,7 @@ pub(crate) fn max_receives_error(receives: u32, max_receives: u32, now_ms: i64) 
             "not acked after {max_receives} receives (max_receives); replay the dead \
              letter once its consumer is fixed"
         ),
+        took_ms: None,
     }
 }
 

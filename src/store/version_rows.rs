@@ -148,6 +148,7 @@ pub(crate) fn stranded_error(
              instead of left in the outbox",
             short(fingerprint)
         ),
+        took_ms: None,
     }
 }
 

@@ -48,6 +48,9 @@ id = "orders"
 sources = ["hook"]
 handler = { local = "switch", capability = "record" }
 retry = { max_attempts = 1 }
+
+[telemetry]
+trace_url = "https://tempo.example/trace/{trace_id}"
 "#;
 
 struct Rt {
@@ -144,6 +147,28 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
         "the signature is not shown: {detail}"
     );
     b.screenshot("runtime-event").await;
+    // The attempt's timeline (drawn and as a table) and the trace link.
+    b.wait_text("#attempt-timeline", "handler").await;
+    b.wait_js(
+        "the timeline draws the failed attempt",
+        "return !!document.querySelector('svg.timeline rect.bad');",
+    )
+    .await;
+    let link = b
+        .js(
+            "return document.querySelector('#event-trace').href;",
+            vec![],
+        )
+        .await;
+    let link = link.as_str().unwrap_or_default();
+    let id = link
+        .strip_prefix("https://tempo.example/trace/")
+        .unwrap_or_else(|| panic!("the trace link follows trace_url: {link:?}"));
+    assert!(
+        id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{link}"
+    );
+    b.screenshot("runtime-event-timeline").await;
 
     // The failing binding dead-letters it; replayed by a click once the partner is back.
     b.goto(&format!("{}/console/dead-letters", rt.base)).await;

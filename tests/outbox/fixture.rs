@@ -276,6 +276,7 @@ pub fn failure(attempt: u32, at_ms: i64, message: &str) -> AttemptError {
         at_ms,
         kind: "handler".into(),
         message: message.into(),
+        took_ms: None,
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::app::{serve, App};
 use super::widgets::{button, done, failed, unavailable, ActionForm};
+use crate::console::chart::{timeline, Bar, Lane};
 use crate::console::format::{count, time};
 use crate::console::guard::encode_component;
 use crate::console::{Page, Region, SessionInfo};
@@ -189,6 +190,50 @@ fn deliveries(list: &[Delivery]) -> Markup {
     }
 }
 
+/// The timeline of the event's recorded attempts (each failed attempt of a row still
+/// pending or dead-lettered: its start, duration and failure kind), drawn from the
+/// event's receipt, and the same as a table. A delivered row leaves no record (the
+/// outbox forgets it), so its success shows in its trace and the metrics, not here.
+fn attempt_timeline(received_at_ms: i64, list: &[Delivery]) -> Markup {
+    let lanes: Vec<Lane> = list
+        .iter()
+        .filter(|d| !d.errors.is_empty())
+        .map(|d| Lane {
+            label: format!("{} ({})", d.binding_id, d.record),
+            bars: d
+                .errors
+                .iter()
+                .map(|e| Bar {
+                    start_ms: e.at_ms - e.took_ms.unwrap_or(0),
+                    end_ms: e.at_ms,
+                    ok: false,
+                    label: format!("#{} {} {} ms", e.attempt, e.kind, e.took_ms.unwrap_or(0)),
+                })
+                .collect(),
+        })
+        .collect();
+    if lanes.is_empty() {
+        return html! {};
+    }
+    html! {
+        h3 { "Timeline of the recorded attempts" }
+        (timeline("attempts", received_at_ms, &lanes))
+        table #attempt-timeline {
+            tr { th { "binding" } th.num { "attempt" } th.num { "started (ms after receipt)" } th.num { "took (ms)" } th { "outcome" } }
+            @for d in list {
+                @for e in &d.errors {
+                    tr {
+                        td { (d.binding_id) } td.num { (e.attempt) }
+                        td.num { (e.at_ms - e.took_ms.unwrap_or(0) - received_at_ms) }
+                        td.num { @if let Some(t) = e.took_ms { (t) } @else { "—" } }
+                        td { span.pill.bad { (e.kind) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Most payload bytes the detail page shows; the rest is a link away, so a 10 MiB
 /// body does not become a 10 MiB page re-rendered on every tick.
 const MAX_SHOWN_PAYLOAD: usize = 256 * 1024;
@@ -249,6 +294,7 @@ pub(crate) async fn detail(
                 }
                 h2 { "Bindings and attempts" }
                 (deliveries(&found.deliveries))
+                (attempt_timeline(e.received_at_ms, &found.deliveries))
                 h2 { "Headers (as stored: secrets redacted)" }
                 table.kv #event-headers {
                     @for (k, v) in &e.headers { tr { th { (k) } td { code { (v) } } } }
