@@ -779,7 +779,8 @@ fn attempt_span(binding: &Binding, row: &ClaimedRow, relationship: Relationship)
     });
     let parent = creation.map_or(Parent::None, |c| Parent::Message(c, relationship));
     Span::start(
-        format!("process {}", binding.id),
+        "process",
+        &binding.id,
         SpanKind::Consumer,
         parent,
         &row.tracestate,

@@ -192,7 +192,8 @@ fn round_trip_span(arn: &str, capability: &str, context: &mut HashMap<String, St
         .and_then(|v| TraceParent::parse(v));
     let state = context.get(CONTEXT_TRACESTATE).cloned().unwrap_or_default();
     let span = Span::start(
-        format!("execute {capability}"),
+        "execute",
+        capability,
         SpanKind::Client,
         Parent::child_of(parent),
         &state,
@@ -204,7 +205,7 @@ fn round_trip_span(arn: &str, capability: &str, context: &mut HashMap<String, St
             ]
         },
     );
-    if span.is_recording() {
+    if span.owns_context() {
         context.insert(CONTEXT_TRACEPARENT.to_owned(), span.context().header());
     }
     span

@@ -322,7 +322,8 @@ async fn store_events(
     // events' creation context, so the attempts nest under ingress, which nests under
     // the sender's span.
     let mut span = Span::start(
-        format!("create {id}"),
+        "create",
+        id,
         SpanKind::Producer,
         Parent::child_of(origin.trace),
         origin.tracestate.unwrap_or_default(),
@@ -343,7 +344,7 @@ async fn store_events(
             ]
         },
     );
-    if span.is_recording() {
+    if span.owns_context() {
         origin.trace = Some(span.context());
     }
     let stored = match materialise_each(source.stamp(), events, &origin, headers) {

@@ -9,12 +9,12 @@
 //! recorded), or, without a parent, starts a new root. Attributes are taken as a
 //! closure, called only when the span records, so an unexported hop builds none.
 //!
-//! With an exporter installed, a span is a real OpenTelemetry span (`otel.rs`) and its
-//! context is its own, so the next hop nests under it.
+//! With an exporter installed, a span's context is its own, so the next hop nests
+//! under it; it is a real OpenTelemetry span (`otel.rs`) when the sampler keeps it,
+//! and a context marked not sampled when it does not (so the whole trace is sampled,
+//! or not, as one).
 // The SDK uses the execute span; the runtime and the gateway the rest.
 #![cfg_attr(not(all(feature = "runtime", feature = "gateway")), allow(dead_code))]
-
-use std::borrow::Cow;
 
 use crate::trace_context::TraceParent;
 
@@ -32,16 +32,24 @@ pub(crate) use model::{spans_dropped, Attribute, Parent, Relationship, SpanKind}
 #[derive(Debug)]
 pub(crate) struct Span {
     context: TraceParent,
+    /// Whether `context` is this span's own (a tracer made it, sampled or not) rather
+    /// than the parent's passed through.
+    own: bool,
     #[cfg(feature = "otel")]
     live: Option<otel::Live>,
 }
 
 impl Span {
-    /// Starts a span: recorded when an exporter is installed, else a context only.
-    /// `tracestate` is the sender's, carried in the span's context; `attributes` is
-    /// called only when the span records.
+    /// Starts a span named `{operation} {target}` (the conventions' shape, e.g.
+    /// `process to-tickets`): recorded when an exporter is installed and its sampler
+    /// keeps it, else a context only. `tracestate` is the sender's, carried in the
+    /// span's context. The name is formatted, and `attributes` called, only for a span
+    /// that records: the sampler sees the name, kind, parent and links but no
+    /// attributes, which the built-in samplers do not read, so a span sampled out
+    /// allocates nothing.
     pub(crate) fn start(
-        name: impl Into<Cow<'static, str>>,
+        operation: &'static str,
+        target: &str,
         kind: SpanKind,
         parent: Parent,
         tracestate: &str,
@@ -49,15 +57,16 @@ impl Span {
     ) -> Span {
         #[cfg(feature = "otel")]
         if let Some((live, context)) =
-            otel::start(name.into(), kind, parent, tracestate, attributes)
+            otel::start((operation, target), kind, parent, tracestate, attributes)
         {
             return Span {
                 context,
-                live: Some(live),
+                own: true,
+                live,
             };
         }
         #[cfg(not(feature = "otel"))]
-        let _ = (name, kind, tracestate, attributes);
+        let _ = (operation, target, kind, tracestate, attributes);
         let context = parent.context().unwrap_or_else(|| TraceParent {
             trace_id: rand::random::<u128>().max(1),
             parent_id: rand::random::<u64>().max(1),
@@ -65,24 +74,22 @@ impl Span {
         });
         Span {
             context,
+            own: false,
             #[cfg(feature = "otel")]
             live: None,
         }
+    }
+
+    /// Whether [`Span::context`] is this span's own, so the next hop should carry it
+    /// instead of the context it came with (module doc).
+    pub(crate) fn owns_context(&self) -> bool {
+        self.own
     }
 
     /// The context the next hop continues: this span's own when it records, else its
     /// parent's (module doc).
     pub(crate) fn context(&self) -> TraceParent {
         self.context
-    }
-
-    /// Whether the span records (an exporter is installed and the sampler kept it).
-    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
-    pub(crate) fn is_recording(&self) -> bool {
-        #[cfg(feature = "otel")]
-        return self.live.is_some();
-        #[cfg(not(feature = "otel"))]
-        false
     }
 
     /// Adds an event (a point in time with attributes), e.g. `dead_lettered`.
@@ -140,7 +147,8 @@ impl Span {
 /// [`Telemetry::layer`] to its `tracing` subscriber (so a connector's execute, and the
 /// connector's own spans inside it, are exported) and calls [`Telemetry::shutdown`]
 /// before it exits. Spans that cannot be queued or exported are dropped and counted
-/// (`switchboard_spans_dropped_total`); a collector that is down never slows a delivery.
+/// (`switchboard_dispatch_spans_dropped_total` on the runtime's `/metrics`,
+/// `switchboard_gateway_spans_dropped_total` on the gateway's); a collector that is down never slows a delivery.
 #[cfg(feature = "otel")]
 #[derive(Debug)]
 pub struct Telemetry {
@@ -222,18 +230,18 @@ mod tests {
     #[test]
     fn an_unrecorded_span_passes_its_parent_on_and_builds_no_attributes() {
         for parent in [Parent::Child(CTX), Parent::Message(CTX, Relationship::Link)] {
-            let s = Span::start("x", SpanKind::Consumer, parent, "", || {
+            let s = Span::start("x", "y", SpanKind::Consumer, parent, "", || {
                 panic!("attributes are built only for a recorded span")
             });
             assert_eq!(s.context(), CTX);
-            assert!(!s.is_recording());
+            assert!(!s.owns_context());
         }
     }
 
     #[test]
     fn an_unrecorded_root_gets_a_valid_new_context() {
-        let a = Span::start("x", SpanKind::Producer, Parent::None, "", Vec::new).context();
-        let b = Span::start("x", SpanKind::Producer, Parent::None, "", Vec::new).context();
+        let a = Span::start("x", "y", SpanKind::Producer, Parent::None, "", Vec::new).context();
+        let b = Span::start("x", "y", SpanKind::Producer, Parent::None, "", Vec::new).context();
         assert_ne!(a.trace_id, b.trace_id);
         assert!(TraceParent::parse(&a.header()).is_some());
         assert_eq!(

@@ -3,12 +3,11 @@
 //!
 //! Export runs through [`QueueProcessor`] rather than the SDK's batch processor for
 //! one reason: a span the queue cannot take, or an export that fails, must be counted
-//! (`switchboard_spans_dropped_total`), and the SDK's processor only logs its drops
+//! (`switchboard_dispatch_spans_dropped_total`, `switchboard_gateway_spans_dropped_total`), and the SDK's processor only logs its drops
 //! at shutdown. Ending a span is a `try_send` on a bounded queue (never a wait); one
 //! task exports batches with a timeout, so a collector that is slow or down costs
 //! spans, never delivery time.
 
-use std::borrow::Cow;
 use std::str::FromStr as _;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -75,15 +74,18 @@ pub(crate) fn trace_parent(sc: &SpanContext) -> Option<TraceParent> {
     })
 }
 
-/// A recorded span and its context, or `None` when no exporter is installed or the
-/// sampler dropped the span (the caller then passes the parent on).
+/// The span's context, and the span itself when the sampler kept it; `None` when no
+/// exporter is installed (the caller then passes the parent on). A span sampled out
+/// still has a context of its own (not sampled): passing it on keeps the next hops in
+/// the same trace, so a ratio sampler decides for the whole trace once, and a
+/// parent-based one downstream drops it too.
 pub(super) fn start(
-    name: Cow<'static, str>,
+    (operation, target): (&'static str, &str),
     kind: SpanKind,
     parent: Parent,
     tracestate: &str,
     attributes: impl FnOnce() -> Vec<Attribute>,
-) -> Option<(Live, TraceParent)> {
+) -> Option<(Option<Live>, TraceParent)> {
     let tracer = TRACER.get()?;
     let kind = match kind {
         SpanKind::Client => opentelemetry::trace::SpanKind::Client,
@@ -91,9 +93,8 @@ pub(super) fn start(
         SpanKind::Consumer => opentelemetry::trace::SpanKind::Consumer,
     };
     let mut builder = tracer
-        .span_builder(name)
-        .with_kind(kind)
-        .with_attributes(key_values(attributes()));
+        .span_builder(format!("{operation} {target}"))
+        .with_kind(kind);
     let cx = match parent {
         Parent::None => Context::new(),
         Parent::Child(p) => Context::new().with_remote_span_context(span_context(p, tracestate)),
@@ -106,12 +107,13 @@ pub(super) fn start(
             }
         }
     };
-    let span = builder.start_with_context(tracer, &cx);
-    if !span.is_recording() {
-        return None;
-    }
+    let mut span = builder.start_with_context(tracer, &cx);
     let ctx = trace_parent(span.span_context())?;
-    Some((Live(span), ctx))
+    if !span.is_recording() {
+        return Some((None, ctx));
+    }
+    span.set_attributes(key_values(attributes()));
+    Some((Some(Live(span)), ctx))
 }
 
 /// [`super::execute_span`]'s OpenTelemetry half: parents `span` on `parent` and, when
