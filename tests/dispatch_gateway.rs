@@ -418,11 +418,11 @@ async fn metrics_answer_how_long_which_binding_took_and_what_waits() {
         let t = metrics().await;
         let delivered = series(
             &t,
-            r#"switchboard_dispatch_accepted_to_delivered_seconds_count{binding="to-target",version="1",source="@api",tenant="acme"}"#,
+            r#"switchboard_dispatch_accepted_to_delivered_seconds_count{binding="to-target",version="1",source="@api",provider="api",tenant="acme"}"#,
         );
         let dead = series(
             &t,
-            r#"switchboard_dispatch_accepted_to_dead_lettered_seconds_count{binding="doomed",version="1",source="@api",tenant="acme"}"#,
+            r#"switchboard_dispatch_accepted_to_dead_lettered_seconds_count{binding="doomed",version="1",source="@api",provider="api",tenant="acme"}"#,
         );
         (delivered == Some(1.0) && dead == Some(1.0)).then_some(t)
     })

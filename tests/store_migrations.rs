@@ -5,7 +5,8 @@
 //! this build knows is refused with an error naming both versions and what to do,
 //! and is left as it was; a database of schema 7 with rows waiting behind their
 //! ordering key's head has them parked by migration 8; events stored before
-//! migration 9 are found by their provider's delivery id after it.
+//! migration 9 are found by their provider's delivery id after it; events stored
+//! before migration 10 read back with an empty trace context.
 #![cfg(all(feature = "runtime", feature = "postgres"))]
 
 #[macro_use]
@@ -20,6 +21,7 @@ on_both_stores!(
     a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to_do,
     an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head,
     an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_guid,
+    an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_context,
 );
 
 /// Opens at once, as that many processes starting together would.
@@ -148,6 +150,12 @@ async fn a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to
 /// A parked row's `next_attempt_at` (`store::outbox_rows::PARKED`).
 const PARKED: i64 = i64::MAX;
 
+/// Undoes migration 10 (the events' trace context columns), the first step back to an
+/// older schema; the same statements on both stores.
+const UNDO_10: &str = "ALTER TABLE events DROP COLUMN traceparent;
+    ALTER TABLE events DROP COLUMN tracestate;
+    DELETE FROM schema_migrations WHERE version >= 10;";
+
 /// Schema 7 as it was, made from a schema-8 database: no parking triggers, the
 /// claim index of then (and migration 9's index back to the delivery search's of
 /// then). The test's own knowledge of what migrations 8 and 9 changed.
@@ -196,6 +204,7 @@ async fn an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head(ki
         StoreKind::Sqlite => BACK_TO_7_SQLITE,
         StoreKind::Postgres(_) => BACK_TO_7_POSTGRES,
     };
+    exec(&url, UNDO_10).await;
     exec(&url, back).await;
     assert_eq!(versions(&url).await.last(), Some(&7));
 
@@ -249,6 +258,7 @@ async fn an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_gui
             DELETE FROM schema_migrations WHERE version >= 9;"
         }
     };
+    exec(&url, UNDO_10).await;
     exec(&url, back).await;
     assert_eq!(versions(&url).await.last(), Some(&8));
     for (id, key) in [("evt_gh", "77:5c1f-guid"), ("evt_plain", "5c1f-guid-2")] {
@@ -282,4 +292,39 @@ async fn an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_gui
     assert_eq!(found("77:5c1f-guid").await, vec!["evt_gh"], "by the key");
     assert!(found("77").await.is_empty(), "not by the hook id");
     assert_eq!(found("5c1f-guid-2").await, vec!["evt_plain"]);
+}
+
+/// Migration 10 adds the events' trace context with constant defaults: an event stored
+/// before it reads back with an empty `traceparent` (its attempts then root in its
+/// trace id), and a new event keeps the context it was created under.
+async fn an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_context(
+    kind: StoreKind,
+) {
+    let (url, _dir) = fresh(&kind).await;
+    drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    exec(&url, UNDO_10).await;
+    assert_eq!(versions(&url).await.last(), Some(&9));
+    exec(
+        &url,
+        "INSERT INTO events (id, source, provider, kind, received_at, dedupe_key, trace_id,
+            tenant, headers, body, signature)
+         VALUES ('evt_old', 'gh', 'github', 'push', 1000, 'k', '4bf92f3577b34da6a3ce929d0e0e4736',
+            '', '{}', '', 'verified')",
+    )
+    .await;
+    let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
+    assert_eq!(versions(&url).await.last(), Some(&10), "migrated");
+    let q = switchboard::__private::store::EventQuery {
+        limit: 10,
+        ..Default::default()
+    };
+    let events = backend.events(&q).await.unwrap();
+    assert_eq!(events.len(), 1);
+    let old = &events[0].event;
+    assert_eq!(old.id, "evt_old");
+    assert_eq!(old.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(
+        (old.traceparent.as_str(), old.tracestate.as_str()),
+        ("", "")
+    );
 }

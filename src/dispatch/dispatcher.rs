@@ -743,6 +743,7 @@ async fn attempt(
         binding: &binding.id,
         version: binding.version,
         source: &row.source,
+        provider: &row.provider,
         tenant: &row.tenant,
     };
     let after_s = (now - row.enqueued_at_ms) as f64 / 1000.0;
@@ -795,6 +796,7 @@ fn attempt_span(binding: &Binding, row: &ClaimedRow, relationship: Relationship)
                 ("switchboard.attempt", i64::from(row.attempt).into()),
                 ("switchboard.event.kind", row.kind.clone().into()),
                 ("switchboard.source", row.source.clone().into()),
+                ("switchboard.provider", row.provider.clone().into()),
                 ("switchboard.tenant", row.tenant.clone().into()),
                 ("switchboard.row.id", row.id.into()),
             ];

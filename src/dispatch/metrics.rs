@@ -12,7 +12,7 @@
 //! the maximum depth, dropped), `spans_dropped_total` (trace spans lost on the way to
 //! the collector).
 //!
-//! End to end, per `binding`, `version`, `source` and `tenant`:
+//! End to end, per `binding`, `version`, `source`, `provider` and `tenant`:
 //! `accepted_to_delivered_seconds` and `accepted_to_dead_lettered_seconds`, from when
 //! the row was enqueued (for an event's rows, when ingress accepted it) to the attempt
 //! that delivered it or gave up. Per `binding`: `retry_delay_seconds` (how far ahead a
@@ -64,6 +64,7 @@ pub(crate) struct EndLabels<'a> {
     pub(crate) binding: &'a str,
     pub(crate) version: u32,
     pub(crate) source: &'a str,
+    pub(crate) provider: &'a str,
     pub(crate) tenant: &'a str,
 }
 
@@ -73,6 +74,7 @@ impl EndLabels<'_> {
             ("binding", self.binding.to_owned()),
             ("version", self.version.to_string()),
             ("source", self.source.to_owned()),
+            ("provider", self.provider.to_owned()),
             ("tenant", self.tenant.to_owned()),
         ]
     }

@@ -168,6 +168,9 @@ pub struct ClaimedRow {
     pub source: String,
     /// The event's kind.
     pub kind: String,
+    /// The provider rule that accepted the event (`github`, `cron`, `api`, …); empty
+    /// when the event is gone.
+    pub provider: String,
     /// The event's W3C trace id.
     pub trace_id: String,
     /// The row's creation context: its event's `traceparent` (empty for an event

@@ -239,6 +239,7 @@ mod tests {
             event_id: "evt_1".into(),
             source: "s".into(),
             kind: "k".into(),
+            provider: "p".into(),
             trace_id: "t".into(),
             traceparent: String::new(),
             tracestate: String::new(),

@@ -60,7 +60,8 @@ const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
         COALESCE(e.kind, ''), COALESCE(e.trace_id, ''), COALESCE(e.tenant, ''), o.attempts,
         o.depth, o.ordering_key, o.enqueued_at, o.due_at,
         COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
-        o.priority, COALESCE(e.traceparent, ''), COALESCE(e.tracestate, '')";
+        o.priority, COALESCE(e.traceparent, ''), COALESCE(e.tracestate, ''),
+        COALESCE(e.provider, '')";
 
 /// Sent before [`CLAIM`] in its transaction: the claim's plan is index walks and
 /// nested loops whatever the statistics say. The statement is prepared, and the plan
@@ -144,6 +145,7 @@ fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRo
         event_id: r.get(3),
         source: r.get(4),
         kind: r.get(5),
+        provider: r.get(20),
         trace_id: r.get(6),
         traceparent: r.get(18),
         tracestate: r.get(19),

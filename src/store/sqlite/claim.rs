@@ -28,7 +28,7 @@ fn claim_select() -> String {
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
             COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id,
             o.errors, o.priority, o.next_attempt_at, COALESCE(e.traceparent, ''),
-            COALESCE(e.tracestate, '')
+            COALESCE(e.tracestate, ''), COALESCE(e.provider, '')
         FROM outbox o INDEXED BY outbox_by_binding LEFT JOIN events e ON e.id = o.event_id
         WHERE o.binding_id = ?2 AND o.priority = ?4 AND o.next_attempt_at <= ?1 AND {IS_HEAD}
             AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = ?2)
@@ -183,6 +183,7 @@ fn claimed_row(r: &rusqlite::Row<'_>, token: i64) -> rusqlite::Result<ClaimedRow
         event_id: r.get(3)?,
         source: r.get(4)?,
         kind: r.get(5)?,
+        provider: r.get(20)?,
         trace_id: r.get(6)?,
         traceparent: r.get(18)?,
         tracestate: r.get(19)?,
