@@ -75,18 +75,34 @@ pub(crate) struct Lane {
 
 /// Lane height in the timeline's SVG units.
 const LANE: f64 = 22.0;
+/// The narrowest bar drawn, in SVG units: an attempt of a millisecond still shows.
+const MIN_BAR: f64 = 3.0;
+
+/// `ms` as a person reads a duration: milliseconds below 2 s, seconds below 2 min,
+/// minutes above.
+fn duration_label(ms: f64) -> String {
+    if ms < 2_000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 120_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else {
+        format!("{:.1} min", ms / 60_000.0)
+    }
+}
 
 /// A timeline of `lanes`' bars from `origin_ms` (an event's receipt) to the last
 /// bar's end, one lane per row, failures in the bad colour: where the time of an
-/// event's deliveries went, at a glance. Bars narrower than a pixel are drawn one
-/// pixel wide, so a 2 ms attempt among hour-long backoffs still shows.
+/// event's deliveries went, at a glance. Bars narrower than [`MIN_BAR`] are drawn
+/// that wide, so a 2 ms attempt among hour-long backoffs still shows.
 pub(crate) fn timeline(title: &str, origin_ms: i64, lanes: &[Lane]) -> Markup {
     let end = lanes
         .iter()
         .flat_map(|l| l.bars.iter().map(|b| b.end_ms))
-        .fold(origin_ms + 1, i64::max);
-    let span = (end - origin_ms).max(1) as f64;
-    let x = |ms: i64| ((ms - origin_ms).max(0) as f64 / span * W).min(W);
+        .fold(origin_ms, i64::max);
+    // A twentieth of room after the last bar, and at least 10 ms in all, so the last
+    // bar is not drawn against the edge and a few milliseconds do not fill the width.
+    let span = ((end - origin_ms) as f64 * 1.05).max(10.0);
+    let x = |ms: i64| ((ms - origin_ms).max(0) as f64 / span * W).min(W - MIN_BAR);
     let h = LANE * lanes.len().max(1) as f64;
     html! {
         figure.chart {
@@ -98,7 +114,7 @@ pub(crate) fn timeline(title: &str, origin_ms: i64, lanes: &[Lane]) -> Markup {
                         rect class=(if b.ok { "bar ok" } else { "bar bad" })
                             x=(format!("{:.1}", x(b.start_ms)))
                             y=(format!("{:.1}", y + 4.0))
-                            width=(format!("{:.1}", (x(b.end_ms) - x(b.start_ms)).max(1.0)))
+                            width=(format!("{:.1}", (x(b.end_ms) - x(b.start_ms)).max(MIN_BAR)))
                             height=(format!("{:.1}", LANE - 8.0)) {
                             title { (lane.label) " " (b.label) }
                         }
@@ -107,7 +123,7 @@ pub(crate) fn timeline(title: &str, origin_ms: i64, lanes: &[Lane]) -> Markup {
             }
             figcaption.legend {
                 strong { (title) } " "
-                span.muted { "(0 to " (format_value(span / 1000.0)) " s after receipt) " }
+                span.muted { "(from receipt to " (duration_label(span)) " after) " }
                 @for (i, lane) in lanes.iter().enumerate() {
                     span class=(format!("k{}", i % 3)) { (i + 1) ": " (lane.label) }
                 }
@@ -166,5 +182,41 @@ mod tests {
             svg.contains("&lt;b&gt;x&lt;/b&gt;"),
             "labels are escaped: {svg}"
         );
+    }
+
+    #[test]
+    fn a_timeline_places_bars_from_the_receipt_and_never_hides_a_short_one() {
+        let lanes = [Lane {
+            label: "<i>b</i> (outbox)".into(),
+            bars: vec![
+                Bar {
+                    start_ms: 1_000,
+                    end_ms: 1_001,
+                    ok: false,
+                    label: "#1".into(),
+                },
+                Bar {
+                    start_ms: 1_950,
+                    end_ms: 2_000,
+                    ok: true,
+                    label: "#2".into(),
+                },
+            ],
+        }];
+        let svg = timeline("attempts", 0, &lanes).into_string();
+        // 2,000 ms end, 5 % room: 2,100 ms across 600 units.
+        assert!(svg.contains("x=\"285.7\""), "{svg}");
+        assert!(
+            svg.contains("width=\"3.0\""),
+            "a 1 ms bar is drawn {MIN_BAR} wide: {svg}"
+        );
+        assert!(svg.contains("class=\"bar ok\"") && svg.contains("class=\"bar bad\""));
+        assert!(svg.contains("to 2.1 s after"), "{svg}");
+        assert!(
+            svg.contains("&lt;i&gt;b&lt;/i&gt;"),
+            "labels are escaped: {svg}"
+        );
+        assert_eq!(duration_label(90_000.0), "90.0 s");
+        assert_eq!(duration_label(600_000.0), "10.0 min");
     }
 }

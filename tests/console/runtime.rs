@@ -47,7 +47,7 @@ prefix = "sha256="
 id = "orders"
 sources = ["hook"]
 handler = { local = "switch", capability = "record" }
-retry = { max_attempts = 1 }
+retry = { max_attempts = 3, backoff = "constant", base = "150ms", jitter = 0.0 }
 
 [telemetry]
 trace_url = "https://tempo.example/trace/{trace_id}"
@@ -147,13 +147,14 @@ async fn a_webhook_appears_live_and_its_dead_letter_is_replayed_by_a_click() {
         "the signature is not shown: {detail}"
     );
     b.screenshot("runtime-event").await;
-    // The attempt's timeline (drawn and as a table) and the trace link.
-    b.wait_text("#attempt-timeline", "handler").await;
+    // The attempts' timeline (drawn and as a table), all three once the row is
+    // dead-lettered, and the trace link.
     b.wait_js(
-        "the timeline draws the failed attempt",
-        "return !!document.querySelector('svg.timeline rect.bad');",
+        "the timeline draws the three failed attempts",
+        "return document.querySelectorAll('svg.timeline rect.bad').length === 3;",
     )
     .await;
+    b.wait_text("#attempt-timeline", "handler").await;
     let link = b
         .js(
             "return document.querySelector('#event-trace').href;",
