@@ -67,6 +67,13 @@ fn main() {
     parent();
 }
 
+/// One mode: its label, the binary that runs it and the environment it runs in.
+type Mode = (
+    &'static str,
+    std::path::PathBuf,
+    Vec<(&'static str, String)>,
+);
+
 /// One mode's run, as the child reports it.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -83,7 +90,7 @@ fn parent() {
         .unwrap();
     let (spans, endpoint) = rt.block_on(collector());
     let me = std::env::current_exe().unwrap();
-    let mut modes: Vec<(&str, std::path::PathBuf, Vec<(&str, String)>)> = Vec::new();
+    let mut modes: Vec<Mode> = Vec::new();
     if let Some(off) = &off_exe {
         modes.push(("off (built without otel)", off.into(), vec![]));
     }

@@ -391,12 +391,7 @@ async fn queue_messages_come_back_after_their_visibility_and_die_after_max_recei
     let (_, third) = recv(50).await;
     assert_eq!(third["messages"].as_array().unwrap().len(), 0, "{third}");
     assert_eq!(third["dead_lettered"], 1);
-    let metrics = reqwest::get(format!("{}/metrics", rt.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rt.metrics().await;
     assert!(
         metrics.contains(r#"switchboard_dispatch_queue_dead_lettered_total{queue="work"} 1"#),
         "{metrics}"
@@ -546,12 +541,7 @@ async fn a_sync_invoke_answers_with_the_result_or_a_status_naming_the_failure() 
         runs.iter().any(|r| r.abandoned && r.status == "ok")
     })
     .await;
-    let metrics = reqwest::get(format!("{}/metrics", rt.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rt.metrics().await;
     assert!(
         metrics.contains(r#"switchboard_dispatch_sync_abandoned_total{binding="sync"} 1"#),
         "{metrics}"
@@ -645,12 +635,7 @@ async fn signed_webhooks_reach_matching_bindings_once_and_a_failing_filter_skips
     let mut sorted = deliveries.clone();
     sorted.sort();
     assert_eq!(sorted, ["d1", "d2", "d3"]);
-    let metrics = reqwest::get(format!("{}/metrics", rt.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rt.metrics().await;
     assert!(
         metrics.contains("switchboard_ingress_trigger_filter_errors_total{binding=\"broken\"} 4"),
         "every request's evaluation is counted: {metrics}"

@@ -406,16 +406,8 @@ async fn metrics_answer_how_long_which_binding_took_and_what_waits() {
     rt.enqueue("to-target", json!({"n": 1})).await;
     rt.enqueue("doomed", json!({"n": 2})).await;
     rt.enqueue("to-work", json!({"n": 3})).await;
-    let metrics = || async {
-        reqwest::get(format!("{}/metrics", rt.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
     let text = support::eventually("the delivery and the dead letter in /metrics", || async {
-        let t = metrics().await;
+        let t = rt.metrics().await;
         let delivered = series(
             &t,
             r#"switchboard_dispatch_accepted_to_delivered_seconds_count{binding="to-target",version="1",source="@api",provider="api",tenant="acme"}"#,

@@ -418,12 +418,7 @@ retry = {{ max_attempts = 3, backoff = "constant", base = "50ms" }}
     })
     .await;
     eventually("the dropped spans counted", || async {
-        let text = reqwest::get(format!("{}/metrics", rt.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = rt.metrics().await;
         let line = text
             .lines()
             .find(|l| l.starts_with("switchboard_dispatch_spans_dropped_total "))?

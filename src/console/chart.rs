@@ -58,7 +58,9 @@ pub(crate) fn line(title: &str, series: &[Series<'_>], slots: usize) -> Markup {
     }
 }
 
-/// One bar of a [`timeline`]: an interval (unix ms) and whether it went well.
+/// One bar of a [`timeline`]: an interval (unix ms) and whether it went well. The
+/// timeline is the runtime console's; the gateway's has none.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub(crate) struct Bar {
     pub(crate) start_ms: i64,
     pub(crate) end_ms: i64,
@@ -68,18 +70,22 @@ pub(crate) struct Bar {
 }
 
 /// One lane of a [`timeline`]: a row's attempts.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub(crate) struct Lane {
     pub(crate) label: String,
     pub(crate) bars: Vec<Bar>,
 }
 
 /// Lane height in the timeline's SVG units.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 const LANE: f64 = 22.0;
 /// The narrowest bar drawn, in SVG units: an attempt of a millisecond still shows.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 const MIN_BAR: f64 = 3.0;
 
 /// `ms` as a person reads a duration: milliseconds below 2 s, seconds below 2 min,
 /// minutes above.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 fn duration_label(ms: f64) -> String {
     if ms < 2_000.0 {
         format!("{ms:.0} ms")
@@ -94,6 +100,7 @@ fn duration_label(ms: f64) -> String {
 /// bar's end, one lane per row, failures in the bad colour: where the time of an
 /// event's deliveries went, at a glance. Bars narrower than [`MIN_BAR`] are drawn
 /// that wide, so a 2 ms attempt among hour-long backoffs still shows.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub(crate) fn timeline(title: &str, origin_ms: i64, lanes: &[Lane]) -> Markup {
     let end = lanes
         .iter()

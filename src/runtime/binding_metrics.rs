@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::outbox::model::Depth;
 use crate::outbox::OutboxStore;
 use crate::triggers::filter_breaker::Breakers;
 use crate::triggers::live::LiveTriggers;
@@ -47,6 +48,40 @@ pub(crate) fn state_word(
         (false, _, true, _) => "active",
         (false, _, false, true) => "draining",
         (false, _, false, false) => "terminated",
+    }
+}
+
+/// `{prefix}_depth{{key, state}}` (due, leased, scheduled) and
+/// `{prefix}_oldest_age_seconds{{key}}` for each entry of `depths` (a binding's rows, a
+/// queue's messages), with their help texts.
+fn depth_gauges(
+    out: &mut String,
+    (prefix, key): (&str, &str),
+    (depth_help, age_help): (&str, &str),
+    depths: &std::collections::BTreeMap<String, Depth>,
+) {
+    gauge_header(out, &format!("{prefix}_depth"), depth_help);
+    for (id, d) in depths {
+        for (state, n) in [
+            ("due", d.due),
+            ("leased", d.leased),
+            ("scheduled", d.scheduled),
+        ] {
+            let _ = writeln!(
+                out,
+                "{prefix}_depth{{{key}=\"{}\",state=\"{state}\"}} {n}",
+                label(id)
+            );
+        }
+    }
+    gauge_header(out, &format!("{prefix}_oldest_age_seconds"), age_help);
+    for (id, d) in depths {
+        let age = d.oldest_age_ms.unwrap_or(0).max(0) as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "{prefix}_oldest_age_seconds{{{key}=\"{}\"}} {age}",
+            label(id)
+        );
     }
 }
 
@@ -109,58 +144,21 @@ impl RuntimeMetrics {
         }
         match self.store.stats(now_ms()).await {
             Ok(stats) => {
-                let _ = writeln!(out, "# TYPE switchboard_outbox_depth gauge");
-                let _ = writeln!(out, "# HELP switchboard_outbox_depth Outbox rows per binding: due, leased, scheduled.");
-                for (id, d) in &stats.by_binding {
-                    for (state, n) in [
-                        ("due", d.due),
-                        ("leased", d.leased),
-                        ("scheduled", d.scheduled),
-                    ] {
-                        let _ = writeln!(
-                            out,
-                            "switchboard_outbox_depth{{binding=\"{}\",state=\"{state}\"}} {n}",
-                            label(id)
-                        );
-                    }
-                }
-                let _ = writeln!(out, "# TYPE switchboard_outbox_oldest_age_seconds gauge");
-                let _ = writeln!(out, "# HELP switchboard_outbox_oldest_age_seconds How long the binding's oldest row has waited.");
-                for (id, d) in &stats.by_binding {
-                    let age = d.oldest_age_ms.unwrap_or(0).max(0) as f64 / 1000.0;
-                    let _ = writeln!(
-                        out,
-                        "switchboard_outbox_oldest_age_seconds{{binding=\"{}\"}} {age}",
-                        label(id)
-                    );
-                }
-                gauge_header(&mut out, "switchboard_queue_depth", "Queue messages: due (visible), leased (received, not acked), scheduled (delayed).");
-                for (q, d) in &stats.queues {
-                    for (state, n) in [
-                        ("due", d.due),
-                        ("leased", d.leased),
-                        ("scheduled", d.scheduled),
-                    ] {
-                        let _ = writeln!(
-                            out,
-                            "switchboard_queue_depth{{queue=\"{}\",state=\"{state}\"}} {n}",
-                            label(q)
-                        );
-                    }
-                }
-                gauge_header(
+                depth_gauges(
                     &mut out,
-                    "switchboard_queue_oldest_age_seconds",
-                    "How long the queue's oldest message has waited.",
+                    ("switchboard_outbox", "binding"),
+                    (
+                        "Outbox rows per binding: due, leased, scheduled.",
+                        "How long the binding's oldest row has waited.",
+                    ),
+                    &stats.by_binding,
                 );
-                for (q, d) in &stats.queues {
-                    let age = d.oldest_age_ms.unwrap_or(0).max(0) as f64 / 1000.0;
-                    let _ = writeln!(
-                        out,
-                        "switchboard_queue_oldest_age_seconds{{queue=\"{}\"}} {age}",
-                        label(q)
-                    );
-                }
+                depth_gauges(
+                    &mut out,
+                    ("switchboard_queue", "queue"),
+                    ("Queue messages: due (visible), leased (received, not acked), scheduled (delayed).", "How long the queue's oldest message has waited."),
+                    &stats.queues,
+                );
             }
             Err(e) => {
                 tracing::warn!(error = %e, "/metrics: could not read the outbox depth");
