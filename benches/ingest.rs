@@ -64,8 +64,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use support::{process_cpu, process_written, run_for, us, Sample};
 use switchboard::{Runtime, RuntimeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -130,18 +128,6 @@ const SECRET: &str = "bench-secret";
 /// Set in the child process's environment: `addr size secs`.
 const CLIENT_ENV: &str = "SWITCHBOARD_BENCH_CLIENT";
 
-fn signature(body: &str) -> String {
-    let mut m = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    m.update(body.as_bytes());
-    let hex: String = m
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
-}
-
 /// Drives `addr` for `dur` and returns the sample of acknowledged requests.
 ///
 /// The load generator is a minimal HTTP/1.1 client over keep-alive connections (one
@@ -149,7 +135,7 @@ fn signature(body: &str) -> String {
 /// delivery id), so the machine's two cores go to the server rather than to the client.
 async fn drive(addr: SocketAddr, size: usize, dur: Duration) -> Sample {
     let body = Arc::new(payload::github_issue(size));
-    let sig = Arc::new(signature(&body));
+    let sig = Arc::new(support::hmac_sha256_signature(SECRET, &body));
     let tag = rand::random::<u32>();
     measure(dur, |deadline, counter| {
         let (body, sig) = (body.clone(), sig.clone());

@@ -278,7 +278,7 @@ handler = {{ invoke = "acme.echo.echo", capability = "echo" }}
     let bodies: Vec<(String, String)> = (0..events)
         .map(|i| {
             let body = json!({"order": i, "pad": "x".repeat(200)}).to_string();
-            (sign(&body), body)
+            (support::hmac_sha256_signature(SECRET, &body), body)
         })
         .collect();
     let client = reqwest::Client::new();
@@ -333,17 +333,4 @@ handler = {{ invoke = "acme.echo.echo", capability = "echo" }}
         "cpu_us": cpu.as_secs_f64() * 1e6 / events as f64,
     })
     .to_string()
-}
-
-fn sign(body: &str) -> String {
-    use hmac::{Hmac, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(body.as_bytes());
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
 }

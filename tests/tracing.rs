@@ -188,7 +188,7 @@ async fn start_receiver() -> (Arc<Mutex<Vec<String>>>, String) {
     (seen, url)
 }
 
-async fn register(gw: &TestGateway, regs: Vec<Registration>) {
+async fn register(regs: Vec<Registration>) {
     let runner = MultiConnectorRunner::new(RunnerOptions::default(), regs).unwrap();
     let handles = runner.registrations();
     tokio::spawn(async move {
@@ -197,7 +197,6 @@ async fn register(gw: &TestGateway, regs: Vec<Registration>) {
     for h in handles {
         h.wait_registered(Duration::from_secs(10)).await.unwrap();
     }
-    let _ = gw;
 }
 
 fn registration(gw: &TestGateway, instance: &str, c: impl BaseConnector + 'static) -> Registration {
@@ -223,14 +222,11 @@ async fn one_trace_runs_from_the_sender_through_every_hop() {
     let gw = TestGateway::start().await;
     let leaf = Recorder::default();
     let flaky = Recorder::failing(1);
-    register(
-        &gw,
-        vec![
-            registration(&gw, "chain", Chain),
-            registration(&gw, "leaf", leaf.clone()),
-            registration(&gw, "flaky", flaky.clone()),
-        ],
-    )
+    register(vec![
+        registration(&gw, "chain", Chain),
+        registration(&gw, "leaf", leaf.clone()),
+        registration(&gw, "flaky", flaky.clone()),
+    ])
     .await;
     let (received, receiver_url) = start_receiver().await;
     let config = format!(

@@ -111,3 +111,19 @@ pub fn process_written() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// `sha256=<hex HMAC-SHA256 of body>`: the signature a GitHub-style or `generic_hmac`
+/// source checks, for the benches that post signed webhooks.
+#[cfg(feature = "runtime")]
+pub fn hmac_sha256_signature(secret: &str, body: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    m.update(body.as_bytes());
+    let hex: String = m
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}

@@ -42,8 +42,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::attempt_span::{attempt_span, record_outcome};
 use super::deliver::{AttemptInput, Deliver};
-use super::metrics::{DispatchMetrics, EndLabels};
+use super::metrics::DispatchMetrics;
 use super::options::{DispatcherOptions, MAX_FINISH_BATCH};
 use super::permits::{claim_now, commit_finishes_now, Claiming, Permits, LINGER};
 use super::throttle::StartWindow;
@@ -51,8 +52,6 @@ use crate::backoff::{Backoff, BackoffPolicy};
 use crate::outbox::model::{ClaimRequest, ClaimedRow, Destination, Finish};
 use crate::outbox::outcome::{decide, AttemptFailure, DeadLetterTarget, FailureKind};
 use crate::outbox::OutboxStore;
-use crate::telemetry::{Attribute, Parent, Relationship, Span, SpanKind};
-use crate::trace_context::TraceParent;
 use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::live::LiveTriggers;
 
@@ -660,7 +659,7 @@ async fn attempt(
     permits: [OwnedSemaphorePermit; 2],
 ) {
     let started = inner.clock.now_ms();
-    inner.metrics.attempt_began(row.id, &binding.id, started);
+    inner.metrics.attempt_began(row.id, &binding, started);
     let became_due = row.due_at_ms.max(row.enqueued_at_ms);
     inner
         .metrics
@@ -730,111 +729,19 @@ async fn attempt(
         &targets,
     );
     // The attempt's duration rides with its error, for the console's timeline.
-    if let Finish::Retry { error, .. }
-    | Finish::DeadLetter { error, .. }
-    | Finish::Annotate { error, .. } = &mut finish
-    {
+    if let Some(error) = finish.error_mut() {
         error.took_ms = Some(t0.elapsed().as_millis() as i64);
     }
     let now = inner.clock.now_ms();
     record_outcome(&mut span, &result, &finish, now);
-    inner.metrics.attempt_over(row.id);
-    let end = EndLabels {
-        binding: &binding.id,
-        version: binding.version,
-        source: &row.source,
-        provider: &row.provider,
-        tenant: &row.tenant,
-    };
-    let after_s = (now - row.enqueued_at_ms) as f64 / 1000.0;
-    match &finish {
-        Finish::Retry { at_ms, .. } => inner
-            .metrics
-            .retried(&binding.id, (at_ms - now) as f64 / 1000.0),
-        Finish::Done { .. } => inner.metrics.finished_after(end, after_s, false),
-        Finish::DeadLetter { .. } => {
-            inner.metrics.finished_after(end, after_s, true);
-            tracing::warn!(binding = %binding.id, event = %row.event_id, attempts = row.attempt, "attempts exhausted; dead-lettered");
-            inner.metrics.dead_lettered(&binding.id)
-        }
-        Finish::Annotate { .. } => inner.metrics.annotated(&binding.id),
+    inner.metrics.finished(&binding, &row, &finish, now);
+    if let Finish::DeadLetter { .. } = &finish {
+        tracing::warn!(binding = %binding.id, event = %row.event_id, attempts = row.attempt, "attempts exhausted; dead-lettered");
     }
     drop(permits);
     // Committed by the claim loop's next pass (which this wakes), or by shutdown once
     // every attempt has ended.
     inner.queue_finish(finish);
-}
-
-/// The attempt's span: `process {binding}`, kind CONSUMER, under (or linked to) the
-/// row's creation context as `[telemetry] span_relationship` says, with the messaging
-/// conventions' attributes. Deviation, documented in the guide: there is no broker, so
-/// `messaging.system` is `switchboard` and the destination is the binding.
-fn attempt_span(binding: &Binding, row: &ClaimedRow, relationship: Relationship) -> Span {
-    // A row of an event stored before schema 10 has a trace id but no context: its
-    // attempts root in that trace.
-    let creation = TraceParent::parse(&row.traceparent).or_else(|| {
-        u128::from_str_radix(&row.trace_id, 16)
-            .ok()
-            .filter(|t| *t != 0 && row.trace_id.len() == 32)
-            .map(|t| crate::triggers::root_context(t, rand::random()))
-    });
-    let parent = creation.map_or(Parent::None, |c| Parent::Message(c, relationship));
-    Span::start(
-        "process",
-        &binding.id,
-        SpanKind::Consumer,
-        parent,
-        &row.tracestate,
-        || {
-            let mut a: Vec<Attribute> = vec![
-                ("messaging.system", "switchboard".into()),
-                ("messaging.operation.type", "process".into()),
-                ("messaging.operation.name", "process".into()),
-                ("messaging.destination.name", binding.id.clone().into()),
-                ("messaging.message.id", row.event_id.clone().into()),
-                ("messaging.consumer.group.name", binding.id.clone().into()),
-                ("switchboard.attempt", i64::from(row.attempt).into()),
-                ("switchboard.event.kind", row.kind.clone().into()),
-                ("switchboard.source", row.source.clone().into()),
-                ("switchboard.provider", row.provider.clone().into()),
-                ("switchboard.tenant", row.tenant.clone().into()),
-                ("switchboard.row.id", row.id.into()),
-            ];
-            if binding.version > 0 {
-                a.push((
-                    "switchboard.binding.version",
-                    i64::from(binding.version).into(),
-                ));
-            }
-            a
-        },
-    )
-}
-
-/// What the attempt came to, on its span: `error.type` and an error status for a
-/// failure, when the next attempt is due for a retry, and a `dead_lettered` event.
-fn record_outcome(
-    span: &mut Span,
-    result: &Result<(), AttemptFailure>,
-    finish: &Finish,
-    now_ms: i64,
-) {
-    if let Err(f) = result {
-        span.set(|| vec![("error.type", f.kind.as_str().into())]);
-        span.fail(|| f.message.clone());
-    }
-    match finish {
-        Finish::Retry { at_ms, .. } => {
-            let delay = at_ms - now_ms;
-            span.set(|| vec![("switchboard.retry.delay_ms", delay.into())]);
-        }
-        Finish::DeadLetter { error, .. } => {
-            span.event("dead_lettered", || {
-                vec![("switchboard.attempts", i64::from(error.attempt).into())]
-            });
-        }
-        Finish::Annotate { .. } | Finish::Done { .. } => {}
-    }
 }
 
 fn finish_id(f: &Finish) -> i64 {

@@ -25,12 +25,17 @@
 //! version adds that version's series (reset with the process), and no label carries
 //! an event id, a kind or anything a sender chooses.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::outbox::model::{ClaimedRow, Finish};
+use crate::triggers::binding::Binding;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -60,12 +65,12 @@ impl MetricConstructor<Histogram> for LongBuckets {
 /// Which binding (and version) took which source's event for which tenant: the
 /// labels of the end-to-end histograms.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct EndLabels<'a> {
-    pub(crate) binding: &'a str,
-    pub(crate) version: u32,
-    pub(crate) source: &'a str,
-    pub(crate) provider: &'a str,
-    pub(crate) tenant: &'a str,
+struct EndLabels<'a> {
+    binding: &'a str,
+    version: u32,
+    source: &'a str,
+    provider: &'a str,
+    tenant: &'a str,
 }
 
 impl EndLabels<'_> {
@@ -105,8 +110,9 @@ pub struct DispatchMetrics {
     sync_abandoned: Family<Labels, Counter>,
     queue_dead_lettered: Family<Labels, Counter>,
     /// The attempts this process runs: row id → (binding, when its row was claimed,
-    /// unix ms), for the lease-age gauge ([`DispatchMetrics::lease_ages`]).
-    attempts: std::sync::Mutex<std::collections::HashMap<i64, (String, i64)>>,
+    /// unix ms), for the lease-age gauge ([`DispatchMetrics::lease_ages`]). The
+    /// binding is shared, not copied: an attempt's start allocates no string.
+    attempts: std::sync::Mutex<std::collections::HashMap<i64, (Arc<Binding>, i64)>>,
 }
 
 impl std::fmt::Debug for DispatchMetrics {
@@ -281,9 +287,41 @@ impl DispatchMetrics {
             .observe(delay_s.max(0.0));
     }
 
+    /// What an attempt of `row` under `binding` came to, at `now_ms`: its attempt is
+    /// over, and the finish is counted (retried with its delay; delivered or
+    /// dead-lettered with the time since the row was enqueued; annotated).
+    pub(crate) fn finished(
+        &self,
+        binding: &Binding,
+        row: &ClaimedRow,
+        finish: &Finish,
+        now_ms: i64,
+    ) {
+        self.attempt_over(row.id);
+        let end = EndLabels {
+            binding: &binding.id,
+            version: binding.version,
+            source: &row.source,
+            provider: &row.provider,
+            tenant: &row.tenant,
+        };
+        let after_s = (now_ms - row.enqueued_at_ms) as f64 / 1000.0;
+        match finish {
+            Finish::Retry { at_ms, .. } => {
+                self.retried(&binding.id, (at_ms - now_ms) as f64 / 1000.0)
+            }
+            Finish::Done { .. } => self.finished_after(end, after_s, false),
+            Finish::DeadLetter { .. } => {
+                self.finished_after(end, after_s, true);
+                self.dead_lettered(&binding.id)
+            }
+            Finish::Annotate { .. } => self.annotated(&binding.id),
+        }
+    }
+
     /// A row's last attempt: delivered, or given up on (`dead`), `after_s` after its
     /// row was enqueued.
-    pub(crate) fn finished_after(&self, labels: EndLabels<'_>, after_s: f64, dead: bool) {
+    fn finished_after(&self, labels: EndLabels<'_>, after_s: f64, dead: bool) {
         let family = if dead {
             &self.dead_lettered_after
         } else {
@@ -310,12 +348,12 @@ impl DispatchMetrics {
         }
     }
 
-    /// Row `row` of `binding_id`, claimed at `claimed_ms`, is being attempted here.
-    pub(crate) fn attempt_began(&self, row: i64, binding_id: &str, claimed_ms: i64) {
+    /// Row `row` of `binding`, claimed at `claimed_ms`, is being attempted here.
+    pub(crate) fn attempt_began(&self, row: i64, binding: &Arc<Binding>, claimed_ms: i64) {
         self.attempts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(row, (binding_id.to_owned(), claimed_ms));
+            .insert(row, (binding.clone(), claimed_ms));
     }
 
     /// Row `row`'s attempt here is over.
@@ -337,7 +375,7 @@ impl DispatchMetrics {
             .values()
         {
             let age = (now_ms - at).max(0);
-            let e = out.entry(b.clone()).or_insert(0);
+            let e = out.entry(b.id.clone()).or_insert(0);
             *e = (*e).max(age);
         }
         out

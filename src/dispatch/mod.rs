@@ -14,6 +14,7 @@
 //! I/O, below both this module and the store that implements its trait: the dispatcher
 //! is the one part that runs tasks, talks to handlers and holds a store.
 
+mod attempt_span;
 pub(crate) mod deliver;
 pub(crate) mod dispatcher;
 pub(crate) mod http;

@@ -255,6 +255,20 @@ pub enum Finish {
     },
 }
 
+impl Finish {
+    /// The attempt's error, when the finish records one (a retry, a dead letter, an
+    /// annotation), for what is learnt of the attempt after the decision (its
+    /// duration).
+    pub fn error_mut(&mut self) -> Option<&mut AttemptError> {
+        match self {
+            Finish::Retry { error, .. }
+            | Finish::DeadLetter { error, .. }
+            | Finish::Annotate { error, .. } => Some(error),
+            Finish::Done { .. } => None,
+        }
+    }
+}
+
 /// A dead letter: a row whose attempts ran out, with its error history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadLetter {

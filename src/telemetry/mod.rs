@@ -203,7 +203,9 @@ pub(crate) fn execute_span(
     let parent = context
         .get(crate::context_keys::CONTEXT_TRACEPARENT)
         .and_then(|v| TraceParent::parse(v));
-    let trace_id = parent.map(|p| p.trace_id_hex()).unwrap_or_default();
+    // Formatted only if a subscriber records the field: an execute pays nothing for it
+    // otherwise (this runs for every execute of every connector).
+    let trace_id = TraceIdField(parent.map(|p| p.trace_id));
     let span = tracing::info_span!(
         "execute",
         otel.name = %format_args!("execute {capability}"),
@@ -215,6 +217,19 @@ pub(crate) fn execute_span(
     #[cfg(feature = "otel")]
     otel::continue_in(&span, parent, context);
     span
+}
+
+/// A trace id as the execute span's field shows it: 32 hex digits, empty when the
+/// execute came without a context.
+struct TraceIdField(Option<u128>);
+
+impl std::fmt::Display for TraceIdField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "{id:032x}"),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
