@@ -37,6 +37,16 @@ handler = { local = "rec", capability = "record" }
 max_concurrent = 2
 "#;
 
+/// The numbers of `audit`'s versions in memory.
+async fn in_memory_versions(rt: &Rt) -> Vec<u64> {
+    rt.trigger("audit").await["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect()
+}
+
 async fn in_flight(rt: &Rt, id: &str) -> u64 {
     rt.trigger(id).await["counts"]["in_flight"]
         .as_u64()
@@ -606,26 +616,77 @@ async fn a_replayed_event_runs_under_the_version_in_force_when_it_arrived_or_a_p
     rt.stop().await;
 }
 
+/// Replaces the stored definition of `binding`'s version `n` with one that no longer
+/// builds (what a definition written by a newer build looks like to this one).
+fn break_stored_definition(rt: &Rt, binding: &str, n: u32) {
+    let db = rusqlite::Connection::open(rt.dir.path().join("rt.db")).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE trigger_versions SET definition = '{\"id\": 7}' WHERE binding_id = ?1 AND version = ?2",
+            rusqlite::params![binding, n],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
 #[tokio::test]
-async fn a_replay_whose_version_was_collected_falls_back_to_the_live_one_and_says_so() {
+async fn a_replay_whose_version_was_collected_runs_under_its_stored_definition_or_says_why_not() {
     let rec = Recorder::default();
     let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
-    let old = rt.enqueue("audit", json!({"n": 1})).await;
+    let first = rt.enqueue("audit", json!({"n": 1})).await;
     eventually("the first delivery", || async { rec.count() == 1 }).await;
-    for n in 2..=4 {
+    reload_to(&rt, 2).await;
+    let second = rt.enqueue("audit", json!({"n": 2})).await;
+    eventually("the second delivery", || async { rec.count() == 2 }).await;
+    for n in 3..=5 {
         reload_to(&rt, n).await;
     }
-    // v1 left memory (v2 and v3 are the newest terminated ones).
-    let (status, v) = replay(&rt, &old, "?binding=audit").await;
+    assert_eq!(
+        in_memory_versions(&rt).await,
+        [3, 4, 5],
+        "v1 and v2 left memory"
+    );
+
+    // v1 comes back from the store, pinned, and the replay runs under it.
+    let (status, v) = replay(&rt, &first, "?binding=audit").await;
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["replayed"][0]["version"], "audit@v4", "{v}");
+    assert_eq!(v["replayed"][0]["version"], "audit@v1", "{v}");
     let note = v["notes"][0].as_str().unwrap();
     assert!(
-        note.contains("audit@v1") && note.contains("collected") && note.contains("audit@v4"),
+        note.contains("audit@v1") && note.contains("stored definition") && note.contains("pinned"),
         "{note}"
     );
-    eventually("the fallback replay", || async { rec.count() == 2 }).await;
-    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v4"]);
+    eventually("the replay under v1", || async { rec.count() == 3 }).await;
+    assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1"]);
+    assert_eq!(in_memory_versions(&rt).await, [1, 3, 4, 5]);
+    assert_eq!(rt.trigger("audit").await["versions"][0]["pinned"], true);
+    assert!(rt
+        .history("audit")
+        .await
+        .contains(&"audit@v1 pinned".to_owned()));
+    // Replayed again, it is in memory: no note.
+    let (_, v) = replay(&rt, &first, "?binding=audit").await;
+    assert_eq!(v["notes"], json!([]), "{v}");
+    eventually("the second replay", || async { rec.count() == 4 }).await;
+
+    // v2's stored definition no longer builds: the live version, and the note says why.
+    break_stored_definition(&rt, "audit", 2);
+    let (status, v) = replay(&rt, &second, "?binding=audit").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["replayed"][0]["version"], "audit@v5", "{v}");
+    let note = v["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("audit@v2")
+            && note.contains("cannot be rebuilt")
+            && note.contains("audit@v5"),
+        "{note}"
+    );
+    eventually("the fallback replay", || async { rec.count() == 5 }).await;
+    assert_eq!(runs_of(&rec, 2), ["audit@v2", "audit@v5"]);
+    // Pinned to it explicitly: refused, with the reason, nothing enqueued.
+    let (status, v) = replay(&rt, &second, "?binding=audit&version=2").await;
+    assert_eq!(status, 404, "{v}");
+    assert!(v.to_string().contains("no longer builds"), "{v}");
     rt.stop().await;
 }
 
@@ -676,6 +737,44 @@ async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
 }
 
 #[tokio::test]
+async fn a_dead_letter_whose_version_left_memory_replays_under_its_stored_definition() {
+    let flaky = Recorder::failing(1);
+    let mut rt = Rt::sqlite_file(FLAKY, &[("flaky", flaky.clone())]).await;
+    rt.enqueue("flaky", json!({"n": 1})).await;
+    eventually("the dead letter", || async {
+        rt.get("/api/v1/dead-letters").await["dead_letters"]
+            .as_array()
+            .is_some_and(|l| l.len() == 1)
+    })
+    .await;
+    let dl = rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"].clone();
+    for n in 2..=5 {
+        rt.write_config(&FLAKY.replace("max_attempts = 1", &format!("max_attempts = {n}")));
+        rt.post("/api/v1/triggers/reload", json!({})).await;
+        let old = format!("flaky@v{} terminated", n - 1);
+        eventually(&old, || async { rt.history("flaky").await.contains(&old) }).await;
+    }
+    let (status, v) = rt
+        .post(&format!("/api/v1/dead-letters/{dl}/replay"), json!({}))
+        .await;
+    assert_eq!(
+        (status, v["version"].as_str()),
+        (200, Some("flaky@v1")),
+        "{v}"
+    );
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("stored definition"),
+        "{v}"
+    );
+    eventually("the replay", || async { flaky.count() == 2 }).await;
+    assert_eq!(runs_of(&flaky, 1), ["flaky@v1", "flaky@v1"]);
+    rt.stop().await;
+}
+
+#[tokio::test]
 async fn a_pinned_version_stays_resolvable_for_replays_after_it_would_have_been_collected() {
     let rec = Recorder::default();
     let mut rt = Rt::sqlite_file(V1, &[("rec", rec.clone())]).await;
@@ -695,13 +794,7 @@ async fn a_pinned_version_stays_resolvable_for_replays_after_it_would_have_been_
     }
     // v1 is older than the two newest terminated versions (v3, v4), and pinned: kept.
     let t = rt.trigger("audit").await;
-    let kept: Vec<u64> = t["versions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["version"].as_u64().unwrap())
-        .collect();
-    assert_eq!(kept, [1, 3, 4, 5], "{t}");
+    assert_eq!(in_memory_versions(&rt).await, [1, 3, 4, 5], "{t}");
     assert_eq!(t["versions"][0]["pinned"], true, "{t}");
     let (status, v) = replay(&rt, &old, "?binding=audit").await;
     assert_eq!(
@@ -712,12 +805,15 @@ async fn a_pinned_version_stays_resolvable_for_replays_after_it_would_have_been_
     assert_eq!(v["notes"], json!([]));
     eventually("the replay under v1", || async { rec.count() == 2 }).await;
     assert_eq!(runs_of(&rec, 1), ["audit@v1", "audit@v1"]);
-    let (status, _) = rt
+    // v2 has left memory: pinning it brings it back from its stored definition.
+    let (status, v) = rt
         .post("/api/v1/triggers/audit/versions/2/pin", json!({}))
         .await;
-    assert_eq!(
-        status, 404,
-        "v2 has left memory: it can no longer be pinned"
-    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(in_memory_versions(&rt).await, [1, 2, 3, 4, 5]);
+    let (status, _) = rt
+        .post("/api/v1/triggers/audit/versions/9/pin", json!({}))
+        .await;
+    assert_eq!(status, 404, "v9 was never recorded");
     rt.stop().await;
 }

@@ -299,14 +299,53 @@ impl TriggerControl {
         self.change(|l, now| l.set_paused(id, paused, now)).await
     }
 
-    /// Pins or unpins a version.
+    /// Pins or unpins a version. Pinning one that has left memory brings it back
+    /// from its stored definition ([`TriggerControl::recall`]).
     pub(crate) async fn set_pinned(
         &self,
         id: &str,
         version: u32,
         pinned: bool,
     ) -> Result<LifecycleCommit> {
-        self.change(|l, now| l.set_pinned(id, version, pinned, now))
+        let reason = if pinned {
+            "pinned by an operator"
+        } else {
+            "unpinned by an operator"
+        };
+        if pinned && self.live.current().version(id, version).is_none() {
+            return self.recall(id, version, reason).await;
+        }
+        self.change(|l, now| l.set_pinned(id, version, pinned, reason, now))
+            .await
+    }
+
+    /// Brings version `number` of `id` back into memory from the definition the store
+    /// keeps of it (`trigger_versions`), pinned, so rows enqueued under it run in
+    /// every process; pins it if it is in memory already. Fails with
+    /// [`Error::NotFound`] when no such version was ever recorded and with
+    /// [`Error::Config`] when its stored definition no longer builds to the same
+    /// version (written by a build that understood more).
+    pub(crate) async fn recall(
+        &self,
+        id: &str,
+        number: u32,
+        reason: &str,
+    ) -> Result<LifecycleCommit> {
+        let name = crate::triggers::lifecycle::label(id, number);
+        let record = self
+            .store
+            .versions()
+            .await?
+            .into_iter()
+            .find(|r| r.binding_id == id && r.version == number)
+            .ok_or_else(|| Error::NotFound(format!("{name} was never recorded")))?;
+        let binding = rebuild(&record.definition).map_err(|e| {
+            Error::Config(format!(
+                "{name}: its stored definition no longer builds: {e}"
+            ))
+        })?;
+        let binding = Arc::new(binding);
+        self.change(|l, now| l.recall(record.clone(), binding.clone(), reason, now))
             .await
     }
 

@@ -270,17 +270,26 @@ impl Lifecycle {
         self.entries.get(id).is_some_and(|e| e.paused)
     }
 
-    /// Every version that may start rows: active or draining, of a binding not paused.
+    /// Every version that may start rows, of a binding not paused: active or draining
+    /// ones, and, of a binding with none of those, its pinned terminated ones (a
+    /// replay under a pinned version of a removed binding must still be claimed; a
+    /// binding with a live version is claimed anyway, and its rows of any version in
+    /// memory run).
     pub(crate) fn claimable(&self) -> impl Iterator<Item = &Arc<Binding>> + '_ {
+        let live = |v: &&Version| {
+            matches!(
+                v.record.state,
+                VersionState::Active | VersionState::Draining
+            )
+        };
         self.entries
             .values()
             .filter(|e| !e.paused)
-            .flat_map(|e| e.versions.values())
-            .filter(|v| {
-                matches!(
-                    v.record.state,
-                    VersionState::Active | VersionState::Draining
-                )
+            .flat_map(move |e| {
+                let any_live = e.versions.values().any(|v| live(&v));
+                e.versions
+                    .values()
+                    .filter(move |v| if any_live { live(v) } else { v.record.pinned })
             })
             .map(|v| &v.binding)
     }
@@ -541,32 +550,6 @@ impl Lifecycle {
         commit
     }
 
-    /// Pins (or unpins) a version: a pinned version stays in memory, so replays can
-    /// resolve it, even when terminated and old.
-    pub(crate) fn set_pinned(
-        &mut self,
-        id: &str,
-        number: u32,
-        pinned: bool,
-        now_ms: i64,
-    ) -> Result<LifecycleCommit> {
-        let v = self
-            .entries
-            .get_mut(id)
-            .and_then(|e| e.versions.get_mut(&number))
-            .ok_or_else(|| {
-                Error::NotFound(format!("no version {} in memory", label(id, number)))
-            })?;
-        let mut commit = LifecycleCommit::default();
-        if v.record.pinned != pinned {
-            v.record.pinned = pinned;
-            v.record.updated_at_ms = now_ms;
-            commit.versions.push(v.record.clone());
-        }
-        self.collect();
-        Ok(commit)
-    }
-
     fn active_of(&self, origin: Origin) -> impl Iterator<Item = &Arc<Binding>> + '_ {
         self.entries
             .values()
@@ -790,5 +773,6 @@ fn transition(
     commit.versions.push(record.clone());
 }
 
+mod pins;
 #[cfg(test)]
 mod tests;

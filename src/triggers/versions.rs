@@ -100,6 +100,11 @@ pub enum LifecycleEvent {
     Paused,
     /// The binding was resumed.
     Resumed,
+    /// The version was pinned: kept in memory (and brought back into it from its
+    /// stored definition, if it had left) so replays can run under it.
+    Pinned,
+    /// The version was unpinned: it may leave memory again once terminated and old.
+    Unpinned,
 }
 
 impl LifecycleEvent {
@@ -112,6 +117,8 @@ impl LifecycleEvent {
             LifecycleEvent::Terminated => "terminated",
             LifecycleEvent::Paused => "paused",
             LifecycleEvent::Resumed => "resumed",
+            LifecycleEvent::Pinned => "pinned",
+            LifecycleEvent::Unpinned => "unpinned",
         }
     }
 
@@ -124,6 +131,8 @@ impl LifecycleEvent {
             "terminated" => LifecycleEvent::Terminated,
             "paused" => LifecycleEvent::Paused,
             "resumed" => LifecycleEvent::Resumed,
+            "pinned" => LifecycleEvent::Pinned,
+            "unpinned" => LifecycleEvent::Unpinned,
             _ => return None,
         })
     }

@@ -6,16 +6,24 @@
 //! the version active at that instant ([`Lifecycle::as_of`]), its sources, kinds and
 //! filter deciding whether it takes the event (a binding named with `?binding=` takes
 //! it regardless, as `outbox.enqueue` does). A dead letter is replayed under the version
-//! it ran under. `?version=N` pins the replay to version N instead, which must be in
-//! memory (the newest two terminated versions and pinned ones are). When the version
-//! in force then was collected from memory, the replay falls back to the live version
-//! and the answer's `notes` say so. A replay is asked for explicitly, so a binding's
-//! `dedupe_key` and `debounce` do not apply to it.
+//! it ran under. `?version=N` pins the replay to version N instead.
+//!
+//! A version that has left memory (the newest two terminated versions of a binding
+//! and pinned ones stay) is rebuilt from the definition the store keeps of it
+//! (`trigger_versions`) and pinned, so the replayed rows run under it in every
+//! process; the answer's `notes` say so, since the pin stays until an operator lifts
+//! it. Only when that definition is gone (never recorded, or it no longer builds)
+//! does a replay fall back to the live version, and the notes say why. A replay is
+//! asked for explicitly, so a binding's `dedupe_key` and `debounce` do not apply to
+//! it.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
 use super::base::{OpError, Operations};
 use crate::clock::now_ms;
+use crate::error::Error;
 use crate::outbox::model::{DeadLetterQuery, Enqueue};
 use crate::store::EventQuery;
 use crate::triggers::binding::Binding;
@@ -29,21 +37,41 @@ struct Chosen<'a> {
     note: Option<String>,
 }
 
+/// What bringing a version back into memory for a replay found.
+enum Recalled {
+    /// It was in memory.
+    Already,
+    /// It had left memory and was rebuilt from the store, pinned.
+    Back,
+    /// It cannot be rebuilt: why (never recorded, or its definition no longer builds).
+    Gone(String),
+}
+
+/// The note a replay answers with when it brought a version back.
+fn recalled_note(id: &str, number: u32) -> String {
+    format!(
+        "{} had left memory; it was rebuilt from its stored definition and pinned (unpin it once the replay is done)",
+        label(id, number)
+    )
+}
+
 /// Picks the version of `id` for an event received at `at_ms`; `None` when the
-/// binding had no version then and was not named.
+/// binding had no version then and was not named. `gone` says why the version wanted
+/// could not be brought back into memory, if it could not.
 fn choose<'a>(
     current: &'a Lifecycle,
     id: &str,
     at_ms: i64,
     pinned: Option<u32>,
     named: bool,
+    gone: Option<&String>,
 ) -> Result<Option<Chosen<'a>>, OpError> {
     if let Some(n) = pinned {
         let b = current.version(id, n).ok_or_else(|| {
-            OpError::NotFound(format!(
-                "{} is not in memory (collected, or never recorded); pin a version to keep it resolvable",
-                label(id, n)
-            ))
+            OpError::NotFound(
+                gone.cloned()
+                    .unwrap_or_else(|| format!("{} is not in memory", label(id, n))),
+            )
         })?;
         return Ok(Some(Chosen {
             binding: b,
@@ -70,13 +98,30 @@ fn choose<'a>(
             note: None,
         })),
         AsOf::Collected { number } => live_or(format!(
-            "{} (in force when the event arrived) was collected from memory",
-            label(id, number)
+            "{} (in force when the event arrived) left memory and cannot be rebuilt: {}",
+            label(id, number),
+            gone.map_or("it was collected again", String::as_str)
         )),
         AsOf::NoneThen if named => live_or(format!(
             "binding {id:?} had no active version when the event arrived"
         )),
         AsOf::NoneThen => Ok(None),
+    }
+}
+
+impl Operations {
+    /// Makes sure version `number` of `id` is in memory for a replay, rebuilding it
+    /// from the store (pinned) if it left.
+    async fn recall(&self, id: &str, number: u32) -> Result<Recalled, OpError> {
+        if self.triggers.current().version(id, number).is_some() {
+            return Ok(Recalled::Already);
+        }
+        let reason = "rebuilt from its stored definition for a replay";
+        match self.control.recall(id, number, reason).await {
+            Ok(_) => Ok(Recalled::Back),
+            Err(Error::NotFound(why) | Error::Config(why)) => Ok(Recalled::Gone(why)),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -111,19 +156,41 @@ impl Operations {
             ));
         }
         let event = self.stored_event(event_id).await?;
-        let current = self.triggers.current();
-        let ids: Vec<String> = match binding {
-            Some(b) => {
-                if current.view().iter().all(|v| v.id != b) {
-                    return Err(OpError::NotFound(format!("no trigger binding {b:?}")));
+        let ids: Vec<String> = {
+            let current = self.triggers.current();
+            match binding {
+                Some(b) => {
+                    if current.view().iter().all(|v| v.id != b) {
+                        return Err(OpError::NotFound(format!("no trigger binding {b:?}")));
+                    }
+                    vec![b.to_owned()]
                 }
-                vec![b.to_owned()]
+                None => current.view().into_iter().map(|v| v.id).collect(),
             }
-            None => current.view().into_iter().map(|v| v.id).collect(),
         };
+        let mut notes: Vec<String> = Vec::new();
+        // Versions that left memory come back from the store first.
+        let mut gone: HashMap<&str, String> = HashMap::new();
+        for id in &ids {
+            let wanted = version.or(
+                match self.triggers.current().as_of(id, event.received_at_ms) {
+                    AsOf::Collected { number } => Some(number),
+                    _ => None,
+                },
+            );
+            if let Some(n) = wanted {
+                match self.recall(id, n).await? {
+                    Recalled::Already => {}
+                    Recalled::Back => notes.push(recalled_note(id, n)),
+                    Recalled::Gone(why) => {
+                        gone.insert(id, why);
+                    }
+                }
+            }
+        }
+        let current = self.triggers.current();
         let ctx = EventContext::new(&event);
         let mut rows: Vec<Enqueue> = Vec::new();
-        let mut notes: Vec<String> = Vec::new();
         let mut labels = Vec::new();
         for id in &ids {
             let Some(chosen) = choose(
@@ -132,6 +199,7 @@ impl Operations {
                 event.received_at_ms,
                 version,
                 binding.is_some(),
+                gone.get(id.as_str()),
             )?
             else {
                 continue;
@@ -188,8 +256,9 @@ impl Operations {
         })
     }
 
-    /// Replays a dead letter under the version it ran under, or `version` if given;
-    /// the live version, with a note, when its own was collected.
+    /// Replays a dead letter under the version it ran under, or `version` if given
+    /// (rebuilt from the store if it left memory); the live version, with a note,
+    /// only when its own cannot be rebuilt.
     pub(crate) async fn replay_dead_letter(
         &self,
         id: i64,
@@ -200,36 +269,67 @@ impl Operations {
             .dead_letter(id)
             .await?
             .ok_or_else(|| OpError::NotFound(format!("no dead letter {id}")))?;
-        let current = self.triggers.current();
         let mut note = None;
         let fingerprint = if dl.queue.is_some() {
             None
         } else if let Some(n) = version {
-            let chosen = choose(&current, &dl.binding_id, 0, Some(n), true)?.expect("pinned");
+            let gone = match self.recall(&dl.binding_id, n).await? {
+                Recalled::Gone(why) => Some(why),
+                Recalled::Back => {
+                    note = Some(recalled_note(&dl.binding_id, n));
+                    None
+                }
+                Recalled::Already => None,
+            };
+            let current = self.triggers.current();
+            let chosen =
+                choose(&current, &dl.binding_id, 0, Some(n), true, gone.as_ref())?.expect("pinned");
             Some(chosen.binding.fingerprint.clone())
-        } else if current.resolve(&dl.binding_id, &dl.fingerprint).is_some() {
+        } else if self
+            .triggers
+            .current()
+            .resolve(&dl.binding_id, &dl.fingerprint)
+            .is_some()
+        {
             None
         } else {
-            let was = current.number(&dl.binding_id, &dl.fingerprint).map_or_else(
-                || "its version (never recorded)".to_owned(),
-                |n| label(&dl.binding_id, n),
-            );
-            match current.active(&dl.binding_id) {
-                Some(live) => {
+            let number = self
+                .triggers
+                .current()
+                .number(&dl.binding_id, &dl.fingerprint);
+            let why = match number {
+                Some(n) => match self.recall(&dl.binding_id, n).await? {
+                    Recalled::Already => None,
+                    Recalled::Back => {
+                        note = Some(recalled_note(&dl.binding_id, n));
+                        None
+                    }
+                    Recalled::Gone(why) => Some(why),
+                },
+                None => Some("its version was never recorded".to_owned()),
+            };
+            match why {
+                // Back in memory: it runs under its own version.
+                None => None,
+                Some(why) => {
+                    let current = self.triggers.current();
+                    let was = number
+                        .map_or_else(|| "its version".to_owned(), |n| label(&dl.binding_id, n));
+                    let Some(live) = current.active(&dl.binding_id) else {
+                        return Err(OpError::Invalid(format!(
+                            "{was} cannot be rebuilt ({why}) and binding {:?} has no active version to fall back to",
+                            dl.binding_id
+                        )));
+                    };
                     note = Some(format!(
-                        "{was} was collected from memory; replayed under the live {}",
+                        "{was} cannot be rebuilt ({why}); replayed under the live {}",
                         label(&dl.binding_id, live.version)
                     ));
                     Some(live.fingerprint.clone())
                 }
-                None => {
-                    return Err(OpError::Invalid(format!(
-                        "{was} is not in memory and binding {:?} has no active version; pin a version to replay under it",
-                        dl.binding_id
-                    )))
-                }
             }
         };
+        let current = self.triggers.current();
         let row = backend
             .replay(id, now_ms(), fingerprint.as_deref())
             .await?
@@ -277,7 +377,8 @@ pub(crate) struct DeadLetterReplay {
     pub(crate) row_id: i64,
     /// `id@vN` it runs under, when known to this process.
     pub(crate) version: Option<String>,
-    /// Set when it runs under the live version because its own was collected.
+    /// Set when its version was rebuilt from the store, or when it runs under the
+    /// live version because its own cannot be.
     pub(crate) notes: Vec<String>,
 }
 

@@ -74,8 +74,10 @@ impl Operations {
         Ok(changes(self.control.set_paused(id, paused).await?))
     }
 
-    /// Pins (`true`) or unpins a version, so replays can resolve it however old. A pin
-    /// is kept on the version's record, not in the lifecycle log (it changes no state).
+    /// Pins (`true`) or unpins a version, so replays can resolve it however old.
+    /// Pinning a version that has left memory brings it back from its stored
+    /// definition. A pin is kept on the version's record and logged (`pinned`,
+    /// `unpinned`), which is how other processes learn of it.
     pub async fn set_pinned(&self, id: &str, version: u32, pinned: bool) -> Result<Value, OpError> {
         self.control.set_pinned(id, version, pinned).await?;
         Ok(json!({ "version": label(id, version), "pinned": pinned }))

@@ -270,8 +270,9 @@ fn a_pinned_version_survives_collection() {
     l.reload(vec![binding("a", Some("1 == 1"))], T0 + 10_000)
         .unwrap();
     l.observe(&none_left(&l), T0 + 20_000);
-    let c = l.set_pinned("a", 1, true, T0 + 20_001).unwrap();
+    let c = l.set_pinned("a", 1, true, "test", T0 + 20_001).unwrap();
     assert!(c.versions[0].pinned);
+    assert_eq!(events(&c), ["a@v1 pinned"]);
     for i in 2..=4 {
         let now = T0 + i * 100_000;
         l.reload(vec![binding("a", Some(&format!("{i} == {i}")))], now)
@@ -443,4 +444,93 @@ fn a_version_the_store_was_not_asked_about_keeps_draining() {
     let c = l.observe(&asked, T0 + 1 + DRAIN_SETTLE_MS);
     assert_eq!(events(&c), ["a@v1 terminated"]);
     assert_eq!(states(&l, "b")[0], (1, VersionState::Draining));
+}
+
+#[test]
+fn a_collected_version_is_recalled_pinned_from_its_record_and_keeps_its_state() {
+    let mut l = started(vec![binding("a", Some("0 == 0"))]);
+    for i in 1..=3 {
+        let now = T0 + i * 10_000;
+        l.reload(vec![binding("a", Some(&format!("{i} == {i}")))], now)
+            .unwrap();
+        l.observe(&none_left(&l), now + DRAIN_SETTLE_MS);
+    }
+    let record = |l: &Lifecycle, n: u32| {
+        l.versions()
+            .find(|v| v.record.version == n)
+            .map(|v| v.record.clone())
+    };
+    assert!(record(&l, 1).is_none(), "v1 was collected");
+    assert_eq!(l.as_of("a", T0 + 5_000), AsOf::Collected { number: 1 });
+    // What the store keeps of v1: its record, and the definition it builds from.
+    let v1 = binding("a", Some("0 == 0"));
+    let stored = VersionRecord {
+        binding_id: "a".into(),
+        version: 1,
+        fingerprint: v1.fingerprint.clone(),
+        definition: String::new(),
+        origin: Origin::Manifest,
+        state: VersionState::Terminated,
+        pinned: false,
+        created_at_ms: T0,
+        updated_at_ms: T0 + 10_500,
+    };
+    let c = l
+        .recall(stored.clone(), Arc::new(v1), "replay", T0 + 50_000)
+        .unwrap();
+    assert_eq!(events(&c), ["a@v1 pinned"]);
+    assert!(c.versions[0].pinned && c.versions[0].state == VersionState::Terminated);
+    assert_eq!(l.as_of("a", T0 + 5_000), AsOf::Version(1));
+    assert_eq!(l.version("a", 1).unwrap().version, 1);
+    assert_eq!(
+        l.active("a").unwrap().version,
+        4,
+        "the live version is unchanged"
+    );
+    // Recalling it again only confirms the pin: nothing to write.
+    let again = l
+        .recall(
+            stored.clone(),
+            Arc::new(binding("a", Some("0 == 0"))),
+            "replay",
+            T0 + 60_000,
+        )
+        .unwrap();
+    assert!(again.is_empty());
+    // A definition that builds to another fingerprint is refused, nothing changed.
+    let mut other = stored;
+    other.version = 2;
+    other.fingerprint = "f-unknown".into();
+    let mut l2 = l.clone();
+    l2.entries.get_mut("a").unwrap().versions.remove(&2);
+    let err = l2
+        .recall(
+            other,
+            Arc::new(binding("a", Some("9 == 9"))),
+            "replay",
+            T0 + 70_000,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("a@v2"), "{err}");
+}
+
+#[test]
+fn a_removed_binding_is_claimable_through_its_pinned_versions_only() {
+    let mut l = started(vec![binding("a", Some("0 == 0")), binding("b", None)]);
+    l.reload(vec![binding("b", None)], T0 + 10_000).unwrap();
+    l.observe(&none_left(&l), T0 + 10_000 + DRAIN_SETTLE_MS);
+    let claimable = |l: &Lifecycle| -> Vec<String> {
+        l.claimable()
+            .map(|b| format!("{}@v{}", b.id, b.version))
+            .collect()
+    };
+    assert_eq!(
+        claimable(&l),
+        ["b@v1"],
+        "a is terminated: nothing of it runs"
+    );
+    l.set_pinned("a", 1, true, "replay", T0 + 20_000).unwrap();
+    assert_eq!(claimable(&l), ["a@v1", "b@v1"]);
+    l.set_paused("a", true, T0 + 30_000).unwrap();
+    assert_eq!(claimable(&l), ["b@v1"], "paused: none of it starts");
 }
