@@ -84,6 +84,9 @@ pub mod triggers {
         pub use crate::triggers::registry::TriggerRegistry;
     }
     pub mod versions {
+        pub use crate::triggers::backfill::{
+            BackfillJob, BackfillSpec, BackfillState, BackfillStep, BackfillStore, Window,
+        };
         pub use crate::triggers::versions::{
             LifecycleCommit, LifecycleEntry, LifecycleEvent, Origin, VersionRecord, VersionState,
             VersionStore,

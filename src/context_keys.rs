@@ -49,6 +49,10 @@ pub const CONTEXT_BINDING: &str = "switchboard.binding";
 /// was active when its event arrived (or the one a replay resolved), whatever has been
 /// reloaded since.
 pub const CONTEXT_BINDING_VERSION: &str = "switchboard.binding_version";
+/// Context key: the id of the backfill job that enqueued this delivery (absent for
+/// live and replayed ones), so a handler can tell history from new traffic: skip a
+/// notification, say, or write to a slower path.
+pub const CONTEXT_BACKFILL: &str = "switchboard.backfill";
 /// Context key: handler hops that produced the event. `outbox.enqueue` from inside an
 /// execute reads it, so events that handlers produce carry depth + 1; every invoke made
 /// inside the execute carries it on.

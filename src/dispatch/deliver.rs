@@ -20,9 +20,10 @@ use async_trait::async_trait;
 use crate::connector::InvokeOptions;
 use crate::connector::{BaseConnector, ExecuteContext};
 use crate::context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEAD_LETTER_ATTEMPTS,
-    CONTEXT_DEAD_LETTER_BINDING, CONTEXT_DEAD_LETTER_ERRORS, CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS,
-    CONTEXT_DEAD_LETTER_ID, CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_LAST_ERROR,
+    CONTEXT_ATTEMPT, CONTEXT_BACKFILL, CONTEXT_BINDING, CONTEXT_BINDING_VERSION,
+    CONTEXT_DEAD_LETTER_ATTEMPTS, CONTEXT_DEAD_LETTER_BINDING, CONTEXT_DEAD_LETTER_ERRORS,
+    CONTEXT_DEAD_LETTER_FIRST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_ID,
+    CONTEXT_DEAD_LETTER_LAST_ATTEMPT_MS, CONTEXT_DEAD_LETTER_LAST_ERROR,
     CONTEXT_DEAD_LETTER_LAST_ERROR_KIND, CONTEXT_DEPTH, CONTEXT_EVENT_ID, CONTEXT_TRACEPARENT,
     CONTEXT_TRACESTATE, CONTEXT_TRACE_ID,
 };
@@ -56,6 +57,8 @@ pub struct AttemptInput<'a> {
     pub depth: u32,
     /// For a dead-letter handler's delivery: the dead letter.
     pub dead_letter_id: Option<i64>,
+    /// The backfill job that enqueued the row, if one did.
+    pub backfill: Option<i64>,
     /// The payload bytes (the event's body, or the row's own payload).
     pub payload: &'a [u8],
     /// For a dead-letter handler's delivery: the dead letter, whose facts (the
@@ -87,6 +90,9 @@ impl AttemptInput<'_> {
         values.insert(CONTEXT_DEPTH.to_owned(), self.depth.to_string());
         if let Some(id) = self.dead_letter_id {
             values.insert(CONTEXT_DEAD_LETTER_ID.to_owned(), id.to_string());
+        }
+        if let Some(id) = self.backfill {
+            values.insert(CONTEXT_BACKFILL.to_owned(), id.to_string());
         }
         if let Some(dl) = self.dead_letter {
             let last = dl.errors.last();

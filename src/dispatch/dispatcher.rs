@@ -684,6 +684,7 @@ async fn attempt(
         attempt: row.attempt,
         depth: row.depth,
         dead_letter_id: row.dead_letter_id,
+        backfill: row.backfill,
         payload: &row.payload,
         dead_letter: dead_letter.as_ref(),
     };

@@ -29,8 +29,8 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 use crate::context_keys::{
-    CONTEXT_ATTEMPT, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEPTH, CONTEXT_EVENT_ID,
-    CONTEXT_TRACEPARENT, CONTEXT_TRACESTATE, CONTEXT_TRACE_ID,
+    CONTEXT_ATTEMPT, CONTEXT_BACKFILL, CONTEXT_BINDING, CONTEXT_BINDING_VERSION, CONTEXT_DEPTH,
+    CONTEXT_EVENT_ID, CONTEXT_TRACEPARENT, CONTEXT_TRACESTATE, CONTEXT_TRACE_ID,
 };
 use crate::encoding::Payload;
 use crate::outbound::http::{HttpDelivery, HttpError, HttpRequest, HttpResponse, Signing};
@@ -42,7 +42,7 @@ use crate::outbox::outcome::{AttemptFailure, FailureKind};
 const BODY_EXCERPT: usize = 300;
 
 /// The context keys sent as headers, and their header names.
-const CONTEXT_HEADERS: [(&str, &str); 8] = [
+const CONTEXT_HEADERS: [(&str, &str); 9] = [
     (CONTEXT_EVENT_ID, "switchboard-event-id"),
     (CONTEXT_TRACE_ID, "switchboard-trace-id"),
     // The W3C headers themselves, so the receiver's own tracing continues the trace.
@@ -52,6 +52,7 @@ const CONTEXT_HEADERS: [(&str, &str); 8] = [
     (CONTEXT_BINDING_VERSION, "switchboard-binding-version"),
     (CONTEXT_ATTEMPT, "switchboard-attempt"),
     (CONTEXT_DEPTH, "switchboard-depth"),
+    (CONTEXT_BACKFILL, "switchboard-backfill"),
 ];
 
 /// The handler's options, as the binding holds them.

@@ -56,6 +56,9 @@ pub struct Enqueue {
     /// within the retention, the row is not written; otherwise the claim is taken
     /// (until the commit time plus the retention) in the row's transaction.
     pub dedupe: Option<(String, i64)>,
+    /// The backfill job that enqueued this row, if one did: its handler's context
+    /// carries it (`switchboard.backfill`).
+    pub backfill: Option<i64>,
 }
 
 impl Enqueue {
@@ -75,6 +78,7 @@ impl Enqueue {
             debounce_key: None,
             debounce_window_ms: None,
             dedupe: None,
+            backfill: None,
         }
     }
 
@@ -200,6 +204,8 @@ pub struct ClaimedRow {
     pub dead_letter_id: Option<i64>,
     /// Earlier failed attempts, oldest first.
     pub errors: Vec<AttemptError>,
+    /// The backfill job that enqueued the row, if one did.
+    pub backfill: Option<i64>,
 }
 
 /// How one claimed row ends. Finishes name the row and its claim token; a finish whose
@@ -487,6 +493,8 @@ pub struct Expired {
     pub runs: u64,
     /// Records of debounced rows superseded before the retention.
     pub superseded: u64,
+    /// Records of what backfills enqueued, older than the retention.
+    pub backfilled: u64,
 }
 
 /// One synchronous invocation (`triggers.invoke`, `POST /api/v1/triggers/{id}/invoke`),

@@ -252,6 +252,7 @@ mod tests {
             payload: b"{}".to_vec(),
             dead_letter_id,
             errors: vec![],
+            backfill: None,
         }
     }
 

@@ -15,6 +15,7 @@
 //! [`start`] wires them in named stages, in dependency order, and says why each of the
 //! three write-once cells that tie the remaining loops must stay.
 
+mod backfill_runner;
 mod binding_metrics;
 pub(crate) mod config;
 pub(crate) mod connector;

@@ -34,7 +34,7 @@ use super::config::{GatewaySettings, ResolvedConfig};
 use super::ops::{Operations, QueueLimits};
 use super::trigger_control::{Scope, TriggerControl};
 use super::{
-    binding_metrics, connector, console, http, life, outbox_series, process_id,
+    backfill_runner, binding_metrics, connector, console, http, life, outbox_series, process_id,
     source_registrations, sweeper,
 };
 use crate::connector::BaseConnector;
@@ -360,6 +360,7 @@ fn operations(
             .gateway
             .as_ref()
             .map_or_else(|| "default".to_owned(), |g| g.tenant.clone()),
+        backfill_wake: Arc::default(),
     })
 }
 
@@ -400,6 +401,15 @@ async fn background(
         cancel.clone(),
     )));
     tasks.push(tokio::spawn(control.clone().run(cancel.clone())));
+    tasks.push(tokio::spawn(backfill_runner::run(
+        backfill_runner::Runner {
+            store: store.clone(),
+            control: control.clone(),
+            holder: identity.to_owned(),
+            wake: ops.backfill_wake.clone(),
+        },
+        cancel.clone(),
+    )));
     let sampled = store.clone();
     tasks.push(tokio::spawn(outbox_series::sample_loop(
         ops.series.clone(),

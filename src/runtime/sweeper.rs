@@ -50,10 +50,11 @@ pub(crate) async fn run(
             .expire(now - retention.events_ms, EXPIRE_CHUNK)
             .await
         {
-            Ok(x) if x.events + x.dead_letters + x.runs > 0 => tracing::info!(
+            Ok(x) if x.events + x.dead_letters + x.runs + x.backfilled > 0 => tracing::info!(
                 events = x.events,
                 dead_letters = x.dead_letters,
                 runs = x.runs,
+                backfilled = x.backfilled,
                 "expired events and finished records past the retention"
             ),
             Ok(_) => {}

@@ -25,6 +25,7 @@ use super::body_codec;
 use crate::error::{Error, Result};
 use crate::outbox::model::Enqueue;
 use crate::outbox::OutboxStore;
+use crate::triggers::backfill::BackfillStore;
 use crate::triggers::versions::VersionStore;
 use crate::triggers::TriggerEvent;
 
@@ -158,7 +159,7 @@ pub struct Swept {
 /// A storage backend. Implementations are internally synchronised; the group commit
 /// calls [`Backend::write_batch`] from one task at a time, reads come from anywhere.
 #[async_trait]
-pub trait Backend: OutboxStore + VersionStore + Send + Sync + 'static {
+pub trait Backend: OutboxStore + VersionStore + BackfillStore + Send + Sync + 'static {
     /// A short name for logs and metrics (`sqlite`, `postgres`).
     fn name(&self) -> &'static str;
 

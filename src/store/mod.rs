@@ -23,6 +23,7 @@ pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 mod backend;
+mod backfill_rows;
 mod listing;
 mod open;
 mod options;

@@ -1,6 +1,7 @@
 //! Trigger events and bindings: what every ingress path (provider webhooks, cron
 //! ticks, `outbox.enqueue`) produces, and which bindings an event goes to.
 
+pub(crate) mod backfill;
 pub(crate) mod binding;
 pub(crate) mod binding_match;
 pub(crate) mod config;

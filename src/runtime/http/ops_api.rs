@@ -26,6 +26,16 @@
 //!   (validation), 502 (handler error), 503 (overloaded), 504 (timeout) or 500
 //!   (platform) with `{"error": kind, "message"}`. A caller that hangs up does not
 //!   cancel the attempt; its result is recorded as abandoned.
+//! - `POST /api/v1/backfills` with `{"binding", "version"?, "sources"?, "kinds"?,
+//!   "since"?, "until"?, "filter"?, "rate"?, "skip_delivered"?, "priority"?,
+//!   "dry_run"?}`: starts a backfill of stored events into a binding (201, the job),
+//!   or with `"dry_run": true` answers how many events it would read, match, leave
+//!   to the binding's filter, skip as handled and enqueue (200), enqueuing nothing.
+//!   `since` / `until` are unix ms or RFC 3339. 404 for an unknown binding, 422 for a
+//!   bad field (unknown keys included). `GET /api/v1/backfills` lists the jobs newest
+//!   first (`{"backfills": [...]}`), `GET /api/v1/backfills/{id}` one, with
+//!   `progress`, `walk_rate` and `eta_seconds`; `POST /api/v1/backfills/{id}/pause`,
+//!   `…/resume`, `…/cancel` move it (409 from a state it cannot leave that way).
 //! - `GET /api/v1/outbox/stats`: due, leased, scheduled, oldest age, per binding and
 //!   queue, dead letters, depth drops.
 //! - `GET /api/v1/outbox/series`: the outbox depth over the last five minutes,
@@ -75,7 +85,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::api_error::ApiError;
 use crate::encoding::{encode_payload, Payload};
@@ -83,6 +93,7 @@ use crate::ingress::event_search::{list_events, EventFilter};
 use crate::outbox::model::DeadLetterQuery;
 use crate::runtime::ops::replay::{DeadLetterSelection, MAX_BULK_REPLAY};
 use crate::runtime::ops::{ApiTrace, EnqueueRequest, OpError, Operations};
+use crate::triggers::backfill::{BackfillSpec, BackfillState};
 
 /// The routes, with their state applied (the caller adds the token check).
 pub(crate) fn routes(ops: Arc<Operations>) -> Router {
@@ -106,6 +117,9 @@ pub(crate) fn routes(ops: Arc<Operations>) -> Router {
         .route("/api/v1/dead-letters/{id}", get(dead_letter))
         .route("/api/v1/dead-letters/{id}/replay", post(replay))
         .route("/api/v1/events/{id}/replay", post(replay_event))
+        .route("/api/v1/backfills", get(backfills).post(start_backfill))
+        .route("/api/v1/backfills/{id}", get(backfill))
+        .route("/api/v1/backfills/{id}/{action}", post(change_backfill))
         .route("/api/v1/queues/{name}/receive", post(receive))
         .route("/api/v1/queues/{name}/messages/{id}/ack", post(ack))
         .route("/api/v1/queues/{name}/messages/{id}/nack", post(nack))
@@ -403,6 +417,90 @@ async fn replay_event(
         StatusCode::OK,
         ops.replay_event(&id, q.binding.as_deref(), q.version).await,
     )
+}
+
+/// A backfill request: the job's fields ([`BackfillSpec`]), `since` / `until` as
+/// unix ms or RFC 3339 (aliases of `since_ms` / `until_ms`), and `dry_run`.
+#[derive(Deserialize)]
+struct BackfillRequest {
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    since: Option<Instant>,
+    #[serde(default)]
+    until: Option<Instant>,
+    #[serde(flatten)]
+    spec: serde_json::Map<String, Value>,
+}
+
+/// An instant as unix ms or an RFC 3339 text.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Instant {
+    Ms(i64),
+    Text(String),
+}
+
+impl Instant {
+    fn ms(self, name: &str) -> Result<i64, OpError> {
+        match self {
+            Instant::Ms(ms) => Ok(ms),
+            Instant::Text(t) => chrono::DateTime::parse_from_rfc3339(&t)
+                .map(|d| d.timestamp_millis())
+                .map_err(|e| {
+                    OpError::Invalid(format!(
+                        "{name}: {t:?} is neither unix ms nor an RFC 3339 time ({e})"
+                    ))
+                }),
+        }
+    }
+}
+
+fn backfill_spec(body: &[u8]) -> Result<(BackfillSpec, bool), OpError> {
+    let req: BackfillRequest = serde_json::from_slice(body)
+        .map_err(|e| OpError::Invalid(format!("backfill request: {e}")))?;
+    let mut spec = req.spec;
+    for (key, value) in [("since_ms", req.since), ("until_ms", req.until)] {
+        if let Some(v) = value {
+            spec.insert(key.into(), json!(v.ms(&key[..5])?));
+        }
+    }
+    let spec = serde_json::from_value(Value::Object(spec))
+        .map_err(|e| OpError::Invalid(format!("backfill request: {e}")))?;
+    Ok((spec, req.dry_run))
+}
+
+async fn start_backfill(State(ops): Ops, body: Bytes) -> Response {
+    match backfill_spec(&body) {
+        Ok((spec, true)) => answer(StatusCode::OK, ops.dry_run_backfill(&spec).await),
+        Ok((spec, false)) => answer(StatusCode::CREATED, ops.start_backfill(spec).await),
+        Err(e) => error(e),
+    }
+}
+
+async fn backfills(State(ops): Ops) -> Response {
+    answer(
+        StatusCode::OK,
+        ops.backfills().await.map(|b| json!({ "backfills": b })),
+    )
+}
+
+async fn backfill(State(ops): Ops, Path(id): Path<i64>) -> Response {
+    answer(StatusCode::OK, ops.backfill(id).await)
+}
+
+async fn change_backfill(State(ops): Ops, Path((id, action)): Path<(i64, String)>) -> Response {
+    let to = match action.as_str() {
+        "pause" => BackfillState::Paused,
+        "resume" => BackfillState::Running,
+        "cancel" => BackfillState::Cancelled,
+        other => {
+            return error(OpError::NotFound(format!(
+                "no backfill action {other:?} (pause, resume, cancel)"
+            )))
+        }
+    };
+    answer(StatusCode::OK, ops.set_backfill(id, to).await)
 }
 
 #[derive(Deserialize)]

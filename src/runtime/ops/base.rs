@@ -138,6 +138,8 @@ pub struct Operations {
     /// the runtime starts.
     pub(crate) series: Arc<std::sync::Mutex<SeriesRing>>,
     pub(crate) tenant: String,
+    /// Wakes this process's backfill runner when a job is created or resumed.
+    pub(crate) backfill_wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Operations {

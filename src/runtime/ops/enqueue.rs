@@ -328,6 +328,7 @@ impl Operations {
                 attempt: 1,
                 depth,
                 dead_letter_id: None,
+                backfill: None,
                 payload: &event.body,
                 dead_letter: None,
             };

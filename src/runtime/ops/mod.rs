@@ -9,10 +9,12 @@
 //! - [`queues`]: queue receive, ack, nack, and the dead-letter listing;
 //! - [`triggers`]: reload, register, deregister, pause, resume, drain, pin, history;
 //! - [`replay`]: an event, a dead letter, or every dead letter a selection takes;
+//! - [`backfills`]: backfill jobs (start, dry run, list, pause, resume, cancel);
 //! - [`inspect`]: the outbox report, the bindings report, the depth series, one event
 //!   in full;
 //! - [`sources`]: the sources' report (what each hosts, and its traffic since start).
 
+pub(crate) mod backfills;
 pub(crate) mod base;
 pub(crate) mod enqueue;
 pub(crate) mod inspect;

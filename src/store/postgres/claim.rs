@@ -61,7 +61,7 @@ const CLAIM: &str = "WITH RECURSIVE priorities(binding_id, p) AS (
         o.depth, o.ordering_key, o.enqueued_at, o.due_at,
         COALESCE(o.payload, e.body, ''::BYTEA), o.dead_letter_id, o.errors::TEXT, p.was_due,
         o.priority, COALESCE(e.traceparent, ''), COALESCE(e.tracestate, ''),
-        COALESCE(e.provider, '')";
+        COALESCE(e.provider, ''), o.backfill_id";
 
 /// Sent before [`CLAIM`] in its transaction: the claim's plan is index walks and
 /// nested loops whatever the statistics say. The statement is prepared, and the plan
@@ -158,6 +158,7 @@ fn claimed_row(r: &Row, token: i64) -> ((std::cmp::Reverse<i32>, i64), ClaimedRo
         payload: r.get(13),
         dead_letter_id: r.get(14),
         errors: rows::parse_errors(r.get(15)),
+        backfill: r.get(21),
     };
     ((std::cmp::Reverse(r.get(17)), r.get(16)), row)
 }

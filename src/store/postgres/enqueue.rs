@@ -12,7 +12,7 @@ use crate::store::outbox_rows::{binding_dedupe_source, due_at, queue_of, to_i32}
 /// `enqueued_at`, and notify `switchboard_outbox` once if any row went in (`notified`;
 /// PostgreSQL delivers the notification at commit). `enq` has the columns `event_id,
 /// binding_id, fingerprint, ordering_key, depth, queue, not_before, payload,
-/// dead_letter_id, priority, n` and `enqueued_at` (the commit's clock). Rows with a
+/// dead_letter_id, priority, backfill_id, n` and `enqueued_at` (the commit's clock). Rows with a
 /// debounce or dedupe key never come this way ([`FLOW_ROW`] writes them). Expands to a string
 /// literal, for `concat!`: the caller writes `enq` and a comma before it and its final
 /// `SELECT` after.
@@ -20,10 +20,10 @@ macro_rules! insert_enqueued {
     () => {
         "dispatched AS (
         INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
-            next_attempt_at, enqueued_at, due_at, payload, dead_letter_id, priority)
+            next_attempt_at, enqueued_at, due_at, payload, dead_letter_id, priority, backfill_id)
         SELECT binding_id, fingerprint, event_id, ordering_key, depth,
             COALESCE(not_before, enqueued_at), enqueued_at, COALESCE(not_before, enqueued_at),
-            payload, dead_letter_id, priority
+            payload, dead_letter_id, priority, backfill_id
         FROM enq WHERE queue IS NULL ORDER BY n
         RETURNING 1
     ), queued AS (
@@ -42,14 +42,14 @@ macro_rules! insert_enqueued {
 pub(super) use insert_enqueued;
 
 /// Inserts rows given as arrays (dead-letter fan-out) into the outbox or their queues;
-/// `$10` is the commit's clock, `$11` the priorities.
+/// `$10` is the commit's clock, `$11` the priorities, `$12` the backfill ids.
 pub(super) const INSERT_ROWS: &str = concat!(
     "WITH enq AS (
         SELECT *, $10::BIGINT AS enqueued_at
         FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::INT[], $6::TEXT[],
-            $7::BIGINT[], $8::BYTEA[], $9::BIGINT[], $11::INT[])
+            $7::BIGINT[], $8::BYTEA[], $9::BIGINT[], $11::INT[], $12::BIGINT[])
         WITH ORDINALITY AS f(event_id, binding_id, fingerprint, ordering_key, depth, queue,
-            not_before, payload, dead_letter_id, priority, n)
+            not_before, payload, dead_letter_id, priority, backfill_id, n)
     ), ",
     insert_enqueued!(),
     "
@@ -73,6 +73,7 @@ pub(super) struct EnqueueColumns<'a> {
     pub(super) payloads: Vec<Option<&'a [u8]>>,
     pub(super) dead_letter_ids: Vec<Option<i64>>,
     pub(super) priorities: Vec<i32>,
+    pub(super) backfill_ids: Vec<Option<i64>>,
 }
 
 impl<'a> EnqueueColumns<'a> {
@@ -86,6 +87,7 @@ impl<'a> EnqueueColumns<'a> {
         self.payloads.push(row.payload.as_deref());
         self.dead_letter_ids.push(row.dead_letter_id);
         self.priorities.push(row.priority);
+        self.backfill_ids.push(row.backfill);
     }
 
     /// Adds the rows of the event at 1-based position `ordinal` of the ingest batch.
@@ -129,6 +131,7 @@ pub(super) async fn insert_rows(
                 &c.dead_letter_ids,
                 &now_ms,
                 &c.priorities,
+                &c.backfill_ids,
             ],
         )
         .await?;
@@ -171,9 +174,9 @@ pub(super) const FLOW_ROW: &str = "WITH claim AS (
     ), dispatched AS (
         INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key, depth,
             next_attempt_at, enqueued_at, due_at, payload, dead_letter_id, priority,
-            debounce_key)
+            debounce_key, backfill_id)
         SELECT $7::TEXT, $8::TEXT, $3, $9::TEXT, $10::INT, $12::BIGINT, $5::BIGINT, $12,
-            $13::BYTEA, $14::BIGINT, $15::INT, $6
+            $13::BYTEA, $14::BIGINT, $15::INT, $6, $16::BIGINT
         FROM go WHERE $11::TEXT IS NULL
         RETURNING 1
     ), queued AS (
@@ -191,14 +194,14 @@ pub(super) const FLOW_ROW: &str = "WITH claim AS (
         (SELECT count(*) FROM gone), (SELECT count(*) FROM notified)";
 
 /// Writes `row` of the stored event `event_id` with [`FLOW_ROW`] inside `tx`, at the
-/// commit's clock `now_ms`.
+/// commit's clock `now_ms`; whether it was written (a held dedupe key skips it).
 pub(super) async fn write_flow_row(
     tx: &tokio_postgres::Transaction<'_>,
     stmt: &tokio_postgres::Statement,
     event_id: &str,
     row: &Enqueue,
     now_ms: i64,
-) -> std::result::Result<(), tokio_postgres::Error> {
+) -> std::result::Result<bool, tokio_postgres::Error> {
     let (dedupe_key, expires) = match &row.dedupe {
         Some((key, retention)) => (Some(key.as_str()), now_ms.saturating_add(*retention)),
         None => (None, 0),
@@ -222,6 +225,7 @@ pub(super) async fn write_flow_row(
                 &row.payload,
                 &row.dead_letter_id,
                 &row.priority,
+                &row.backfill,
             ],
         )
         .await?;
@@ -235,5 +239,5 @@ pub(super) async fn write_flow_row(
     } else if superseded > 0 {
         tracing::debug!(binding = %row.binding_id, event_id, superseded, "debounced");
     }
-    Ok(())
+    Ok(rows > 0)
 }

@@ -65,9 +65,9 @@ pub(super) const APPEND_BATCH: &str = concat!(
     ), enq AS (
         SELECT q.*, i.id AS event_id, $14::BIGINT AS enqueued_at
         FROM unnest($15::BIGINT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::INT[],
-            $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[], $24::INT[])
+            $20::TEXT[], $21::BIGINT[], $22::BYTEA[], $23::BIGINT[], $24::INT[], $27::BIGINT[])
             WITH ORDINALITY AS q(event_ord, binding_id, fingerprint, ordering_key, depth,
-                queue, not_before, payload, dead_letter_id, priority, n)
+                queue, not_before, payload, dead_letter_id, priority, backfill_id, n)
         JOIN input i ON i.ord = q.event_ord
         WHERE i.id IN (SELECT id FROM inserted)
     ), ",
@@ -113,7 +113,8 @@ pub(super) fn pg_arg(a: Arg) -> PgArg {
         Arg::Int(i) => Box::new(i),
     }
 }
-const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
+pub(super) const SELECT_EVENTS: &str =
+    "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, body, signature, traceparent, tracestate
     FROM events";
 
@@ -125,7 +126,7 @@ fn events_sql(q: &EventQuery) -> (String, Vec<PgArg>) {
     (sql, args.into_iter().map(pg_arg).collect())
 }
 
-fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
+pub(super) fn row_to_event(r: &tokio_postgres::Row) -> Result<StoredEvent> {
     let headers: String = r.get(10);
     let body: Vec<u8> = r.get(11);
     let signature: String = r.get(12);
@@ -320,7 +321,7 @@ impl Backend for PostgresBackend {
             }
             let c = &batch;
             let q = &c.enqueue;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 27] = [
                 &c.ids,
                 &c.sources,
                 &c.providers,
@@ -347,6 +348,7 @@ impl Backend for PostgresBackend {
                 &q.priorities,
                 &c.traceparents,
                 &c.tracestates,
+                &q.backfill_ids,
             ];
             let plan = tx.batch_execute(APPEND_PLAN);
             let append = tx.query(&append, &params);

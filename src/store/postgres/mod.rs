@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::store::backend::store_err;
 use crate::store::options::{redact_url, StoreOptions};
 
+mod backfills;
 mod claim;
 mod enqueue;
 mod events;

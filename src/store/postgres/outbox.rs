@@ -527,6 +527,7 @@ impl OutboxStore for PostgresBackend {
             ("dead_letters", "dead_at", &mut expired.dead_letters),
             ("trigger_runs", "started_at", &mut expired.runs),
             ("superseded", "at", &mut expired.superseded),
+            ("backfilled", "at", &mut expired.backfilled),
         ] {
             let sql = format!(
                 "DELETE FROM {table} WHERE id IN

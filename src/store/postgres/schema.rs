@@ -91,6 +91,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, CLAIM_BY_BINDING),
     (9, DELIVERY_SEARCH),
     (10, TRACE_CONTEXT),
+    (11, BACKFILLS),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the index retention
@@ -293,6 +294,47 @@ const DELIVERY_SEARCH: &str = "CREATE INDEX events_by_delivery ON events
 /// from. Constant defaults: adding them rewrites no row.
 const TRACE_CONTEXT: &str = "ALTER TABLE events ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
     ALTER TABLE events ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';";
+
+/// Migration 11: backfill jobs ([`crate::triggers::backfill`]) and the job that
+/// enqueued each outbox row (`switchboard.backfill` in its handler's context). A job
+/// row holds its whole state: the request as JSON, its cursor (the last event
+/// sequence walked, committed with the rows each step enqueues), its counts and its
+/// lease. `backfilled` records each (binding version, event) a backfill enqueued, so
+/// a second backfill with `skip_delivered` skips them (live deliveries leave no
+/// record; the lifecycle log tells which events a version took at ingest); the
+/// retention sweep expires it with the events. The outbox column is nullable with no
+/// default: adding it rewrites no row.
+const BACKFILLS: &str = "ALTER TABLE outbox ADD COLUMN backfill_id BIGINT;
+    CREATE TABLE backfills (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        cursor BIGINT NOT NULL,
+        end_seq BIGINT NOT NULL,
+        total BIGINT NOT NULL,
+        walked BIGINT NOT NULL DEFAULT 0,
+        matched BIGINT NOT NULL DEFAULT 0,
+        filtered BIGINT NOT NULL DEFAULT 0,
+        skipped BIGINT NOT NULL DEFAULT 0,
+        enqueued BIGINT NOT NULL DEFAULT 0,
+        error TEXT,
+        lease_holder TEXT,
+        lease_until BIGINT NOT NULL DEFAULT 0,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    );
+    CREATE INDEX backfills_by_state ON backfills (state, id);
+    CREATE TABLE backfilled (
+        id BIGSERIAL PRIMARY KEY,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        backfill_id BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        UNIQUE (binding_id, fingerprint, event_id)
+    );
+    CREATE INDEX backfilled_by_time ON backfilled (at);";
 
 /// Applies the migrations this database lacks, in one transaction under an advisory
 /// lock, so processes starting together apply each once. `url` (redacted) names the

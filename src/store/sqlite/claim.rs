@@ -28,7 +28,7 @@ fn claim_select() -> String {
             o.attempts, o.depth, o.ordering_key, o.enqueued_at, o.due_at,
             COALESCE(o.payload, switchboard_body(e.body_codec, e.body), X''), o.dead_letter_id,
             o.errors, o.priority, o.next_attempt_at, COALESCE(e.traceparent, ''),
-            COALESCE(e.tracestate, ''), COALESCE(e.provider, '')
+            COALESCE(e.tracestate, ''), COALESCE(e.provider, ''), o.backfill_id
         FROM outbox o INDEXED BY outbox_by_binding LEFT JOIN events e ON e.id = o.event_id
         WHERE o.binding_id = ?2 AND o.priority = ?4 AND o.next_attempt_at <= ?1 AND {IS_HEAD}
             AND NOT EXISTS (SELECT 1 FROM trigger_pauses tp WHERE tp.binding_id = ?2)
@@ -196,6 +196,7 @@ fn claimed_row(r: &rusqlite::Row<'_>, token: i64) -> rusqlite::Result<ClaimedRow
         payload: r.get(13)?,
         dead_letter_id: r.get(14)?,
         errors: rows::parse_errors(&r.get::<_, String>(15)?),
+        backfill: r.get(21)?,
     })
 }
 

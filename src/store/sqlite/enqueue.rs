@@ -17,8 +17,8 @@ use crate::outbox::model::Enqueue;
 use crate::store::outbox_rows::{binding_dedupe_source, due_at, queue_of, to_i32};
 
 const INSERT_ROW: &str = "INSERT INTO outbox (binding_id, fingerprint, event_id, ordering_key,
-    depth, next_attempt_at, enqueued_at, due_at, payload, dead_letter_id, priority, debounce_key)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8, ?9, ?10, ?11)";
+    depth, next_attempt_at, enqueued_at, due_at, payload, dead_letter_id, priority, debounce_key,
+    backfill_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?8, ?9, ?10, ?11, ?12)";
 const INSERT_MESSAGE: &str = "INSERT INTO queue_messages (queue, binding_id, fingerprint,
     event_id, depth, enqueued_at, visible_at, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 /// Takes a binding's dedupe key unless a live claim holds it (one row changed = taken).
@@ -78,7 +78,8 @@ impl<'c> Enqueuer<'c> {
                     r.payload,
                     r.dead_letter_id,
                     r.priority,
-                    r.debounce_key
+                    r.debounce_key,
+                    r.backfill
                 ])?,
                 Some(queue) => self.message.execute(params![
                     queue,

@@ -47,7 +47,8 @@ pub(super) fn sqlite_arg(a: Arg) -> rusqlite::types::Value {
         Arg::Int(i) => rusqlite::types::Value::Integer(i),
     }
 }
-const SELECT_EVENTS: &str = "SELECT seq, id, source, provider, kind, received_at, occurred_at,
+pub(super) const SELECT_EVENTS: &str =
+    "SELECT seq, id, source, provider, kind, received_at, occurred_at,
     dedupe_key, trace_id, tenant, headers, switchboard_body(body_codec, body), signature,
     traceparent, tracestate FROM events";
 
@@ -198,7 +199,7 @@ fn write_all(
     Ok((out, created))
 }
 
-fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
+pub(super) fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEvent> {
     let headers: String = r.get(10)?;
     let body: Vec<u8> = r.get(11)?;
     let signature: String = r.get(12)?;

@@ -71,6 +71,7 @@ use crate::store::backend::store_err;
 use crate::store::body_codec::{self, BodyCompression};
 use crate::store::options::StoreOptions;
 
+mod backfills;
 mod claim;
 mod enqueue;
 mod events;

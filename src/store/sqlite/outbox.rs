@@ -538,12 +538,14 @@ impl OutboxStore for SqliteBackend {
         let runs =
             queues::expire_older(self, "trigger_runs", "started_at", before_ms, chunk).await?;
         let superseded = queues::expire_older(self, "superseded", "at", before_ms, chunk).await?;
+        let backfilled = queues::expire_older(self, "backfilled", "at", before_ms, chunk).await?;
         let events = queues::expire_events(self, before_ms, chunk).await?;
         Ok(Expired {
             events,
             dead_letters,
             runs,
             superseded,
+            backfilled,
         })
     }
 

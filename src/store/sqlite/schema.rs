@@ -151,6 +151,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (8, CLAIM_BY_BINDING),
     (9, DELIVERY_SEARCH),
     (10, TRACE_CONTEXT),
+    (11, BACKFILLS),
 ];
 
 /// Migration 2: the outbox, dead letters, queues, run records and the indexes
@@ -333,6 +334,47 @@ const DELIVERY_SEARCH: &str =
 /// from. Constant defaults: adding them rewrites no row.
 const TRACE_CONTEXT: &str = "ALTER TABLE events ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
     ALTER TABLE events ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';";
+
+/// Migration 11: backfill jobs ([`crate::triggers::backfill`]) and the job that
+/// enqueued each outbox row (`switchboard.backfill` in its handler's context). A job
+/// row holds its whole state: the request as JSON, its cursor (the last event
+/// sequence walked, committed with the rows each step enqueues), its counts and its
+/// lease. `backfilled` records each (binding version, event) a backfill enqueued, so
+/// a second backfill with `skip_delivered` skips them (live deliveries leave no
+/// record; the lifecycle log tells which events a version took at ingest); the
+/// retention sweep expires it with the events. The outbox column is nullable with no
+/// default: adding it rewrites no row.
+const BACKFILLS: &str = "ALTER TABLE outbox ADD COLUMN backfill_id INTEGER;
+    CREATE TABLE backfills (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        cursor INTEGER NOT NULL,
+        end_seq INTEGER NOT NULL,
+        total INTEGER NOT NULL,
+        walked INTEGER NOT NULL DEFAULT 0,
+        matched INTEGER NOT NULL DEFAULT 0,
+        filtered INTEGER NOT NULL DEFAULT 0,
+        skipped INTEGER NOT NULL DEFAULT 0,
+        enqueued INTEGER NOT NULL DEFAULT 0,
+        error TEXT,
+        lease_holder TEXT,
+        lease_until INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX backfills_by_state ON backfills (state, id);
+    CREATE TABLE backfilled (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        binding_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        backfill_id INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        UNIQUE (binding_id, fingerprint, event_id)
+    );
+    CREATE INDEX backfilled_by_time ON backfilled (at);";
 
 /// Applies the migrations this database lacks, all in ONE `IMMEDIATE` transaction:
 /// the version is read under the write lock, so of several processes (or several

@@ -1,0 +1,252 @@
+//! The backfill runner: a task per process that leases running backfill jobs from the
+//! store one at a time and walks each ([`crate::triggers::backfill`] holds the data
+//! and the decisions; this is the loop and its I/O).
+//!
+//! A step reads a page of events after the job's cursor, judges each against the
+//! selection, the binding (its live version, or the pinned one) and, with
+//! `skip_delivered`, what that version already handled, then writes the rows, the new
+//! cursor and the counts in one transaction that also renews the lease. Then it waits
+//! as long as the job's rate asks ([`Pace`]). A step the store refuses (the job was
+//! paused or cancelled, or its lease passed to another process) ends the walk; a
+//! store error is retried after a second, from the committed cursor, so nothing is
+//! enqueued twice. At shutdown the lease is handed back at once, so another process
+//! (or the next start) goes on where this one stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::runtime::trigger_control::TriggerControl;
+use crate::store::Store;
+use crate::triggers::backfill::{
+    judge, BackfillJob, BackfillState, BackfillStep, Pace, Verdict, Window, LEASE_MS,
+};
+use crate::triggers::binding::Binding;
+use crate::triggers::lifecycle::{label, AsOf};
+
+/// How often an idle runner looks for a job (it is also woken when one is created or
+/// resumed here).
+const POLL: Duration = Duration::from_secs(1);
+
+/// What the runner needs.
+pub(crate) struct Runner {
+    pub(crate) store: Store,
+    pub(crate) control: Arc<TriggerControl>,
+    /// This process's name in leases.
+    pub(crate) holder: String,
+    /// Notified when a job is created or resumed.
+    pub(crate) wake: Arc<Notify>,
+}
+
+/// Leases and walks jobs until `cancel`.
+pub(crate) async fn run(runner: Runner, cancel: CancellationToken) {
+    let backend = runner.store.backend();
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let now = now_ms();
+        match backend
+            .lease_backfill(&runner.holder, now, now + LEASE_MS)
+            .await
+        {
+            Ok(Some(job)) => {
+                walk(&runner, job, &cancel).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not look for backfill jobs"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = runner.wake.notified() => {}
+            _ = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// The binding version `job` runs under now: its pinned version (brought back from
+/// the store if it left memory) or the live one.
+async fn binding_of(runner: &Runner, job: &BackfillJob) -> Result<Arc<Binding>, String> {
+    let id = &job.spec.binding;
+    let live = runner.control.live().current();
+    match job.spec.version {
+        Some(n) => {
+            if let Some(b) = live.version(id, n) {
+                return Ok(b.clone());
+            }
+            runner
+                .control
+                .recall(id, n, "rebuilt from its stored definition for a backfill")
+                .await
+                .map_err(|e| e.to_string())?;
+            runner
+                .control
+                .live()
+                .current()
+                .version(id, n)
+                .cloned()
+                .ok_or_else(|| format!("{} is not in memory", label(id, n)))
+        }
+        None => live
+            .active(id)
+            .cloned()
+            .ok_or_else(|| format!("binding {id:?} has no active version (removed, or drained)")),
+    }
+}
+
+/// Walks `job` until it ends, stops being ours, or `cancel`.
+async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
+    let backend = runner.store.backend();
+    let fail = |why: String| async move {
+        tracing::warn!(backfill = job.id, error = %why, "backfill failed");
+        if let Err(e) = backend
+            .set_backfill_state(
+                job.id,
+                &[BackfillState::Running],
+                BackfillState::Failed,
+                Some(&why),
+                now_ms(),
+            )
+            .await
+        {
+            tracing::warn!(backfill = job.id, error = %e, "could not record the backfill's failure");
+        }
+    };
+    let filter = match job.spec.check() {
+        Ok(f) => f,
+        Err(why) => return fail(why).await,
+    };
+    tracing::info!(backfill = job.id, binding = %job.spec.binding, cursor = job.cursor, "walking a backfill");
+    let mut pace = Pace::new(job.spec.rate, now_ms());
+    let mut cursor = job.cursor;
+    loop {
+        if cancel.is_cancelled() {
+            // Hand the lease back: another process (or the next start) goes on at once.
+            let _ = backend
+                .set_backfill_state(
+                    job.id,
+                    &[BackfillState::Running],
+                    BackfillState::Running,
+                    None,
+                    now_ms(),
+                )
+                .await;
+            return;
+        }
+        let binding = match binding_of(runner, &job).await {
+            Ok(b) => b,
+            Err(why) => return fail(why).await,
+        };
+        let limit = pace.page();
+        let window = Window {
+            after_seq: cursor,
+            end_seq: job.end_seq,
+            sources: &job.spec.sources,
+            since_ms: job.spec.since_ms,
+            until_ms: job.spec.until_ms,
+        };
+        let page = match backend.backfill_events(window, limit).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(backfill = job.id, error = %e, "could not read events; trying again");
+                pause(cancel, Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let handled = if job.spec.skip_delivered && !page.is_empty() {
+            let ids: Vec<String> = page.iter().map(|(_, e)| e.id.clone()).collect();
+            match backend
+                .backfill_handled(&binding.id, &binding.fingerprint, &ids)
+                .await
+            {
+                Ok(h) => h.into_iter().collect(),
+                Err(e) => {
+                    tracing::warn!(backfill = job.id, error = %e, "could not read what was handled; trying again");
+                    pause(cancel, Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        } else {
+            std::collections::HashSet::new()
+        };
+        let current = runner.control.live().current();
+        let mut step = BackfillStep {
+            id: job.id,
+            holder: runner.holder.clone(),
+            cursor: page.last().map_or(cursor, |(seq, _)| *seq),
+            rows: Vec::new(),
+            walked: page.len() as i64,
+            matched: 0,
+            filtered: 0,
+            skipped: 0,
+            done: page.len() < limit,
+            lease_until_ms: 0,
+            now_ms: 0,
+        };
+        for (_, event) in &page {
+            let routed_then = match current.as_of(&binding.id, event.received_at_ms) {
+                AsOf::Version(n) | AsOf::Collected { number: n } => n == binding.version,
+                AsOf::NoneThen => false,
+            };
+            let verdict = judge(
+                &job.spec,
+                filter.as_ref(),
+                &binding,
+                event,
+                routed_then,
+                handled.contains(&event.id),
+            );
+            if verdict != Verdict::Unselected {
+                step.matched += 1;
+            }
+            match verdict {
+                Verdict::Unselected => {}
+                Verdict::Filtered => step.filtered += 1,
+                Verdict::Skipped => step.skipped += 1,
+                Verdict::Take => match current.routing().enqueue_for(&binding, event, 0) {
+                    Ok(mut row) => {
+                        row.priority = job.spec.priority;
+                        row.backfill = Some(job.id);
+                        step.rows.push((event.id.clone(), row));
+                    }
+                    Err(e) => {
+                        tracing::warn!(backfill = job.id, event_id = %event.id, error = %e, "the binding's keys do not evaluate for this event; left out");
+                        step.filtered += 1;
+                    }
+                },
+            }
+        }
+        let now = now_ms();
+        step.now_ms = now;
+        step.lease_until_ms = now + LEASE_MS;
+        match backend.backfill_step(&step).await {
+            Ok(Some(written)) => {
+                cursor = step.cursor;
+                if step.done {
+                    tracing::info!(backfill = job.id, "backfill done");
+                    return;
+                }
+                let wait = pace.spent(written, now_ms());
+                pause(cancel, Duration::from_millis(wait)).await;
+            }
+            // Paused, cancelled, or taken over: not ours any more.
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(backfill = job.id, error = %e, "could not write a backfill step; trying again from the committed cursor");
+                pause(cancel, Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Waits `d` or until `cancel`; whether the wait ran its course.
+async fn pause(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
