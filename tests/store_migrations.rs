@@ -6,7 +6,8 @@
 //! and is left as it was; a database of schema 7 with rows waiting behind their
 //! ordering key's head has them parked by migration 8; events stored before
 //! migration 9 are found by their provider's delivery id after it; events stored
-//! before migration 10 read back with an empty trace context.
+//! before migration 10 read back with an empty trace context; outbox rows written
+//! before migration 11 stay (with no backfill) and backfill jobs can be made after it.
 #![cfg(all(feature = "runtime", feature = "postgres"))]
 
 #[macro_use]
@@ -22,6 +23,7 @@ on_both_stores!(
     an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head,
     an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_guid,
     an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_context,
+    an_upgrade_to_schema_11_keeps_outbox_rows_and_takes_backfill_jobs,
 );
 
 /// Opens at once, as that many processes starting together would.
@@ -150,8 +152,15 @@ async fn a_database_from_a_newer_build_is_refused_with_both_versions_and_what_to
 /// A parked row's `next_attempt_at` (`store::outbox_rows::PARKED`).
 const PARKED: i64 = i64::MAX;
 
-/// Undoes migration 10 (the events' trace context columns), the first step back to an
-/// older schema; the same statements on both stores.
+/// Undoes migration 11 (backfill jobs and records, the outbox's backfill column), the
+/// first step back to an older schema; the same statements on both stores.
+const UNDO_11: &str = "DROP TABLE backfilled;
+    DROP TABLE backfills;
+    ALTER TABLE outbox DROP COLUMN backfill_id;
+    DELETE FROM schema_migrations WHERE version >= 11;";
+
+/// Undoes migration 10 (the events' trace context columns), the next step back; the
+/// same statements on both stores.
 const UNDO_10: &str = "ALTER TABLE events DROP COLUMN traceparent;
     ALTER TABLE events DROP COLUMN tracestate;
     DELETE FROM schema_migrations WHERE version >= 10;";
@@ -204,6 +213,7 @@ async fn an_upgrade_to_schema_8_parks_the_rows_waiting_behind_their_keys_head(ki
         StoreKind::Sqlite => BACK_TO_7_SQLITE,
         StoreKind::Postgres(_) => BACK_TO_7_POSTGRES,
     };
+    exec(&url, UNDO_11).await;
     exec(&url, UNDO_10).await;
     exec(&url, back).await;
     assert_eq!(versions(&url).await.last(), Some(&7));
@@ -258,6 +268,7 @@ async fn an_upgrade_to_schema_9_finds_stored_github_events_by_their_delivery_gui
             DELETE FROM schema_migrations WHERE version >= 9;"
         }
     };
+    exec(&url, UNDO_11).await;
     exec(&url, UNDO_10).await;
     exec(&url, back).await;
     assert_eq!(versions(&url).await.last(), Some(&8));
@@ -302,6 +313,7 @@ async fn an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_con
 ) {
     let (url, _dir) = fresh(&kind).await;
     drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    exec(&url, UNDO_11).await;
     exec(&url, UNDO_10).await;
     assert_eq!(versions(&url).await.last(), Some(&9));
     exec(
@@ -313,7 +325,7 @@ async fn an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_con
     )
     .await;
     let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
-    assert_eq!(versions(&url).await.last(), Some(&10), "migrated");
+    assert_eq!(versions(&url).await.last(), Some(&11), "migrated");
     let q = switchboard::__private::store::EventQuery {
         limit: 10,
         ..Default::default()
@@ -326,5 +338,28 @@ async fn an_upgrade_to_schema_10_keeps_older_events_readable_without_a_trace_con
     assert_eq!(
         (old.traceparent.as_str(), old.tracestate.as_str()),
         ("", "")
+    );
+}
+
+/// A schema-10 database's outbox rows stay as they were (no backfill named) and the
+/// upgraded store takes backfill jobs.
+async fn an_upgrade_to_schema_11_keeps_outbox_rows_and_takes_backfill_jobs(kind: StoreKind) {
+    let (url, _dir) = fresh(&kind).await;
+    drop(open_backend(&url, &StoreOptions::default()).await.unwrap());
+    exec(&url, UNDO_11).await;
+    assert_eq!(versions(&url).await.last(), Some(&10));
+    let row = row_of_7(&url, "b", None, None).await;
+    let backend = open_backend(&url, &StoreOptions::default()).await.unwrap();
+    assert_eq!(versions(&url).await.last(), Some(&11), "migrated");
+    assert_eq!(
+        query(&url, "SELECT id FROM outbox WHERE backfill_id IS NULL").await,
+        [row]
+    );
+    let spec: switchboard::__private::triggers::versions::BackfillSpec =
+        serde_json::from_value(serde_json::json!({"binding": "b"})).unwrap();
+    let job = backend.create_backfill(&spec, 5_000).await.unwrap();
+    assert_eq!(
+        (job.state.as_str(), job.cursor, job.created_at_ms),
+        ("running", 0, 5_000)
     );
 }

@@ -90,35 +90,35 @@ impl BackfillState {
 #[serde(deny_unknown_fields)]
 pub struct BackfillSpec {
     /// The binding the events go to.
-    pub(crate) binding: String,
+    pub binding: String,
     /// Its version to run under (`None`: the live one, looked up at each step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) version: Option<u32>,
+    pub version: Option<u32>,
     /// Only events of these sources (none: every source).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) sources: Vec<String>,
+    pub sources: Vec<String>,
     /// Only events whose kind matches one of these patterns, as a binding's `events`
     /// (`issues.*`); none: every kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) kinds: Vec<String>,
+    pub kinds: Vec<String>,
     /// Only events received at or after this instant (unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) since_ms: Option<i64>,
+    pub since_ms: Option<i64>,
     /// Only events received before this instant (unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) until_ms: Option<i64>,
+    pub until_ms: Option<i64>,
     /// A CEL expression over the event, as a binding's `filter`, that must also hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) filter: Option<String>,
+    pub filter: Option<String>,
     /// Events enqueued per second at most.
     #[serde(default = "default_rate")]
-    pub(crate) rate: f64,
+    pub rate: f64,
     /// Skip events this binding version already handled (see the module doc).
     #[serde(default = "yes")]
-    pub(crate) skip_delivered: bool,
+    pub skip_delivered: bool,
     /// The rows' priority (live rows have their binding's, 0 by default).
     #[serde(default = "default_priority")]
-    pub(crate) priority: i32,
+    pub priority: i32,
 }
 
 fn default_rate() -> f64 {
@@ -169,38 +169,38 @@ impl BackfillSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackfillJob {
     /// Its id.
-    pub(crate) id: i64,
+    pub id: i64,
     /// What it selects and how it runs.
-    pub(crate) spec: BackfillSpec,
+    pub spec: BackfillSpec,
     /// Where it stands.
-    pub(crate) state: BackfillState,
+    pub state: BackfillState,
     /// The last event sequence number walked (0 before the first step).
-    pub(crate) cursor: i64,
+    pub cursor: i64,
     /// The newest sequence number when it was created: the walk ends there.
-    pub(crate) end_seq: i64,
+    pub end_seq: i64,
     /// Events in its window when it was created (sources and time only: an upper
     /// bound of what it will walk), for progress.
-    pub(crate) total: i64,
+    pub total: i64,
     /// Events walked so far.
-    pub(crate) walked: i64,
+    pub walked: i64,
     /// Walked events the selection (kinds, filter) took.
-    pub(crate) matched: i64,
+    pub matched: i64,
     /// Matched events the binding's sources, events or filter refused.
-    pub(crate) filtered: i64,
+    pub filtered: i64,
     /// Matched events skipped as already handled (`skip_delivered`).
-    pub(crate) skipped: i64,
+    pub skipped: i64,
     /// Rows enqueued (the binding's dedupe may have dropped some of the rows asked).
-    pub(crate) enqueued: i64,
+    pub enqueued: i64,
     /// Why it failed, or the last step's error.
-    pub(crate) error: Option<String>,
+    pub error: Option<String>,
     /// The process leasing it, if any.
-    pub(crate) lease_holder: Option<String>,
+    pub lease_holder: Option<String>,
     /// When the lease ends (unix ms).
-    pub(crate) lease_until_ms: i64,
+    pub lease_until_ms: i64,
     /// When it was created (unix ms).
-    pub(crate) created_at_ms: i64,
+    pub created_at_ms: i64,
     /// When it last changed (unix ms).
-    pub(crate) updated_at_ms: i64,
+    pub updated_at_ms: i64,
 }
 
 /// One step of a walk, written in ONE transaction: the rows, the cursor and the
@@ -209,42 +209,42 @@ pub struct BackfillJob {
 #[derive(Debug, Clone)]
 pub struct BackfillStep {
     /// The job.
-    pub(crate) id: i64,
+    pub id: i64,
     /// The leasing process.
-    pub(crate) holder: String,
+    pub holder: String,
     /// The new cursor: the last sequence number this step walked.
-    pub(crate) cursor: i64,
+    pub cursor: i64,
     /// The rows, each with its event id.
-    pub(crate) rows: Vec<(String, Enqueue)>,
+    pub rows: Vec<(String, Enqueue)>,
     /// Counts to add.
-    pub(crate) walked: i64,
+    pub walked: i64,
     /// Counts to add.
-    pub(crate) matched: i64,
+    pub matched: i64,
     /// Counts to add.
-    pub(crate) filtered: i64,
+    pub filtered: i64,
     /// Counts to add.
-    pub(crate) skipped: i64,
+    pub skipped: i64,
     /// Whether the walk reached its end (the job becomes `done`).
-    pub(crate) done: bool,
+    pub done: bool,
     /// The lease's new end.
-    pub(crate) lease_until_ms: i64,
+    pub lease_until_ms: i64,
     /// The commit's clock.
-    pub(crate) now_ms: i64,
+    pub now_ms: i64,
 }
 
 /// The selection's bounds a page of events is read within.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window<'a> {
     /// Sequence numbers above this one.
-    pub(crate) after_seq: i64,
+    pub after_seq: i64,
     /// Sequence numbers up to this one.
-    pub(crate) end_seq: i64,
+    pub end_seq: i64,
     /// Only these sources (none: all).
-    pub(crate) sources: &'a [String],
+    pub sources: &'a [String],
     /// Received at or after (unix ms).
-    pub(crate) since_ms: Option<i64>,
+    pub since_ms: Option<i64>,
     /// Received before (unix ms).
-    pub(crate) until_ms: Option<i64>,
+    pub until_ms: Option<i64>,
 }
 
 /// The backfill half of a storage backend.
