@@ -1,5 +1,6 @@
-//! `switchboard outbox …`, `switchboard dead-letters …` and `switchboard triggers …`:
-//! thin clients of a running runtime's admin API. They print a table for people, or
+//! `switchboard outbox …`, `switchboard dead-letters …` and `switchboard triggers …`
+//! (and `switchboard backfill …`, `super::backfill`): thin clients of a running
+//! runtime's admin API. They print a table for people, or
 //! the API's JSON with `--json` for scripts; a refused request prints the API's error
 //! and exits non-zero.
 
@@ -21,7 +22,7 @@ pub(crate) struct AdminTarget {
     token: Option<String>,
     /// Print the API's JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,6 +94,16 @@ async fn call(
     method: reqwest::Method,
     path: &str,
 ) -> switchboard::Result<Value> {
+    call_with(target, method, path, None).await
+}
+
+/// [`call`] with a JSON body.
+pub(crate) async fn call_with(
+    target: &AdminTarget,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> switchboard::Result<Value> {
     let url = format!("{}{path}", target.url.trim_end_matches('/'));
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
@@ -101,6 +112,9 @@ async fn call(
     let mut req = client.request(method, &url);
     if let Some(t) = &target.token {
         req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
     }
     let resp = req.send().await.map_err(|e| switchboard::Error::Connect {
         url: url.clone(),
@@ -119,11 +133,11 @@ async fn call(
     Ok(body)
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-fn n(v: &Value) -> String {
+pub(crate) fn n(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),

@@ -12,6 +12,8 @@ use tracing_subscriber::Layer as _;
 
 #[cfg(feature = "runtime")]
 mod admin;
+#[cfg(feature = "runtime")]
+mod backfill;
 mod check;
 mod demo;
 
@@ -110,6 +112,11 @@ enum Command {
     #[cfg(feature = "runtime")]
     #[command(subcommand)]
     Triggers(admin::TriggerCommand),
+    /// Run stored events through a binding, and follow, pause, resume or cancel
+    /// such backfills (through a running runtime's admin API).
+    #[cfg(feature = "runtime")]
+    #[command(subcommand)]
+    Backfill(backfill::BackfillCommand),
     /// Run echo connectors against a gateway until SIGTERM or SIGINT.
     Echo {
         /// Gateway URL (ws://, wss://, http://, https://).
@@ -225,6 +232,8 @@ async fn main() -> std::process::ExitCode {
         Command::DeadLetters(cmd) => admin::dead_letters(cmd).await,
         #[cfg(feature = "runtime")]
         Command::Triggers(cmd) => admin::triggers(cmd).await,
+        #[cfg(feature = "runtime")]
+        Command::Backfill(cmd) => backfill::backfill(cmd).await,
         Command::Echo {
             gateway,
             tenant,
