@@ -198,6 +198,19 @@ async fn a_backfill_runs_history_through_the_bindings_filter_once_unless_asked_a
         .seen()
         .iter()
         .all(|s| s.ctx("switchboard.binding_version") == "tickets@v1"));
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "switchboard_dispatch_backfill_events_total{binding=\"tickets\",outcome=\"walked\"} 6",
+        "switchboard_dispatch_backfill_events_total{binding=\"tickets\",outcome=\"enqueued\"} 3",
+        "switchboard_dispatch_backfill_events_total{binding=\"tickets\",outcome=\"filtered\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
 
     // Again, skip_delivered on (the default): everything was handled.
     let (_, again) = backfill(

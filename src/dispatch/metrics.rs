@@ -18,7 +18,10 @@
 //! that delivered it or gave up. Per `binding`: `retry_delay_seconds` (how far ahead a
 //! failed row's next attempt was scheduled) and `sync_abandoned_total` (synchronous
 //! invocations that finished after their caller had left). Per `queue`:
-//! `queue_dead_lettered_total` (messages past their maximum receives).
+//! `queue_dead_lettered_total` (messages past their maximum receives). Per `binding`
+//! and `outcome` (`walked`, `enqueued`, `skipped`, `filtered`):
+//! `backfill_events_total`, what this process's backfill steps did (one series per
+//! outcome, not per job: jobs are many over time, bindings are configuration).
 //!
 //! Cardinality: bindings, their versions, sources and tenants are configuration, not
 //! traffic, so the series are bounded by the configuration; a reload that makes a new
@@ -109,6 +112,7 @@ pub struct DispatchMetrics {
     retry_delay: Family<Labels, Histogram, LongBuckets>,
     sync_abandoned: Family<Labels, Counter>,
     queue_dead_lettered: Family<Labels, Counter>,
+    backfill_events: Family<Labels, Counter>,
     /// The attempts this process runs: row id → (binding, when its row was claimed,
     /// unix ms), for the lease-age gauge ([`DispatchMetrics::lease_ages`]). The
     /// binding is shared, not copied: an attempt's start allocates no string.
@@ -170,6 +174,7 @@ impl DispatchMetrics {
             retry_delay: Family::new_with_constructor(LongBuckets),
             sync_abandoned: Family::default(),
             queue_dead_lettered: Family::default(),
+            backfill_events: Family::default(),
             attempts: Default::default(),
             registry: Registry::default(),
         };
@@ -252,6 +257,11 @@ impl DispatchMetrics {
             "Queue messages moved to the dead letters past their maximum receives",
             m.queue_dead_lettered.clone(),
         );
+        registry.register(
+            "backfill_events",
+            "What backfill steps did with the events they walked, by outcome",
+            m.backfill_events.clone(),
+        );
         DispatchMetrics { registry, ..m }
     }
 
@@ -330,6 +340,21 @@ impl DispatchMetrics {
         family
             .get_or_create(&labels.labels())
             .observe(after_s.max(0.0));
+    }
+
+    /// A backfill step into `binding_id` committed: events walked, rows enqueued,
+    /// events skipped as handled and left to the binding's filter.
+    pub(crate) fn backfill_step(&self, binding_id: &str, counts: [(&'static str, u64); 4]) {
+        for (outcome, n) in counts {
+            if n > 0 {
+                self.backfill_events
+                    .get_or_create(&vec![
+                        ("binding", binding_id.to_owned()),
+                        ("outcome", outcome.to_owned()),
+                    ])
+                    .inc_by(n);
+            }
+        }
     }
 
     /// A synchronous invocation of `binding_id` finished after its caller left.

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::runtime::trigger_control::TriggerControl;
 use crate::store::Store;
 use crate::triggers::backfill::{
@@ -39,6 +40,8 @@ pub(crate) struct Runner {
     pub(crate) holder: String,
     /// Notified when a job is created or resumed.
     pub(crate) wake: Arc<Notify>,
+    /// Where each step's counts go (`switchboard_dispatch_backfill_events_total`).
+    pub(crate) metrics: Arc<DispatchMetrics>,
 }
 
 /// Leases and walks jobs until `cancel`.
@@ -225,6 +228,15 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
         step.lease_until_ms = now + LEASE_MS;
         match backend.backfill_step(&step).await {
             Ok(Some(written)) => {
+                runner.metrics.backfill_step(
+                    &binding.id,
+                    [
+                        ("walked", step.walked as u64),
+                        ("enqueued", written),
+                        ("skipped", step.skipped as u64),
+                        ("filtered", step.filtered as u64),
+                    ],
+                );
                 cursor = step.cursor;
                 if step.done {
                     tracing::info!(backfill = job.id, "backfill done");

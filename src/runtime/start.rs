@@ -407,6 +407,7 @@ async fn background(
             control: control.clone(),
             holder: identity.to_owned(),
             wake: ops.backfill_wake.clone(),
+            metrics: ops.metrics.clone(),
         },
         cancel.clone(),
     )));
