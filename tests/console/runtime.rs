@@ -1,6 +1,6 @@
 //! The runtime's console in a real browser: webhooks arriving in the events list live,
 //! an event's detail, a failing binding's dead letter replayed by a click, pause /
-//! resume / drain by clicks, and a payload's markup shown as text.
+//! resume / drain by clicks, a backfill paused and cancelled by clicks, and a payload's markup shown as text.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -355,5 +355,63 @@ async fn the_sources_and_queues_pages_show_each_source_and_queue() {
         queues.contains("No queues are configured."),
         "this runtime has none: {queues}"
     );
+    rt.runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_shows_its_progress_and_is_paused_and_cancelled_by_clicks() {
+    let rt = runtime(Switch::default()).await;
+    let Some(b) = Browser::start("runtime_backfills").await else {
+        return;
+    };
+    for n in 0..6 {
+        assert_eq!(post_hook(&rt.base, &json!({"n": n})).await, 200);
+    }
+    // Again into `orders`, which had them live: one a second, about six seconds.
+    let started: Value = reqwest::Client::new()
+        .post(format!("{}/api/v1/backfills", rt.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({"binding": "orders", "skip_delivered": false, "rate": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = started["id"].as_i64().expect("a job");
+    let row = format!("#backfills tr[data-backfill='{id}']");
+    b.sign_in(&rt.base, TOKEN).await;
+    b.goto(&format!("{}/console/backfills", rt.base)).await;
+    b.wait_text(&format!("{row} td.state"), "running").await;
+    b.wait_js(
+        "some progress",
+        &format!("const p = document.querySelector(\"{row} progress\"); return p && p.value > 0;"),
+    )
+    .await;
+    b.screenshot("runtime-backfills").await;
+
+    b.click(&format!("{row} button[data-action=pause]")).await;
+    b.wait_text(&format!("{row} td.state"), "paused").await;
+    b.wait_text("#notice", &format!("backfill {id}: pause done"))
+        .await;
+    let api: Value = reqwest::Client::new()
+        .get(format!("{}/api/v1/backfills/{id}", rt.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api["state"], "paused", "the click paused it: {api}");
+
+    b.click(&format!("{row} button[data-action=cancel]")).await;
+    b.client
+        .accept_alert()
+        .await
+        .expect("a cancel is confirmed first");
+    b.wait_text(&format!("{row} td.state"), "cancelled").await;
+    b.goto(&format!("{}/console/backfills/{id}", rt.base)).await;
+    b.wait_text("#counts", "orders").await;
     rt.runtime.shutdown().await.unwrap();
 }

@@ -8,9 +8,11 @@
 //! a glance), `/console/sources`, `/console/events` (paged, filtered) and
 //! `/console/events/{id}`, `/console/bindings` and `/console/bindings/{id}` (pause,
 //! resume, drain, the lifecycle history), `/console/dead-letters` and
-//! `/console/dead-letters/{id}` (replay), `/console/queues`.
+//! `/console/dead-letters/{id}` (replay), `/console/backfills` and
+//! `/console/backfills/{id}` (progress, pause, resume, cancel), `/console/queues`.
 
 mod app;
+mod backfills;
 mod bindings;
 mod events;
 mod overview;
@@ -51,6 +53,7 @@ pub(crate) fn routes(
             ("/console/events", "Events"),
             ("/console/bindings", "Bindings"),
             ("/console/dead-letters", "Dead letters"),
+            ("/console/backfills", "Backfills"),
             ("/console/queues", "Queues"),
         ],
         LIVE_TICK,
@@ -74,6 +77,9 @@ pub(crate) fn routes(
         )
         .route("/console/dead-letters/{id}", get(recovery::detail))
         .route("/console/dead-letters/{id}/replay", post(recovery::replay))
+        .route("/console/backfills", get(backfills::list))
+        .route("/console/backfills/{id}", get(backfills::detail))
+        .route("/console/backfills/{id}/{action}", post(backfills::act))
         .with_state(app);
     crate::console::guard::public_routes(kit.clone())
         .merge(crate::console::guard::protect(kit, pages))
