@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use support::arg;
 use switchboard::{BaseConnector, EnqueueRequest, ExecuteContext, Payload, Runtime, RuntimeConfig};
 
 /// Enqueueing tasks at once.
@@ -106,15 +107,6 @@ impl Case {
     fn windowed(self) -> bool {
         matches!(self, Case::Serial | Case::Hot)
     }
-}
-
-fn arg(name: &str, default: f64) -> f64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn list(name: &str) -> Option<Vec<String>> {

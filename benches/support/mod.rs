@@ -33,6 +33,16 @@ impl Sample {
     }
 }
 
+/// The number after the flag `name` on the command line, or `default`.
+pub fn arg(name: &str, default: f64) -> f64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// How long each configuration runs, from `SWITCHBOARD_BENCH_SECS` (default 2).
 pub fn run_for() -> Duration {
     run_for_or(2.0)

@@ -32,7 +32,7 @@ use crate::error::Result;
 use crate::outbox::model::Enqueue;
 
 /// Events one step reads from the store at most.
-pub(crate) const PAGE: usize = 500;
+pub(crate) const PAGE: usize = 100;
 
 /// How long a process holds a job between steps before another may take it over.
 pub(crate) const LEASE_MS: i64 = 30_000;
