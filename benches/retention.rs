@@ -21,7 +21,7 @@
 //! retention period has passed.
 //!
 //! `cargo bench --bench retention --features runtime,postgres -- [--rate R] [--secs S]
-//! [--retention S] [--every S] [--store sqlite,postgres]`
+//! [--retention S] [--every S] [--store sqlite,postgres] [--phase none|sweeper]`
 
 #[path = "../tests/ingest/support.rs"]
 mod ingest_support;
@@ -95,6 +95,30 @@ async fn sizes(url: &str) -> (i64, i64, i64) {
             (row.get(0), row.get(1), row.get(2))
         }
     }
+}
+
+/// For PostgreSQL, the server's `autovacuum` setting: deleted rows' space is reused
+/// only once a vacuum has passed, so a server with it off grows whatever is deleted.
+async fn autovacuum(url: &str) -> String {
+    if url.starts_with("sqlite:") {
+        return String::new();
+    }
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT current_setting('autovacuum'), current_setting('autovacuum_naptime')",
+            &[],
+        )
+        .await
+        .unwrap();
+    format!(
+        " (server autovacuum {}, naptime {})",
+        row.get::<_, String>(0),
+        row.get::<_, String>(1)
+    )
 }
 
 async fn phase(
@@ -213,6 +237,7 @@ async fn main() {
         .skip_while(|a| a != "--store")
         .nth(1)
         .map(|v| v.split(',').map(str::to_owned).collect());
+    let phase_only: Option<String> = std::env::args().skip_while(|a| a != "--phase").nth(1);
     let stores = ingest_support::bench_stores(dir.path(), "unused.db").await;
     for (n, (store, _)) in stores.iter().enumerate() {
         let kind = if store.starts_with("sqlite") {
@@ -224,7 +249,15 @@ async fn main() {
             continue;
         }
         let mut summary = Vec::new();
-        for (m, retention_s) in [None, Some(retention)].into_iter().enumerate() {
+        let phases: Vec<Option<u64>> = [None, Some(retention)]
+            .into_iter()
+            .filter(|p| match phase_only.as_deref() {
+                Some("sweeper") => p.is_some(),
+                Some("none") => p.is_none(),
+                _ => true,
+            })
+            .collect();
+        for (m, retention_s) in phases.into_iter().enumerate() {
             let url = match kind {
                 "sqlite" => format!(
                     "sqlite:{}",
@@ -242,7 +275,7 @@ async fn main() {
             } else {
                 "no sweeper"
             };
-            println!("\n{store}, {name}");
+            println!("\n{store}, {name}{}", autovacuum(&url).await);
             println!("| at s | events | events MiB | claims MiB | ingest p50 ms | ingest p99 ms | deleted/s |");
             println!("|---:|---:|---:|---:|---:|---:|---:|");
             let samples = phase(&url, retention_s, rate, secs, every).await;

@@ -33,7 +33,7 @@ use crate::triggers::binding::{Binding, Handler};
 use crate::triggers::config::{rebuild, TriggerConfig};
 use crate::triggers::lifecycle::Lifecycle;
 use crate::triggers::live::LiveTriggers;
-use crate::triggers::versions::{LifecycleCommit, LifecycleEntry, VersionStore};
+use crate::triggers::versions::{LifecycleCommit, LifecycleEntry, VersionRecord, VersionStore};
 
 /// How often the control task looks for other processes' changes and for draining
 /// versions that are done.
@@ -331,6 +331,18 @@ impl TriggerControl {
         number: u32,
         reason: &str,
     ) -> Result<LifecycleCommit> {
+        let (record, binding) = self.stored(id, number).await?;
+        self.change(|l, now| l.recall(record.clone(), binding.clone(), reason, now))
+            .await
+    }
+
+    /// Version `number` of `id` as the store keeps it, built, changing nothing (a
+    /// dry run reads a version this way). Errors as [`TriggerControl::recall`]'s.
+    pub(crate) async fn stored(
+        &self,
+        id: &str,
+        number: u32,
+    ) -> Result<(VersionRecord, Arc<Binding>)> {
         let name = crate::triggers::lifecycle::label(id, number);
         let record = self
             .store
@@ -339,14 +351,13 @@ impl TriggerControl {
             .into_iter()
             .find(|r| r.binding_id == id && r.version == number)
             .ok_or_else(|| Error::NotFound(format!("{name} was never recorded")))?;
-        let binding = rebuild(&record.definition).map_err(|e| {
+        let mut binding = rebuild(&record.definition).map_err(|e| {
             Error::Config(format!(
                 "{name}: its stored definition no longer builds: {e}"
             ))
         })?;
-        let binding = Arc::new(binding);
-        self.change(|l, now| l.recall(record.clone(), binding.clone(), reason, now))
-            .await
+        binding.version = number;
+        Ok((record, Arc::new(binding)))
     }
 
     /// A binding's lifecycle log, oldest first.

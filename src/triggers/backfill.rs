@@ -136,9 +136,11 @@ fn default_priority() -> i32 {
 impl BackfillSpec {
     /// Checks the request and compiles its filter; the error says what to fix.
     pub(crate) fn check(&self) -> std::result::Result<Option<Expression>, String> {
-        if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= 100_000.0) {
+        // At least 0.1 a second: a step then waits at most 10 s, well inside the
+        // job's lease, so a slow walk keeps its lease between steps.
+        if !(self.rate.is_finite() && (0.1..=100_000.0).contains(&self.rate)) {
             return Err(format!(
-                "rate must be events per second, above 0 and at most 100000 (got {})",
+                "rate must be events per second, from 0.1 to 100000 (got {})",
                 self.rate
             ));
         }

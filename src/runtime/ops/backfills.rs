@@ -120,16 +120,17 @@ impl Operations {
         self.check_backfill(spec)?;
         let filter = spec.check().map_err(OpError::Invalid)?;
         let current = self.triggers.current();
+        // A dry run changes nothing: a pinned version not in memory is built from the
+        // store, not brought back (the backfill itself pins it).
         let binding = match spec.version {
-            Some(n) => {
-                self.control
-                    .recall(&spec.binding, n, "pinned for a backfill")
-                    .await?;
-                self.triggers.current().version(&spec.binding, n).cloned()
-            }
-            None => current.active(&spec.binding).cloned(),
-        }
-        .ok_or_else(|| OpError::NotFound(format!("no such version of {:?}", spec.binding)))?;
+            Some(n) => match current.version(&spec.binding, n) {
+                Some(b) => b.clone(),
+                None => self.control.stored(&spec.binding, n).await?.1,
+            },
+            None => current.active(&spec.binding).cloned().ok_or_else(|| {
+                OpError::NotFound(format!("binding {:?} has no active version", spec.binding))
+            })?,
+        };
         let backend = self.store.backend();
         let end_seq = i64::MAX;
         let mut out = DryRun::default();

@@ -39,6 +39,7 @@ fn a_request_gets_live_version_rate_skip_and_a_lower_priority_by_default() {
 fn a_bad_rate_window_or_filter_is_refused_with_what_to_fix() {
     for (s, says) in [
         (json!({"binding": "b", "rate": 0.0}), "rate"),
+        (json!({"binding": "b", "rate": 0.05}), "rate"),
         (json!({"binding": "b", "rate": -3.0}), "rate"),
         (
             json!({"binding": "b", "since_ms": 5, "until_ms": 5}),
