@@ -232,23 +232,12 @@ async fn main() {
     let rate = arg("--rate", 2_000.0);
     let secs = arg("--secs", 8.0);
     let dir = tempfile::tempdir().unwrap();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
     println!(
-        "backfill_live: {history} stored events, live {live_rate}/s for {secs} s, backfill at {rate}/s; {} cores, {cpu}",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "backfill_live: {history} stored events, live {live_rate}/s for {secs} s, backfill at {rate}/s; {}",
+        support::machine()
     );
     let stores = ingest_support::bench_stores(dir.path(), "unused.db").await;
-    let only: Option<Vec<String>> = std::env::args()
-        .skip_while(|a| a != "--store")
-        .nth(1)
-        .map(|v| v.split(',').map(str::to_owned).collect());
+    let only = support::list("--store");
     for (n, (store, _)) in stores.iter().enumerate() {
         let kind = if store.starts_with("sqlite") {
             "sqlite"

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use support::arg;
+use support::{arg, list};
 use switchboard::{BaseConnector, EnqueueRequest, ExecuteContext, Payload, Runtime, RuntimeConfig};
 
 /// Enqueueing tasks at once.
@@ -107,14 +107,6 @@ impl Case {
     fn windowed(self) -> bool {
         matches!(self, Case::Serial | Case::Hot)
     }
-}
-
-fn list(name: &str) -> Option<Vec<String>> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.split(',').map(str::to_owned).collect())
 }
 
 fn selected(name: &str, item: &str) -> bool {

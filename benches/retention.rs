@@ -65,6 +65,15 @@ fn config(url: &str, retention_s: Option<u64>) -> String {
     )
 }
 
+/// A connection to the bench's PostgreSQL schema.
+async fn pg(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
 /// Rows and bytes of the events table (with its indexes) and of the dedupe claims.
 async fn sizes(url: &str) -> (i64, i64, i64) {
     match url.strip_prefix("sqlite:") {
@@ -79,10 +88,7 @@ async fn sizes(url: &str) -> (i64, i64, i64) {
             (events, bytes, 0)
         }
         None => {
-            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(conn);
+            let client = pg(url).await;
             let row = client
                 .query_one(
                     "SELECT (SELECT count(*) FROM events),
@@ -103,10 +109,7 @@ async fn autovacuum(url: &str) -> String {
     if url.starts_with("sqlite:") {
         return String::new();
     }
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = pg(url).await;
     let row = client
         .query_one(
             "SELECT current_setting('autovacuum'), current_setting('autovacuum_naptime')",
@@ -221,22 +224,11 @@ async fn main() {
     let retention = arg("--retention", 20.0) as u64;
     let every = arg("--every", 10.0);
     let dir = tempfile::tempdir().unwrap();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
     println!(
-        "retention: {rate} webhooks/s for {secs} s, retention {retention} s, samples every {every} s; {} cores, {cpu}",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "retention: {rate} webhooks/s for {secs} s, retention {retention} s, samples every {every} s; {}",
+        support::machine()
     );
-    let only: Option<Vec<String>> = std::env::args()
-        .skip_while(|a| a != "--store")
-        .nth(1)
-        .map(|v| v.split(',').map(str::to_owned).collect());
+    let only = support::list("--store");
     let phase_only: Option<String> = std::env::args().skip_while(|a| a != "--phase").nth(1);
     let stores = ingest_support::bench_stores(dir.path(), "unused.db").await;
     for (n, (store, _)) in stores.iter().enumerate() {

@@ -697,10 +697,8 @@ handler = { local = "flaky", capability = "x" }
 retry = { max_attempts = 1 }
 "#;
 
-#[tokio::test]
-async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
-    let flaky = Recorder::failing(1);
-    let mut rt = Rt::sqlite_file(FLAKY, &[("flaky", flaky.clone())]).await;
+/// Enqueues `{"n": 1}` for `flaky` and waits for its dead letter; its id.
+async fn one_dead_letter(rt: &Rt) -> Value {
     rt.enqueue("flaky", json!({"n": 1})).await;
     eventually("the dead letter", || async {
         rt.get("/api/v1/dead-letters").await["dead_letters"]
@@ -708,7 +706,14 @@ async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
             .is_some_and(|l| l.len() == 1)
     })
     .await;
-    let dl = rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"].clone();
+    rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"].clone()
+}
+
+#[tokio::test]
+async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
+    let flaky = Recorder::failing(1);
+    let mut rt = Rt::sqlite_file(FLAKY, &[("flaky", flaky.clone())]).await;
+    let dl = one_dead_letter(&rt).await;
     rt.write_config(&FLAKY.replace("max_attempts = 1", "max_attempts = 2"));
     rt.post("/api/v1/triggers/reload", json!({})).await;
     let (status, v) = rt
@@ -740,14 +745,7 @@ async fn a_dead_letter_replays_under_the_version_it_ran_under_unless_pinned() {
 async fn a_dead_letter_whose_version_left_memory_replays_under_its_stored_definition() {
     let flaky = Recorder::failing(1);
     let mut rt = Rt::sqlite_file(FLAKY, &[("flaky", flaky.clone())]).await;
-    rt.enqueue("flaky", json!({"n": 1})).await;
-    eventually("the dead letter", || async {
-        rt.get("/api/v1/dead-letters").await["dead_letters"]
-            .as_array()
-            .is_some_and(|l| l.len() == 1)
-    })
-    .await;
-    let dl = rt.get("/api/v1/dead-letters").await["dead_letters"][0]["id"].clone();
+    let dl = one_dead_letter(&rt).await;
     for n in 2..=5 {
         rt.write_config(&FLAKY.replace("max_attempts = 1", &format!("max_attempts = {n}")));
         rt.post("/api/v1/triggers/reload", json!({})).await;

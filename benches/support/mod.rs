@@ -43,6 +43,31 @@ pub fn arg(name: &str, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
+/// The comma-separated items after the flag `name` on the command line, if given.
+pub fn list(name: &str) -> Option<Vec<String>> {
+    std::env::args()
+        .skip_while(|a| a != name)
+        .nth(1)
+        .map(|v| v.split(',').map(str::to_owned).collect())
+}
+
+/// `N cores, <CPU model>`: what every table's heading names, since figures compare
+/// only within one machine and one run.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{} cores, {cpu}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )
+}
+
 /// How long each configuration runs, from `SWITCHBOARD_BENCH_SECS` (default 2).
 pub fn run_for() -> Duration {
     run_for_or(2.0)

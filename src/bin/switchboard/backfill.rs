@@ -110,8 +110,8 @@ impl StartArgs {
                 (!self.sources.is_empty()).then(|| json!(self.sources)),
             ),
             ("kinds", (!self.kinds.is_empty()).then(|| json!(self.kinds))),
-            ("skip_delivered", self.redeliver.then(|| json!(false))),
-            ("dry_run", self.dry_run.then(|| json!(true))),
+            ("skip_delivered", self.redeliver.then_some(json!(false))),
+            ("dry_run", self.dry_run.then_some(json!(true))),
         ];
         for (key, value) in optional {
             if let Some(v) = value {

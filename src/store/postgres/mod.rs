@@ -27,6 +27,7 @@ mod events;
 mod finish;
 mod listen;
 mod outbox;
+mod pg_message;
 mod queues;
 mod schema;
 mod versions;
@@ -108,19 +109,7 @@ pub(crate) async fn read_schema_version(url: &str, shown: &str) -> Result<Option
 }
 
 fn pg_err(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Error {
-    move |e| store_err(&format!("postgres {what}"), pg_message(&e))
-}
-
-/// A driver error as a person needs it: tokio-postgres shows a server's error as
-/// "db error" alone, so the server's own message (and its detail) is added.
-pub(super) fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => match db.detail() {
-            Some(detail) => format!("{e}: {} ({detail})", db.message()),
-            None => format!("{e}: {}", db.message()),
-        },
-        None => e.to_string(),
-    }
+    move |e| store_err(&format!("postgres {what}"), pg_message::of(&e))
 }
 
 impl PostgresBackend {

@@ -340,7 +340,7 @@ const BACKFILLS: &str = "ALTER TABLE outbox ADD COLUMN backfill_id BIGINT;
 /// lock, so processes starting together apply each once. `url` (redacted) names the
 /// database in errors.
 pub(super) async fn migrate(client: &mut deadpool_postgres::Object, url: &str) -> Result<()> {
-    let bad = |e| store_err("postgres migrate", super::pg_message(&e));
+    let bad = |e| store_err("postgres migrate", super::pg_message::of(&e));
     let tx = client.transaction().await.map_err(bad)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
