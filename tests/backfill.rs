@@ -524,3 +524,66 @@ fn query_walked(db: std::path::PathBuf, id: &Value) -> i64 {
         )
         .unwrap()
 }
+
+/// Two jobs into one binding at once, both skipping what was handled: each event is
+/// enqueued by one of them only. A job whose binding goes away fails with the reason,
+/// and resumes once the binding is back.
+#[tokio::test]
+async fn two_jobs_into_one_binding_enqueue_each_event_once_and_a_failed_job_resumes() {
+    let tickets = Recorder::default();
+    let mut rt = Rt::sqlite_file(SOURCE, &[("tickets", tickets.clone())]).await;
+    const N: u64 = 300;
+    for n in 1..=N {
+        post(&rt.base, "issues.opened", n + 1000, json!({})).await;
+    }
+    put_tickets(&rt.base, json!({"filter": "true"})).await;
+    let (_, a) = backfill(&rt.base, json!({"binding": "tickets", "rate": 5000})).await;
+    let (_, b) = backfill(&rt.base, json!({"binding": "tickets", "rate": 5000})).await;
+    let a = until_state(&rt.base, &a["id"], "done").await;
+    let b = until_state(&rt.base, &b["id"], "done").await;
+    let enqueued = a["enqueued"].as_i64().unwrap() + b["enqueued"].as_i64().unwrap();
+    assert_eq!(enqueued, N as i64, "{a}\n{b}");
+    eventually("every event delivered", || async {
+        tickets.count() >= N as usize
+    })
+    .await;
+    let ns: HashSet<u64> = runs(&tickets).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        (ns.len(), tickets.count()),
+        (N as usize, N as usize),
+        "each once"
+    );
+
+    // The binding goes: the next step fails the job, saying why.
+    let (_, slow) = backfill(
+        &rt.base,
+        json!({"binding": "tickets", "rate": 1, "skip_delivered": false}),
+    )
+    .await;
+    let id = slow["id"].clone();
+    let resp = reqwest::Client::new()
+        .delete(format!("{}/api/v1/triggers/tickets", rt.base))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let failed = until_state(&rt.base, &id, "failed").await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("no active version"),
+        "{failed}"
+    );
+    // Back, and resumed: it goes on from its cursor.
+    put_tickets(&rt.base, json!({"filter": "true"})).await;
+    let (status, resumed) = act(&rt.base, &id, "resume").await;
+    assert_eq!(
+        (status, resumed["state"].as_str()),
+        (200, Some("running")),
+        "{resumed}"
+    );
+    let (status, _) = act(&rt.base, &id, "cancel").await;
+    assert_eq!(status, 200);
+    rt.stop().await;
+}

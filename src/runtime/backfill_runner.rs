@@ -71,33 +71,54 @@ pub(crate) async fn run(runner: Runner, cancel: CancellationToken) {
     }
 }
 
+/// Why a step cannot find its binding version.
+enum Missing {
+    /// For good (the binding or its version is gone, or the definition no longer
+    /// builds): the job fails with this reason.
+    Gone(String),
+    /// For now (the store could not be read): the step is tried again.
+    Later(String),
+}
+
 /// The binding version `job` runs under now: its pinned version (brought back from
-/// the store if it left memory) or the live one.
-async fn binding_of(runner: &Runner, job: &BackfillJob) -> Result<Arc<Binding>, String> {
+/// the store if it left memory) or the live one. A binding this process does not
+/// know is looked for in the store first (another process may have registered it a
+/// moment ago).
+async fn binding_of(runner: &Runner, job: &BackfillJob) -> Result<Arc<Binding>, Missing> {
     let id = &job.spec.binding;
-    let live = runner.control.live().current();
+    let found = |runner: &Runner| {
+        let live = runner.control.live().current();
+        match job.spec.version {
+            Some(n) => live.version(id, n).cloned(),
+            None => live.active(id).cloned(),
+        }
+    };
+    if let Some(b) = found(runner) {
+        return Ok(b);
+    }
+    runner
+        .control
+        .sync()
+        .await
+        .map_err(|e| Missing::Later(e.to_string()))?;
+    if let Some(b) = found(runner) {
+        return Ok(b);
+    }
     match job.spec.version {
         Some(n) => {
-            if let Some(b) = live.version(id, n) {
-                return Ok(b.clone());
+            let reason = "rebuilt from its stored definition for a backfill";
+            match runner.control.recall(id, n, reason).await {
+                Ok(_) => {}
+                Err(e @ (crate::Error::NotFound(_) | crate::Error::Config(_))) => {
+                    return Err(Missing::Gone(e.to_string()))
+                }
+                Err(e) => return Err(Missing::Later(e.to_string())),
             }
-            runner
-                .control
-                .recall(id, n, "rebuilt from its stored definition for a backfill")
-                .await
-                .map_err(|e| e.to_string())?;
-            runner
-                .control
-                .live()
-                .current()
-                .version(id, n)
-                .cloned()
-                .ok_or_else(|| format!("{} is not in memory", label(id, n)))
+            found(runner).ok_or_else(|| Missing::Gone(format!("{} is not in memory", label(id, n))))
         }
-        None => live
-            .active(id)
-            .cloned()
-            .ok_or_else(|| format!("binding {id:?} has no active version (removed, or drained)")),
+        None => Err(Missing::Gone(format!(
+            "binding {id:?} has no active version (removed, or drained)"
+        ))),
     }
 }
 
@@ -111,6 +132,7 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
                 job.id,
                 &[BackfillState::Running],
                 BackfillState::Failed,
+                Some(&runner.holder),
                 Some(&why),
                 now_ms(),
             )
@@ -134,6 +156,7 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
                     job.id,
                     &[BackfillState::Running],
                     BackfillState::Running,
+                    Some(&runner.holder),
                     None,
                     now_ms(),
                 )
@@ -142,7 +165,12 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
         }
         let binding = match binding_of(runner, &job).await {
             Ok(b) => b,
-            Err(why) => return fail(why).await,
+            Err(Missing::Gone(why)) => return fail(why).await,
+            Err(Missing::Later(why)) => {
+                tracing::warn!(backfill = job.id, error = %why, "could not read the binding's version; trying again");
+                pause(cancel, Duration::from_secs(1)).await;
+                continue;
+            }
         };
         let limit = pace.page();
         let window = Window {
@@ -180,8 +208,10 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
         let mut step = BackfillStep {
             id: job.id,
             holder: runner.holder.clone(),
+            from_cursor: cursor,
             cursor: page.last().map_or(cursor, |(seq, _)| *seq),
             rows: Vec::new(),
+            exclusive: job.spec.skip_delivered,
             walked: page.len() as i64,
             matched: 0,
             filtered: 0,
@@ -214,6 +244,10 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
                     Ok(mut row) => {
                         row.priority = job.spec.priority;
                         row.backfill = Some(job.id);
+                        // History is not part of a live burst: it must not supersede
+                        // (or wait behind) the binding's pending live rows.
+                        row.debounce_key = None;
+                        row.debounce_window_ms = None;
                         step.rows.push((event.id.clone(), row));
                     }
                     Err(e) => {
@@ -245,7 +279,8 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
                 let wait = pace.spent(written, now_ms());
                 pause(cancel, Duration::from_millis(wait)).await;
             }
-            // Paused, cancelled, or taken over: not ours any more.
+            // Paused, cancelled, taken over, or moved on by this very step (a retry of
+            // one whose commit did land): the next lease reads where it stands.
             Ok(None) => return,
             Err(e) => {
                 tracing::warn!(backfill = job.id, error = %e, "could not write a backfill step; trying again from the committed cursor");

@@ -356,6 +356,11 @@ impl TriggerControl {
                 "{name}: its stored definition no longer builds: {e}"
             ))
         })?;
+        if binding.fingerprint != record.fingerprint {
+            return Err(Error::Config(format!(
+                "{name}: its stored definition builds to another fingerprint in this build"
+            )));
+        }
         binding.version = number;
         Ok((record, Arc::new(binding)))
     }

@@ -214,10 +214,18 @@ pub struct BackfillStep {
     pub id: i64,
     /// The leasing process.
     pub holder: String,
+    /// The cursor the step started from: a step whose job has moved on since (a
+    /// retry of a step that did commit) writes nothing.
+    pub from_cursor: i64,
     /// The new cursor: the last sequence number this step walked.
     pub cursor: i64,
     /// The rows, each with its event id.
     pub rows: Vec<(String, Enqueue)>,
+    /// Enqueue a row only if its (binding version, event) was not recorded as
+    /// backfilled before, checked in the step's transaction (`skip_delivered`), so
+    /// two jobs into one binding never both enqueue an event; a row refused so counts
+    /// as skipped.
+    pub exclusive: bool,
     /// Counts to add.
     pub walked: i64,
     /// Counts to add.
@@ -259,20 +267,24 @@ pub trait BackfillStore: Send + Sync + 'static {
     /// One job, or every job newest first (at most `limit`).
     async fn backfills(&self, id: Option<i64>, limit: usize) -> Result<Vec<BackfillJob>>;
 
-    /// Moves job `id` to `to` if it is in one of `from`; clears its lease (so a
-    /// resumed job is taken at once). `false` when it was in none of them.
+    /// Moves job `id` to `to` if it is in one of `from` (and, with `holder`, leased
+    /// to that process); clears its lease (so a resumed job is taken at once). `false`
+    /// when it was in none of them.
     async fn set_backfill_state(
         &self,
         id: i64,
         from: &[BackfillState],
         to: BackfillState,
+        holder: Option<&str>,
         error: Option<&str>,
         now_ms: i64,
     ) -> Result<bool>;
 
     /// Leases the oldest running job whose lease has ended (or is `holder`'s) until
     /// `until_ms`; `None` when there is none. Of several processes asking at once, one
-    /// gets each job.
+    /// gets each job. A job whose stored request this build cannot read (a newer
+    /// build's) is set aside for a lease period, unleased, so later jobs go on and a
+    /// process that can read it takes it then; `None` is answered for that call.
     async fn lease_backfill(
         &self,
         holder: &str,

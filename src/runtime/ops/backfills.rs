@@ -210,8 +210,8 @@ impl Operations {
             .ok_or_else(|| OpError::NotFound(format!("no backfill {id}")))
     }
 
-    /// Pauses, resumes or cancels a backfill: `to` from the states it may be reached
-    /// from; a job in another state is a conflict.
+    /// Pauses, resumes (a paused or failed job) or cancels a backfill: `to` from the
+    /// states it may be reached from; a job in another state is a conflict.
     pub(crate) async fn set_backfill(
         &self,
         id: i64,
@@ -219,7 +219,9 @@ impl Operations {
     ) -> Result<BackfillView, OpError> {
         let from: &[BackfillState] = match to {
             BackfillState::Paused => &[BackfillState::Running],
-            BackfillState::Running => &[BackfillState::Paused],
+            // A failed job resumes too, once what failed it is mended (its binding
+            // back, say): from its cursor, like a paused one.
+            BackfillState::Running => &[BackfillState::Paused, BackfillState::Failed],
             BackfillState::Cancelled => &[BackfillState::Running, BackfillState::Paused],
             BackfillState::Done | BackfillState::Failed => {
                 return Err(OpError::Invalid(
@@ -231,7 +233,7 @@ impl Operations {
         let changed = self
             .store
             .backend()
-            .set_backfill_state(id, from, to, None, now_ms())
+            .set_backfill_state(id, from, to, None, None, now_ms())
             .await?;
         if !changed {
             return Err(OpError::Conflict(format!(

@@ -47,6 +47,14 @@ enum Recalled {
     Gone(String),
 }
 
+/// Whether `b` takes `event`: its sources, events and filter.
+fn takes(b: &Binding, event: &TriggerEvent) -> bool {
+    b.takes(&event.source, &event.kind)
+        && b.filter
+            .as_ref()
+            .is_none_or(|f| f.eval_bool_in(&EventContext::new(event)).unwrap_or(false))
+}
+
 /// The note a replay answers with when it brought a version back.
 fn recalled_note(id: &str, number: u32) -> String {
     format!(
@@ -110,6 +118,19 @@ fn choose<'a>(
 }
 
 impl Operations {
+    /// Whether version `number` of `id`, as the store keeps it, takes `event` (its
+    /// sources, events and filter). A version whose definition cannot be read counts
+    /// as taking it: the replay then says why it fell back.
+    async fn stored_takes(&self, id: &str, number: u32, event: &TriggerEvent) -> bool {
+        if let Some(b) = self.triggers.current().version(id, number) {
+            return takes(b, event);
+        }
+        match self.control.stored(id, number).await {
+            Ok((_, b)) => takes(&b, event),
+            Err(_) => true,
+        }
+    }
+
     /// Makes sure version `number` of `id` is in memory for a replay, rebuilding it
     /// from the store (pinned) if it left.
     async fn recall(&self, id: &str, number: u32) -> Result<Recalled, OpError> {
@@ -171,6 +192,7 @@ impl Operations {
         let mut notes: Vec<String> = Vec::new();
         // Versions that left memory come back from the store first.
         let mut gone: HashMap<&str, String> = HashMap::new();
+        let mut left_out: std::collections::HashSet<&str> = Default::default();
         for id in &ids {
             let wanted = version.or(
                 match self.triggers.current().as_of(id, event.received_at_ms) {
@@ -179,6 +201,12 @@ impl Operations {
                 },
             );
             if let Some(n) = wanted {
+                // Unnamed, a binding whose version then would not take the event is
+                // left out before anything is pinned for it.
+                if binding.is_none() && !self.stored_takes(id, n, &event).await {
+                    left_out.insert(id.as_str());
+                    continue;
+                }
                 match self.recall(id, n).await? {
                     Recalled::Already => {}
                     Recalled::Back => notes.push(recalled_note(id, n)),
@@ -189,10 +217,12 @@ impl Operations {
             }
         }
         let current = self.triggers.current();
-        let ctx = EventContext::new(&event);
         let mut rows: Vec<Enqueue> = Vec::new();
         let mut labels = Vec::new();
         for id in &ids {
+            if left_out.contains(id.as_str()) {
+                continue;
+            }
             let Some(chosen) = choose(
                 &current,
                 id,
@@ -213,14 +243,8 @@ impl Operations {
                 }
                 continue;
             }
-            if binding.is_none() {
-                let takes = b.takes(&event.source, &event.kind)
-                    && b.filter
-                        .as_ref()
-                        .is_none_or(|f| f.eval_bool_in(&ctx).unwrap_or(false));
-                if !takes {
-                    continue;
-                }
+            if binding.is_none() && !takes(b, &event) {
+                continue;
             }
             let mut row = current
                 .routing()

@@ -107,6 +107,7 @@ impl BackfillStore for PostgresBackend {
         id: i64,
         from: &[BackfillState],
         to: BackfillState,
+        holder: Option<&str>,
         error: Option<&str>,
         now_ms: i64,
     ) -> Result<bool> {
@@ -116,8 +117,16 @@ impl BackfillStore for PostgresBackend {
             .execute(
                 "UPDATE backfills SET state = $2, error = COALESCE($3, error), updated_at = $4,
                     lease_holder = NULL, lease_until = 0
-                 WHERE id = $1 AND state = ANY($5::TEXT[])",
-                &[&id, &to.as_str(), &error, &now_ms, &states_sql(from)],
+                 WHERE id = $1 AND state = ANY($5::TEXT[])
+                     AND ($6::TEXT IS NULL OR lease_holder = $6)",
+                &[
+                    &id,
+                    &to.as_str(),
+                    &error,
+                    &now_ms,
+                    &states_sql(from),
+                    &holder,
+                ],
             )
             .await
             .map_err(pg_err("change a backfill"))?;
@@ -145,7 +154,26 @@ impl BackfillStore for PostgresBackend {
             )
             .await
             .map_err(pg_err("lease a backfill"))?;
-        found.map(|r| job(&r).into_job()).transpose()
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let found = job(&found);
+        let id = found.id;
+        match found.into_job() {
+            Ok(job) => Ok(Some(job)),
+            Err(e) => {
+                tracing::warn!(backfill = id, error = %e, "a backfill this build cannot read is set aside for a lease period");
+                self.client()
+                    .await?
+                    .execute(
+                        "UPDATE backfills SET lease_holder = NULL, lease_until = $2 WHERE id = $1",
+                        &[&id, &until_ms],
+                    )
+                    .await
+                    .map_err(pg_err("set a backfill aside"))?;
+                Ok(None)
+            }
+        }
     }
 
     async fn backfill_events(
@@ -231,7 +259,7 @@ impl BackfillStore for PostgresBackend {
                 "UPDATE backfills SET cursor = $3, walked = walked + $4, matched = matched + $5,
                     filtered = filtered + $6, skipped = skipped + $7, state = $8,
                     lease_until = $9, updated_at = $10, error = NULL
-                 WHERE id = $1 AND lease_holder = $2 AND state = 'running'",
+                 WHERE id = $1 AND lease_holder = $2 AND state = 'running' AND cursor = $11",
                 &[
                     &s.id,
                     &s.holder,
@@ -243,6 +271,7 @@ impl BackfillStore for PostgresBackend {
                     &state,
                     &lease_until,
                     &s.now_ms,
+                    &s.from_cursor,
                 ],
             )
             .await
@@ -250,8 +279,40 @@ impl BackfillStore for PostgresBackend {
         if updated == 0 {
             return Ok(None);
         }
+        // The record of each (binding version, event) first: with `exclusive`, only
+        // the rows whose record this step made are enqueued.
+        let (bindings, fingerprints, events): (Vec<&str>, Vec<&str>, Vec<&str>) = s
+            .rows
+            .iter()
+            .map(|(e, r)| (r.binding_id.as_str(), r.fingerprint.as_str(), e.as_str()))
+            .fold(
+                (vec![], vec![], vec![]),
+                |(mut b, mut f, mut e), (x, y, z)| {
+                    b.push(x);
+                    f.push(y);
+                    e.push(z);
+                    (b, f, e)
+                },
+            );
+        let recorded: std::collections::HashSet<String> = tx
+            .query(
+                "INSERT INTO backfilled (binding_id, fingerprint, event_id, backfill_id, at)
+                 SELECT b, f, e, $4, $5 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS r(b, f, e)
+                 ON CONFLICT (binding_id, fingerprint, event_id) DO NOTHING
+                 RETURNING event_id",
+                &[&bindings, &fingerprints, &events, &s.id, &s.now_ms],
+            )
+            .await
+            .map_err(&bad)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let (take, refused): (Vec<&(String, Enqueue)>, Vec<&(String, Enqueue)>) = s
+            .rows
+            .iter()
+            .partition(|(e, _)| !s.exclusive || recorded.contains(e));
         let (flowing, plain): (Vec<&(String, Enqueue)>, Vec<&(String, Enqueue)>) =
-            s.rows.iter().partition(|(_, r)| r.has_flow_control());
+            take.into_iter().partition(|(_, r)| r.has_flow_control());
         let mut written = plain.len() as u64;
         if !plain.is_empty() {
             let plain: Vec<(String, Enqueue)> = plain.into_iter().cloned().collect();
@@ -267,30 +328,9 @@ impl BackfillStore for PostgresBackend {
                 written += 1;
             }
         }
-        let (bindings, fingerprints, events): (Vec<&str>, Vec<&str>, Vec<&str>) = s
-            .rows
-            .iter()
-            .map(|(e, r)| (r.binding_id.as_str(), r.fingerprint.as_str(), e.as_str()))
-            .fold(
-                (vec![], vec![], vec![]),
-                |(mut b, mut f, mut e), (x, y, z)| {
-                    b.push(x);
-                    f.push(y);
-                    e.push(z);
-                    (b, f, e)
-                },
-            );
         tx.execute(
-            "INSERT INTO backfilled (binding_id, fingerprint, event_id, backfill_id, at)
-             SELECT b, f, e, $4, $5 FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[]) AS r(b, f, e)
-             ON CONFLICT (binding_id, fingerprint, event_id) DO NOTHING",
-            &[&bindings, &fingerprints, &events, &s.id, &s.now_ms],
-        )
-        .await
-        .map_err(&bad)?;
-        tx.execute(
-            "UPDATE backfills SET enqueued = enqueued + $2 WHERE id = $1",
-            &[&s.id, &(written as i64)],
+            "UPDATE backfills SET enqueued = enqueued + $2, skipped = skipped + $3 WHERE id = $1",
+            &[&s.id, &(written as i64), &(refused.len() as i64)],
         )
         .await
         .map_err(&bad)?;

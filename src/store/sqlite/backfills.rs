@@ -92,7 +92,7 @@ fn step(c: &mut Connection, s: &BackfillStep) -> rusqlite::Result<Option<u64>> {
         "UPDATE backfills SET cursor = ?3, walked = walked + ?4, matched = matched + ?5,
             filtered = filtered + ?6, skipped = skipped + ?7, state = ?8,
             lease_until = ?9, updated_at = ?10, error = NULL
-         WHERE id = ?1 AND lease_holder = ?2 AND state = 'running'",
+         WHERE id = ?1 AND lease_holder = ?2 AND state = 'running' AND cursor = ?11",
         params![
             s.id,
             s.holder,
@@ -103,34 +103,39 @@ fn step(c: &mut Connection, s: &BackfillStep) -> rusqlite::Result<Option<u64>> {
             s.skipped,
             state,
             if s.done { 0 } else { s.lease_until_ms },
-            s.now_ms
+            s.now_ms,
+            s.from_cursor
         ],
     )?;
     if updated == 0 {
         return Ok(None);
     }
-    let mut written = 0;
-    {
+    let mut taken_before = 0i64;
+    let written = {
         let mut enqueuer = Enqueuer::new(&tx)?;
         let mut record = tx.prepare_cached(
             "INSERT OR IGNORE INTO backfilled (binding_id, fingerprint, event_id, backfill_id, at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
         for (event_id, row) in &s.rows {
-            enqueuer.insert(event_id, std::slice::from_ref(row), s.now_ms)?;
-            record.execute(params![
+            let recorded = record.execute(params![
                 row.binding_id,
                 row.fingerprint,
                 event_id,
                 s.id,
                 s.now_ms
             ])?;
+            if s.exclusive && recorded == 0 {
+                taken_before += 1;
+                continue;
+            }
+            enqueuer.insert(event_id, std::slice::from_ref(row), s.now_ms)?;
         }
-        written += enqueuer.created as u64;
-    }
+        enqueuer.created as u64
+    };
     tx.execute(
-        "UPDATE backfills SET enqueued = enqueued + ?2 WHERE id = ?1",
-        params![s.id, written as i64],
+        "UPDATE backfills SET enqueued = enqueued + ?2, skipped = skipped + ?3 WHERE id = ?1",
+        params![s.id, written as i64, taken_before],
     )?;
     tx.commit()?;
     Ok(Some(written))
@@ -188,18 +193,20 @@ impl BackfillStore for SqliteBackend {
         id: i64,
         from: &[BackfillState],
         to: BackfillState,
+        holder: Option<&str>,
         error: Option<&str>,
         now_ms: i64,
     ) -> Result<bool> {
         let from: Vec<String> = states_sql(from).into_iter().map(str::to_owned).collect();
-        let error = error.map(str::to_owned);
+        let (error, holder) = (error.map(str::to_owned), holder.map(str::to_owned));
         Self::with(&self.writer, move |c| {
-            let marks: Vec<String> = (0..from.len()).map(|i| format!("?{}", i + 5)).collect();
+            let marks: Vec<String> = (0..from.len()).map(|i| format!("?{}", i + 6)).collect();
             let mut args: Vec<rusqlite::types::Value> = vec![
                 id.into(),
                 to.as_str().to_owned().into(),
                 error.into(),
                 now_ms.into(),
+                holder.into(),
             ];
             args.extend(from.into_iter().map(Into::into));
             let changed = c
@@ -207,7 +214,8 @@ impl BackfillStore for SqliteBackend {
                     &format!(
                         "UPDATE backfills SET state = ?2, error = COALESCE(?3, error),
                             updated_at = ?4, lease_holder = NULL, lease_until = 0
-                         WHERE id = ?1 AND state IN ({})",
+                         WHERE id = ?1 AND (?5 IS NULL OR lease_holder = ?5)
+                             AND state IN ({})",
                         marks.join(", ")
                     ),
                     params_from_iter(args),
@@ -240,7 +248,25 @@ impl BackfillStore for SqliteBackend {
             .map_err(sql_err("lease a backfill"))
         })
         .await?;
-        found.map(JobColumns::into_job).transpose()
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let id = found.id;
+        match found.into_job() {
+            Ok(job) => Ok(Some(job)),
+            Err(e) => {
+                tracing::warn!(backfill = id, error = %e, "a backfill this build cannot read is set aside for a lease period");
+                Self::with(&self.writer, move |c| {
+                    c.execute(
+                        "UPDATE backfills SET lease_holder = NULL, lease_until = ?2 WHERE id = ?1",
+                        params![id, until_ms],
+                    )
+                    .map_err(sql_err("set a backfill aside"))
+                })
+                .await?;
+                Ok(None)
+            }
+        }
     }
 
     async fn backfill_events(
