@@ -23,10 +23,10 @@ use crate::dispatch::metrics::DispatchMetrics;
 use crate::runtime::trigger_control::TriggerControl;
 use crate::store::Store;
 use crate::triggers::backfill::{
-    judge, BackfillJob, BackfillState, BackfillStep, Pace, Verdict, Window, LEASE_MS,
+    judge_page, BackfillJob, BackfillState, BackfillStep, Pace, Window, LEASE_MS,
 };
 use crate::triggers::binding::Binding;
-use crate::triggers::lifecycle::{label, AsOf};
+use crate::triggers::lifecycle::label;
 
 /// How often an idle runner looks for a job (it is also woken when one is created or
 /// resumed here).
@@ -220,41 +220,31 @@ async fn walk(runner: &Runner, job: BackfillJob, cancel: &CancellationToken) {
             lease_until_ms: 0,
             now_ms: 0,
         };
-        for (_, event) in &page {
-            let routed_then = match current.as_of(&binding.id, event.received_at_ms) {
-                AsOf::Version(n) | AsOf::Collected { number: n } => n == binding.version,
-                AsOf::NoneThen => false,
-            };
-            let verdict = judge(
-                &job.spec,
-                filter.as_ref(),
-                &binding,
-                event,
-                routed_then,
-                handled.contains(&event.id),
-            );
-            if verdict != Verdict::Unselected {
-                step.matched += 1;
-            }
-            match verdict {
-                Verdict::Unselected => {}
-                Verdict::Filtered => step.filtered += 1,
-                Verdict::Skipped => step.skipped += 1,
-                Verdict::Take => match current.routing().enqueue_for(&binding, event, 0) {
-                    Ok(mut row) => {
-                        row.priority = job.spec.priority;
-                        row.backfill = Some(job.id);
-                        // History is not part of a live burst: it must not supersede
-                        // (or wait behind) the binding's pending live rows.
-                        row.debounce_key = None;
-                        row.debounce_window_ms = None;
-                        step.rows.push((event.id.clone(), row));
-                    }
-                    Err(e) => {
-                        tracing::warn!(backfill = job.id, event_id = %event.id, error = %e, "the binding's keys do not evaluate for this event; left out");
-                        step.filtered += 1;
-                    }
-                },
+        let judged = judge_page(
+            &job.spec,
+            filter.as_ref(),
+            &binding,
+            &current,
+            &page,
+            &handled,
+        );
+        (step.matched, step.filtered, step.skipped) =
+            (judged.matched, judged.filtered, judged.skipped);
+        for event in judged.taken {
+            match current.routing().enqueue_for(&binding, event, 0) {
+                Ok(mut row) => {
+                    row.priority = job.spec.priority;
+                    row.backfill = Some(job.id);
+                    // History is not part of a live burst: it must not supersede
+                    // (or wait behind) the binding's pending live rows.
+                    row.debounce_key = None;
+                    row.debounce_window_ms = None;
+                    step.rows.push((event.id.clone(), row));
+                }
+                Err(e) => {
+                    tracing::warn!(backfill = job.id, event_id = %event.id, error = %e, "the binding's keys do not evaluate for this event; left out");
+                    step.filtered += 1;
+                }
             }
         }
         let now = now_ms();

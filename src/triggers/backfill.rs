@@ -25,8 +25,11 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use std::collections::HashSet;
+
 use super::binding::Binding;
 use super::filter::{EventContext, Expression};
+use super::lifecycle::{AsOf, Lifecycle};
 use super::TriggerEvent;
 use crate::error::Result;
 use crate::outbox::model::Enqueue;
@@ -359,6 +362,56 @@ pub(crate) fn judge(
         return Verdict::Skipped;
     }
     Verdict::Take
+}
+
+/// What judging a page found: counts, and the events taken (in page order).
+#[derive(Debug, Default)]
+pub(crate) struct Judged<'e> {
+    /// Events the selection (kinds, filter) took.
+    pub(crate) matched: i64,
+    /// Of those, the ones the binding's sources, events or filter refused.
+    pub(crate) filtered: i64,
+    /// Of those, the ones the binding version handled already.
+    pub(crate) skipped: i64,
+    /// The events to enqueue.
+    pub(crate) taken: Vec<&'e TriggerEvent>,
+}
+
+/// Judges every event of `page` ([`judge`]) for a backfill into `binding` as the
+/// lifecycle `current` knows it (whether its version was active when each event
+/// arrived); `handled` holds the ids a dead letter, a pending row or an earlier
+/// backfill of that version holds. What the runner's steps and a dry run share.
+pub(crate) fn judge_page<'e>(
+    spec: &BackfillSpec,
+    filter: Option<&Expression>,
+    binding: &Binding,
+    current: &Lifecycle,
+    page: &'e [(i64, TriggerEvent)],
+    handled: &HashSet<String>,
+) -> Judged<'e> {
+    let mut out = Judged::default();
+    for (_, event) in page {
+        let routed_then = match current.as_of(&binding.id, event.received_at_ms) {
+            AsOf::Version(n) | AsOf::Collected { number: n } => n == binding.version,
+            AsOf::NoneThen => false,
+        };
+        let verdict = judge(
+            spec,
+            filter,
+            binding,
+            event,
+            routed_then,
+            handled.contains(&event.id),
+        );
+        out.matched += i64::from(verdict != Verdict::Unselected);
+        match verdict {
+            Verdict::Unselected => {}
+            Verdict::Filtered => out.filtered += 1,
+            Verdict::Skipped => out.skipped += 1,
+            Verdict::Take => out.taken.push(event),
+        }
+    }
+    out
 }
 
 /// The pace of a walk: `rate` rows per second on average, as a debt of time each

@@ -7,8 +7,7 @@ use serde::Serialize;
 
 use super::base::{OpError, Operations};
 use crate::clock::now_ms;
-use crate::triggers::backfill::{judge, BackfillJob, BackfillSpec, BackfillState, Verdict, Window};
-use crate::triggers::lifecycle::AsOf;
+use crate::triggers::backfill::{judge_page, BackfillJob, BackfillSpec, BackfillState, Window};
 
 /// Most jobs one listing answers with.
 pub(crate) const MAX_BACKFILL_LIST: usize = 100;
@@ -154,27 +153,11 @@ impl Operations {
             } else {
                 Default::default()
             };
-            for (_, event) in &page {
-                let routed_then = match current.as_of(&binding.id, event.received_at_ms) {
-                    AsOf::Version(n) | AsOf::Collected { number: n } => n == binding.version,
-                    AsOf::NoneThen => false,
-                };
-                let v = judge(
-                    spec,
-                    filter.as_ref(),
-                    &binding,
-                    event,
-                    routed_then,
-                    handled.contains(&event.id),
-                );
-                out.matched += i64::from(v != Verdict::Unselected);
-                match v {
-                    Verdict::Unselected => {}
-                    Verdict::Filtered => out.filtered += 1,
-                    Verdict::Skipped => out.skipped += 1,
-                    Verdict::Take => out.would_enqueue += 1,
-                }
-            }
+            let judged = judge_page(spec, filter.as_ref(), &binding, &current, &page, &handled);
+            out.matched += judged.matched;
+            out.filtered += judged.filtered;
+            out.skipped += judged.skipped;
+            out.would_enqueue += judged.taken.len() as i64;
             out.walked += page.len() as i64;
             match page.last() {
                 Some((seq, _)) if page.len() == 1000 && out.walked < DRY_RUN_LIMIT => {

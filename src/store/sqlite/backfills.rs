@@ -70,8 +70,8 @@ fn window_sql(w: &Window<'_>) -> (String, Vec<rusqlite::types::Value>) {
     (sql, args)
 }
 
-fn count(c: &Connection, w: &Window<'_>) -> rusqlite::Result<i64> {
-    let (cond, args) = window_sql(w);
+/// How many events the condition `cond` (with `args`, from [`window_sql`]) holds.
+fn count(c: &Connection, cond: &str, args: Vec<rusqlite::types::Value>) -> rusqlite::Result<i64> {
     c.prepare_cached(&format!("SELECT count(*) FROM events WHERE {cond}"))?
         .query_row(params_from_iter(args), |r| r.get(0))
 }
@@ -160,7 +160,8 @@ impl BackfillStore for SqliteBackend {
                 since_ms: spec.since_ms,
                 until_ms: spec.until_ms,
             };
-            let total = count(&tx, &window).map_err(&err)?;
+            let (cond, args) = window_sql(&window);
+            let total = count(&tx, &cond, args).map_err(&err)?;
             tx.execute(
                 "INSERT INTO backfills (binding_id, spec, state, cursor, end_seq, total,
                     created_at, updated_at) VALUES (?1, ?2, 'running', 0, ?3, ?4, ?5, ?5)",
@@ -295,9 +296,7 @@ impl BackfillStore for SqliteBackend {
     async fn backfill_count(&self, window: Window<'_>) -> Result<i64> {
         let (cond, args) = window_sql(&window);
         Self::with(&self.reader, move |c| {
-            c.prepare_cached(&format!("SELECT count(*) FROM events WHERE {cond}"))
-                .and_then(|mut s| s.query_row(params_from_iter(args), |r| r.get(0)))
-                .map_err(sql_err("count events"))
+            count(c, &cond, args).map_err(sql_err("count events"))
         })
         .await
     }
